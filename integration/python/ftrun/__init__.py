@@ -1,0 +1,46 @@
+"""ftrun: fault-tolerant training snapshots kept in the node agent's memory.
+
+A rank connects to its node's agent and saves its state every step; after a
+restart it loads the version the agent says to restore::
+
+    import ftrun
+
+    with ftrun.Client() as client:          # $FTRUN_AGENT_SOCKET, $FTRUN_RANK
+        start = 0
+        if client.restore_version is not None:
+            version, tensors, user_bytes = client.load(client.restore_version)
+            start = version + 1
+        for step in range(start, steps):
+            ...
+            client.save(step, {"w": weights_numpy}, user_bytes=b"...")
+
+Tensors are any objects with the buffer protocol (numpy arrays, bytearray,
+memoryview); see help(Client.save) and help(Client.load), including how
+bfloat16 is passed in and comes back.
+
+Errors: a failed call raises Error (a RuntimeError) with .code, the status
+code name ('TIMEOUT', 'RESOURCE_EXHAUSTED', ...), and .message; a code of
+INVALID_ARGUMENT raises InvalidArgumentError, which is also a ValueError.
+
+This package only re-exports the compiled extension ``_ftrun``, found next to
+this file or, failing that, on sys.path.
+"""
+
+try:
+    from . import _ftrun
+except ImportError as _packaged_error:
+    try:
+        import _ftrun
+    except ImportError as _path_error:
+        raise ImportError(
+            "ftrun: cannot import the compiled extension _ftrun: not next to "
+            f"{__file__} ({_packaged_error}) nor on sys.path ({_path_error})"
+        ) from _path_error
+
+Client = _ftrun.Client
+Error = _ftrun.Error
+InvalidArgumentError = _ftrun.InvalidArgumentError
+LoadResult = _ftrun.LoadResult
+LATEST = _ftrun.LATEST
+
+__all__ = ["Client", "Error", "InvalidArgumentError", "LoadResult", "LATEST"]

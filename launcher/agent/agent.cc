@@ -1,0 +1,239 @@
+#include "launcher/agent/agent.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "launcher/agent/rank_env.h"
+#include "plugin/common/bytes.h"
+#include "plugin/common/log.h"
+#include "plugin/config/units.h"
+#include "plugin/ipc/unix_socket.h"
+
+namespace ftrun {
+namespace {
+
+constexpr uint64_t kListenTag = 1;
+constexpr uint64_t kSignalTag = 2;
+constexpr uint64_t kTimerTag = 3;
+constexpr auto kTick = std::chrono::milliseconds(20);
+
+double Ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+Status EpollAdd(int epfd, int fd, uint64_t tag, uint32_t events = EPOLLIN) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = tag;
+  if (::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return Status::FromErrno("epoll_ctl", errno);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Agent::Agent(AgentOptions options) : o_(std::move(options)) {}
+Agent::~Agent() = default;
+
+Status Agent::Setup() {
+  const Config& c = o_.config;
+  FTRUN_RETURN_IF_ERROR(InstanceLock::Claim(c.agent.run_dir, o_.job_id, o_.node_rank, &lock_));
+  if (lock_.removed_stale_socket()) {
+    FTRUN_LOG_WARN("removed a stale socket {} left by an agent that is gone", lock_.socket_path());
+  }
+  FTRUN_RETURN_IF_ERROR(Arena::Create(o_.job_id, static_cast<uint32_t>(o_.node_rank), c.store.memory_budget,
+                                      c.store.chunk_size, &arena_));
+  if (c.store.prefault) {
+    auto t0 = Clock::now();
+    arena_.Prefault();
+    FTRUN_LOG_INFO("store of {} pre-faulted in {:.0f} ms", FormatSize(arena_.size()), Ms(Clock::now() - t0));
+  }
+  store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
+                                           FormatLoc(c.store.memory_budget_loc, "store.memory_budget"));
+  std::vector<int> ranks;
+  for (int i = 0; i < o_.local_ranks; ++i) {
+    RankSlot s;
+    s.local_rank = i;
+    s.global_rank = o_.first_global_rank + i;
+    slots_.push_back(s);
+    ranks.push_back(s.global_rank);
+  }
+  tracker_ = std::make_unique<LocalCommitTracker>(ranks);
+  service_ = std::make_unique<StoreService>(store_.get(), tracker_.get());
+  service_->on_saved = [this](int rank, uint64_t) {
+    if (RankSlot* s = SlotByRank(rank)) RankEvent(*s, &RankSlot::first_step);
+  };
+  service_->on_committed = [this](uint64_t) { status_dirty_ = true; };
+
+  FTRUN_RETURN_IF_ERROR(BecomeSubreaper());
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return Status::FromErrno("sigprocmask", errno);
+  ::signal(SIGPIPE, SIG_IGN);
+  signal_fd_.Reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signal_fd_.valid()) return Status::FromErrno("signalfd", errno);
+  timer_fd_.Reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!timer_fd_.valid()) return Status::FromErrno("timerfd_create", errno);
+  itimerspec its{};
+  its.it_interval.tv_nsec = std::chrono::nanoseconds(kTick).count();
+  its.it_value = its.it_interval;
+  ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr);
+  FTRUN_RETURN_IF_ERROR(ListenUnix(lock_.socket_path(), &listen_));
+  epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) return Status::FromErrno("epoll_create1", errno);
+  FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), listen_.get(), kListenTag));
+  FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), signal_fd_.get(), kSignalTag));
+  FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), timer_fd_.get(), kTimerTag));
+  if (o_.save_pid > 0) {
+    std::ofstream(std::string("/tmp/") + std::to_string(o_.save_pid) + ".deepspeed") << ::getpid() << "\n";
+  }
+  return Status::Ok();
+}
+
+int Agent::Run() {
+  Status s = Setup();
+  if (!s.ok()) {
+    FTRUN_LOG_ERROR("cannot start: {}", s.message());
+    return 2;
+  }
+  FTRUN_LOG_INFO("job {} node {}: {} ranks (global {}..{} of {}), store {} in {} chunks, socket {}", o_.job_id,
+                 o_.node_rank, o_.local_ranks, o_.first_global_rank, o_.first_global_rank + o_.local_ranks - 1,
+                 o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
+                 lock_.socket_path());
+  SpawnGeneration();
+  Loop();
+  WriteStatus();
+  return exit_code_;
+}
+
+void Agent::Loop() {
+  epoll_event events[64];
+  while (state_ != State::kDone) {
+    int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      FTRUN_LOG_ERROR("epoll_wait failed: {}", std::strerror(errno));
+      exit_code_ = 2;
+      return;
+    }
+    for (int i = 0; i < n && state_ != State::kDone; ++i) {
+      uint64_t tag = events[i].data.u64;
+      if (tag == kListenTag) Accept();
+      else if (tag == kSignalTag) Signals();
+      else if (tag == kTimerTag) Tick();
+      else Readable(tag);
+    }
+  }
+}
+
+void Agent::Accept() {
+  while (true) {
+    UniqueFd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd.valid()) return;  // EAGAIN or a transient error
+    PeerCredentials cred{};
+    Status s = GetPeerCredentials(fd.get(), &cred);
+    if (!s.ok() || cred.uid != ::getuid()) {
+      FTRUN_LOG_WARN("refused a connection from pid {} uid {}: only uid {} may use this agent", cred.pid, cred.uid,
+                     ::getuid());
+      continue;
+    }
+    auto conn = std::make_unique<Connection>();
+    conn->id = next_conn_id_++;
+    conn->fd = std::move(fd);
+    conn->pid = cred.pid;
+    if (!EpollAdd(epoll_.get(), conn->fd.get(), conn->id, EPOLLIN | EPOLLRDHUP).ok()) continue;
+    conns_[conn->id] = std::move(conn);
+  }
+}
+
+void Agent::Readable(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  Connection& conn = *it->second;
+  Status read = conn.reader.ReadFrom(conn.fd.get());
+  MsgType type;
+  std::string payload;
+  // Frames that arrived before a close still count (e.g. a last save).
+  while (conns_.count(conn_id) && conn.reader.Next(&type, &payload)) Dispatch(conn, type, payload);
+  if (!conns_.count(conn_id)) return;
+  if (!conn.reader.status().ok()) return Close(conn_id, conn.reader.status().message());
+  if (!read.ok()) Close(conn_id, read.message());
+}
+
+void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload) {
+  if (type == MsgType::kHello) return Hello(conn, payload);
+  RankSlot* slot = conn.rank >= 0 ? SlotByRank(conn.rank) : nullptr;
+  if (slot == nullptr || conn.generation != generation_ || state_ != State::kRunning) {
+    (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
+    return Close(conn.id, "request before hello or from a stopped generation");
+  }
+  slot->last_progress = Clock::now();
+  if (type == MsgType::kProgress) return;
+  if (type == MsgType::kLoadDone) RankEvent(*slot, &RankSlot::restored);
+  if (!service_->Handle(conn, type, payload)) {
+    (void)conn.SendError(Status::InvalidArgument("unknown request type " + std::to_string(static_cast<int>(type))));
+  }
+}
+
+void Agent::Hello(Connection& conn, const std::string& payload) {
+  ByteReader r(payload);
+  uint32_t protocol = r.Get<uint32_t>();
+  int32_t rank = r.Get<int32_t>();
+  (void)r.Get<int32_t>();  // the client's pid; SO_PEERCRED is what we trust
+  std::string job = r.GetString();
+  Status s;
+  RankSlot* slot = SlotByRank(rank);
+  if (!r.ok()) s = Status::Corruption("malformed hello");
+  else if (protocol != kProtocolVersion) s = Status::FailedPrecondition("client speaks protocol " + std::to_string(protocol) + ", agent " + std::to_string(kProtocolVersion));
+  else if (!job.empty() && job != o_.job_id) s = Status::FailedPrecondition("client is in job '" + job + "', this agent serves job '" + o_.job_id + "'");
+  else if (slot == nullptr) s = Status::InvalidArgument("rank " + std::to_string(rank) + " is not one of this node's ranks (" + std::to_string(o_.first_global_rank) + ".." + std::to_string(o_.first_global_rank + o_.local_ranks - 1) + ")");
+  else if (state_ != State::kRunning || slot->pid == 0) s = Status::Unavailable("rank " + std::to_string(rank) + " is being stopped");
+  else if (::getpgid(conn.pid) != slot->pid) s = Status::FailedPrecondition("pid " + std::to_string(conn.pid) + " is not rank " + std::to_string(rank) + "'s process (started by this agent as pid " + std::to_string(slot->pid) + ")");
+  else if (slot->conn_id != 0) s = Status::AlreadyExists("rank " + std::to_string(rank) + " is already connected");
+  if (!s.ok()) {
+    FTRUN_LOG_WARN("refused hello from pid {}: {}", conn.pid, s.message());
+    (void)conn.SendError(s);
+    return Close(conn.id, "hello refused");
+  }
+  conn.rank = rank;
+  conn.generation = generation_;
+  slot->conn_id = conn.id;
+  slot->last_progress = Clock::now();
+  ByteWriter w;
+  w.PutString(o_.job_id);
+  w.Put<int32_t>(o_.node_rank);
+  w.Put<uint64_t>(o_.config.store.chunk_size);
+  w.Put<uint8_t>(restore_version_.has_value());
+  w.Put<uint64_t>(restore_version_.value_or(0));
+  (void)conn.Send(MsgType::kHelloOk, w.data(), arena_.fd());
+  RankEvent(*slot, &RankSlot::connected);
+}
+
+void Agent::Close(uint64_t conn_id, const std::string& why) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  Connection& conn = *it->second;
+  FTRUN_LOG_DEBUG("connection {} (rank {}) closed: {}", conn_id, conn.rank, why);
+  service_->Disconnected(conn);
+  if (RankSlot* slot = conn.rank >= 0 ? SlotByRank(conn.rank) : nullptr; slot && slot->conn_id == conn_id) {
+    slot->conn_id = 0;
+  }
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn.fd.get(), nullptr);
+  conns_.erase(it);
+}
+
+Agent::RankSlot* Agent::SlotByRank(int global_rank) {
+  int i = global_rank - o_.first_global_rank;
+  if (i < 0 || i >= static_cast<int>(slots_.size())) return nullptr;
+  return &slots_[static_cast<size_t>(i)];
+}
+
+}  // namespace ftrun

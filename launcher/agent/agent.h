@@ -1,0 +1,110 @@
+// Agent: ftrun-agent's core. Owns the node's store (arena, catalog, commit
+// tracker), serves the ranks over a unix socket, spawns and supervises the
+// ranks, and on a rank's death or hang stops them all and restarts them from
+// the last committed version, up to job.max_restarts times.
+//
+// One thread runs everything: an epoll loop over the listening socket, the
+// rank connections, a signalfd (SIGCHLD, SIGTERM, SIGINT, SIGHUP) and a
+// timer for hang detection, stop grace periods and commit waits.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/agent/connection.h"
+#include "launcher/agent/instance_lock.h"
+#include "launcher/agent/options.h"
+#include "launcher/agent/store_service.h"
+#include "launcher/agent/supervisor.h"
+#include "plugin/store/arena.h"
+#include "plugin/store/snapshot_store.h"
+#include "recovery/commit_tracker.h"
+
+namespace ftrun {
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+
+  // Runs the job to its end and returns the exit code: 0 when every rank
+  // finished, the failing rank's code (128+signal for a signal) when
+  // restarts ran out, 128+signal when the agent itself was told to stop, 2
+  // when the agent could not start.
+  int Run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  enum class State { kRunning, kStopping, kDone };
+  enum class StopCause { kFailure, kShutdown };
+
+  struct RankSlot {
+    int local_rank = 0;
+    int global_rank = 0;
+    pid_t pid = 0;  // process group leader; 0 when not running
+    bool finished = false;  // exited 0
+    uint64_t conn_id = 0;   // live connection, 0 if none
+    Clock::time_point last_progress;
+    Clock::time_point connected, restored, first_step;  // this generation
+  };
+
+  // One restart, measured by the agent (see docs/benchmarks.md).
+  struct Recovery {
+    int restart = 0;
+    std::string reason;
+    std::optional<uint64_t> version;
+    Clock::time_point detected, stopped, spawned;
+    std::optional<Clock::time_point> connected, restored, first_step;  // all ranks
+  };
+
+  Status Setup();
+  void Loop();
+  void Accept();
+  void Readable(uint64_t conn_id);
+  void Dispatch(Connection& conn, MsgType type, const std::string& payload);
+  void Hello(Connection& conn, const std::string& payload);
+  void Close(uint64_t conn_id, const std::string& why);
+  void Signals();
+  void ChildExited(pid_t pid, const ExitInfo& info);
+  void Tick();
+  void SpawnGeneration();
+  void BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit);
+  void FinishStop();
+  void RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field);
+  void WriteStatus();
+  RankSlot* SlotByRank(int global_rank);
+
+  // Constant after construction.
+  AgentOptions o_;
+
+  // Guarded by the event loop (single thread).
+  InstanceLock lock_;
+  Arena arena_;
+  std::unique_ptr<SnapshotStore> store_;
+  std::unique_ptr<CommitTracker> tracker_;
+  std::unique_ptr<StoreService> service_;
+  UniqueFd epoll_, listen_, signal_fd_, timer_fd_;
+  std::map<uint64_t, std::unique_ptr<Connection>> conns_;
+  uint64_t next_conn_id_ = 16;  // ids below are the fixed event sources
+  std::vector<RankSlot> slots_;
+  State state_ = State::kRunning;
+  int generation_ = 0;
+  std::optional<uint64_t> restore_version_;
+  StopCause stop_cause_ = StopCause::kFailure;
+  std::optional<ExitInfo> failure_;  // the exit that caused the current stop
+  int shutdown_signal_ = 0;
+  bool killed_hard_ = false;
+  Clock::time_point stop_deadline_;
+  int exit_code_ = 0;
+  std::vector<Recovery> recoveries_;
+  bool status_dirty_ = true;
+  Clock::time_point last_status_write_;
+};
+
+}  // namespace ftrun

@@ -1,0 +1,254 @@
+// The agent's rank lifecycle: spawn a generation, notice a death or a hang,
+// stop every rank (SIGTERM, grace, SIGKILL), and restart from the last
+// committed version or end the job.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "launcher/agent/agent.h"
+#include "launcher/agent/rank_env.h"
+#include "plugin/common/log.h"
+
+namespace ftrun {
+namespace {
+
+double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+}  // namespace
+
+void Agent::SpawnGeneration() {
+  auto now = Clock::now();
+  restore_version_ = service_->last_committed();
+  for (RankSlot& s : slots_) {
+    RankIdentity id{s.local_rank, s.global_rank, generation_, lock_.socket_path()};
+    SpawnSpec spec;
+    spec.argv = BuildRankCommand(o_, s.local_rank);
+    spec.env = BuildRankEnv(o_, id);
+    if (!o_.each_rank_log_dir.empty()) spec.log_file = o_.each_rank_log_dir + "/rank" + std::to_string(s.global_rank) + ".log";
+    s.finished = false;
+    s.last_progress = now;
+    s.connected = s.restored = s.first_step = Clock::time_point{};
+    Status st = SpawnProcess(spec, &s.pid);
+    if (!st.ok()) {
+      FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
+      s.pid = 0;
+      exit_code_ = 2;
+      BeginStop(StopCause::kShutdown, "a rank could not be started", std::nullopt);
+      return;
+    }
+  }
+  FTRUN_LOG_INFO("generation {}: started {} ranks{}", generation_, slots_.size(),
+                 restore_version_ ? ", restoring version " + std::to_string(*restore_version_) : std::string(""));
+  if (!recoveries_.empty() && generation_ == recoveries_.back().restart) recoveries_.back().spawned = now;
+  status_dirty_ = true;
+}
+
+void Agent::RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field) {
+  if (slot.*field != Clock::time_point{}) return;
+  slot.*field = Clock::now();
+  if (recoveries_.empty() || recoveries_.back().restart != generation_) return;
+  Recovery& r = recoveries_.back();
+  Clock::time_point latest{};
+  for (const RankSlot& s : slots_) {
+    if (s.*field == Clock::time_point{}) return;
+    latest = std::max(latest, s.*field);
+  }
+  if (field == &RankSlot::connected) r.connected = latest;
+  else if (field == &RankSlot::restored) r.restored = latest;
+  else if (field == &RankSlot::first_step) {
+    r.first_step = latest;
+    FTRUN_LOG_INFO("recovered from '{}' in {:.0f} ms: stop {:.0f}, respawn {:.0f}, connect {:.0f}, restore {:.0f}, "
+                   "first step {:.0f} (version {})",
+                   r.reason, Ms(latest - r.detected), Ms(r.stopped - r.detected), Ms(r.spawned - r.stopped),
+                   Ms(r.connected.value_or(r.spawned) - r.spawned),
+                   Ms(r.restored.value_or(r.connected.value_or(r.spawned)) - r.connected.value_or(r.spawned)),
+                   Ms(latest - r.restored.value_or(r.connected.value_or(r.spawned))),
+                   r.version ? std::to_string(*r.version) : std::string("none: fresh start"));
+    status_dirty_ = true;
+  }
+}
+
+void Agent::Signals() {
+  signalfd_siginfo si;
+  while (::read(signal_fd_.get(), &si, sizeof(si)) == sizeof(si)) {
+    if (si.ssi_signo == SIGCHLD) {
+      pid_t pid;
+      ExitInfo info;
+      while (ReapOne(&pid, &info)) ChildExited(pid, info);
+    } else if (state_ != State::kDone && !(state_ == State::kStopping && stop_cause_ == StopCause::kShutdown)) {
+      shutdown_signal_ = static_cast<int>(si.ssi_signo);
+      FTRUN_LOG_WARN("received signal {}: stopping the job", shutdown_signal_);
+      BeginStop(StopCause::kShutdown, "agent received signal " + std::to_string(shutdown_signal_), std::nullopt);
+    }
+  }
+}
+
+void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
+  RankSlot* slot = nullptr;
+  for (RankSlot& s : slots_) {
+    if (s.pid == pid) slot = &s;
+  }
+  if (slot == nullptr) return;  // an orphaned grandchild, reaped as subreaper
+  slot->pid = 0;
+  // Its socket may still hold frames; nothing of this generation may count
+  // after the rank is gone, unless it finished cleanly.
+  if (state_ == State::kRunning && info.signaled == false && info.code == 0) {
+    slot->finished = true;
+    FTRUN_LOG_INFO("rank {} finished", slot->global_rank);
+    bool all = true;
+    for (const RankSlot& s : slots_) all &= s.finished;
+    if (all) {
+      FTRUN_LOG_INFO("all {} ranks finished; last committed version {}", slots_.size(),
+                     service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
+      exit_code_ = 0;
+      state_ = State::kDone;
+    }
+    return;
+  }
+  if (state_ == State::kRunning) {
+    FTRUN_LOG_ERROR("rank {} (pid {}) {}", slot->global_rank, pid, info.Describe());
+    BeginStop(StopCause::kFailure, "rank " + std::to_string(slot->global_rank) + " " + info.Describe(), info);
+    return;
+  }
+  if (state_ == State::kStopping) {
+    bool any = false;
+    for (const RankSlot& s : slots_) any |= s.pid != 0;
+    if (!any) FinishStop();
+  }
+}
+
+void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit) {
+  auto now = Clock::now();
+  stop_cause_ = cause;
+  failure_ = exit;
+  state_ = State::kStopping;
+  killed_hard_ = false;
+  stop_deadline_ = now + o_.config.job.stop_grace;
+  if (cause == StopCause::kFailure) {
+    Recovery r;
+    r.restart = generation_ + 1;
+    r.reason = reason;
+    r.detected = now;
+    recoveries_.push_back(r);
+  }
+  // Fence the failed generation: nothing it still has in flight may land.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, conn] : conns_) ids.push_back(id);
+  for (uint64_t id : ids) Close(id, "generation stopped");
+  bool any = false;
+  for (RankSlot& s : slots_) {
+    if (s.pid != 0) {
+      SignalGroup(s.pid, SIGTERM);
+      any = true;
+    }
+  }
+  status_dirty_ = true;
+  if (!any) FinishStop();
+}
+
+void Agent::FinishStop() {
+  auto now = Clock::now();
+  // Leftovers of the ranks' process trees.
+  for (RankSlot& s : slots_) {
+    if (s.pid != 0) SignalGroup(s.pid, SIGKILL);
+  }
+  service_->DiscardUncommitted();
+  if (stop_cause_ == StopCause::kShutdown) {
+    if (shutdown_signal_ != 0) exit_code_ = 128 + shutdown_signal_;
+    state_ = State::kDone;
+    return;
+  }
+  Recovery& r = recoveries_.back();
+  r.stopped = now;
+  if (generation_ >= o_.config.job.max_restarts) {
+    FTRUN_LOG_ERROR("giving up after {} restarts (job.max_restarts): {}", generation_, r.reason);
+    recoveries_.pop_back();
+    exit_code_ = failure_ ? failure_->ShellCode() : 1;
+    if (exit_code_ == 0) exit_code_ = 1;
+    state_ = State::kDone;
+    return;
+  }
+  generation_++;
+  r.version = service_->last_committed();
+  FTRUN_LOG_WARN("restart {} of {}: {}; restoring {}", generation_, o_.config.job.max_restarts, r.reason,
+                 r.version ? "version " + std::to_string(*r.version) : std::string("nothing (no committed version)"));
+  state_ = State::kRunning;
+  SpawnGeneration();
+}
+
+void Agent::Tick() {
+  uint64_t expirations;
+  while (::read(timer_fd_.get(), &expirations, sizeof(expirations)) > 0) {
+  }
+  auto now = Clock::now();
+  service_->Tick(now);
+  if (state_ == State::kRunning) {
+    for (RankSlot& s : slots_) {
+      if (s.pid == 0 || s.finished || now - s.last_progress <= o_.config.job.hang_timeout) continue;
+      std::string reason = "rank " + std::to_string(s.global_rank) + " hung: no progress for " +
+                           std::to_string(o_.config.job.hang_timeout.count()) + " ms (job.hang_timeout)";
+      FTRUN_LOG_ERROR("{}", reason);
+      BeginStop(StopCause::kFailure, reason, ExitInfo{true, SIGKILL});
+      break;
+    }
+  } else if (state_ == State::kStopping && !killed_hard_ && now >= stop_deadline_) {
+    killed_hard_ = true;
+    for (RankSlot& s : slots_) {
+      if (s.pid != 0) {
+        FTRUN_LOG_WARN("rank {} did not stop within job.stop_grace: SIGKILL", s.global_rank);
+        SignalGroup(s.pid, SIGKILL);
+      }
+    }
+  }
+  if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
+}
+
+void Agent::WriteStatus() {
+  status_dirty_ = false;
+  last_status_write_ = Clock::now();
+  if (o_.status_file.empty()) return;
+  using nlohmann::json;
+  json j;
+  j["job_id"] = o_.job_id;
+  j["node"] = o_.node_rank;
+  j["state"] = state_ == State::kRunning ? "running" : state_ == State::kStopping ? "stopping" : "done";
+  j["restarts"] = generation_;
+  j["max_restarts"] = o_.config.job.max_restarts;
+  auto committed = service_->last_committed();
+  j["committed_version"] = committed ? json(*committed) : json(nullptr);
+  StoreStats st = store_->Stats();
+  j["store"] = {{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
+                {"chunks", st.chunks}, {"versions", st.versions}};
+  j["ranks"] = json::array();
+  for (const RankSlot& s : slots_) {
+    j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"finished", s.finished},
+                          {"connected", s.conn_id != 0}});
+  }
+  j["recoveries"] = json::array();
+  for (const Recovery& r : recoveries_) {
+    json x = {{"restart", r.restart}, {"reason", r.reason}};
+    x["version"] = r.version ? json(*r.version) : json(nullptr);
+    if (r.first_step) {
+      auto connected = r.connected.value_or(r.spawned);
+      auto restored = r.restored.value_or(connected);
+      x["stop_ms"] = Ms(r.stopped - r.detected);
+      x["respawn_ms"] = Ms(r.spawned - r.stopped);
+      x["connect_ms"] = Ms(connected - r.spawned);
+      x["restore_ms"] = Ms(restored - connected);
+      x["first_step_ms"] = Ms(*r.first_step - restored);
+      x["total_ms"] = Ms(*r.first_step - r.detected);
+    }
+    j["recoveries"].push_back(x);
+  }
+  j["exit_code"] = state_ == State::kDone ? json(exit_code_) : json(nullptr);
+  const std::string tmp = o_.status_file + ".tmp";
+  std::ofstream(tmp) << j.dump(2) << "\n";
+  if (::rename(tmp.c_str(), o_.status_file.c_str()) != 0) {
+    FTRUN_LOG_WARN("cannot write status file {}: {}", o_.status_file, std::strerror(errno));
+  }
+}
+
+}  // namespace ftrun

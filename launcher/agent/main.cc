@@ -1,0 +1,23 @@
+// ftrun-agent: one per node. See launcher/agent/agent.h.
+#include <cstdio>
+
+#include "launcher/agent/agent.h"
+#include "launcher/agent/options.h"
+#include "plugin/common/log.h"
+
+int main(int argc, char** argv) {
+  ftrun::AgentOptions options;
+  bool help = false;
+  ftrun::Status s = ftrun::ParseAgentOptions(argc, argv, &options, &help);
+  if (!s.ok()) {
+    std::fprintf(help ? stdout : stderr, "%s\n", s.message().c_str());
+    return help ? 0 : 2;
+  }
+  if (!ftrun::InitLogging("ftrun-agent", options.node_rank, -1, options.config.agent.log_level)) {
+    std::fprintf(stderr, "ftrun-agent: agent.log_level '%s' is not one of trace|debug|info|warn|error\n",
+                 options.config.agent.log_level.c_str());
+    return 2;
+  }
+  ftrun::Agent agent(std::move(options));
+  return agent.Run();
+}

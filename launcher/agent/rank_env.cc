@@ -1,0 +1,70 @@
+#include "launcher/agent/rank_env.h"
+
+#include <cstdlib>
+#include <map>
+
+extern char** environ;
+
+namespace ftrun {
+
+std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank) {
+  std::vector<std::string> cmd;
+  if (!o.no_python) {
+    const char* py = std::getenv("FTRUN_PYTHON");
+    cmd.push_back(py != nullptr && *py != '\0' ? py : "python3");
+    cmd.push_back("-u");
+    if (o.module) cmd.push_back("-m");
+  }
+  cmd.insert(cmd.end(), o.command.begin(), o.command.end());
+  if (!o.no_local_rank) cmd.push_back("--local_rank=" + std::to_string(local_rank));
+  return cmd;
+}
+
+std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  std::string devices;
+  for (size_t i = 0; i < o.slots.size(); ++i) devices += (i ? "," : "") + std::to_string(o.slots[i]);
+  const std::string world = std::to_string(o.world_size);
+  const std::string local = std::to_string(o.local_ranks);
+  const std::map<std::string, std::string> set = {
+      // DeepSpeed
+      {"RANK", std::to_string(id.global_rank)},
+      {"LOCAL_RANK", std::to_string(id.local_rank)},
+      {"WORLD_SIZE", world},
+      {"LOCAL_SIZE", local},
+      {"CROSS_RANK", std::to_string(o.node_rank)},
+      {"CROSS_SIZE", std::to_string(o.num_nodes)},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(o.master_port + id.restart_count)},
+      {"CUDA_VISIBLE_DEVICES", devices},
+      // torchrun
+      {"LOCAL_WORLD_SIZE", local},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(o.num_nodes)},
+      {"ROLE_RANK", std::to_string(id.global_rank)},
+      {"ROLE_NAME", "default"},
+      {"ROLE_WORLD_SIZE", world},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(id.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.config.job.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", o.job_id},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"PYTHONUNBUFFERED", "1"},
+      // ftrun
+      {"FTRUN_AGENT_SOCKET", id.socket_path},
+      {"FTRUN_RANK", std::to_string(id.global_rank)},
+      {"FTRUN_JOB_ID", o.job_id},
+      {"FTRUN_NODE_RANK", std::to_string(o.node_rank)},
+  };
+  for (const auto& [k, v] : set) env[k] = v;
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace ftrun

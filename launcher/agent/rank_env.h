@@ -1,0 +1,27 @@
+// What a rank process is started with: its command line (DeepSpeed launch
+// rules: python -u [-m] SCRIPT ARGS --local_rank=N) and its environment
+// (DeepSpeed's and torchrun's variables, plus ftrun's own).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/agent/options.h"
+
+namespace ftrun {
+
+struct RankIdentity {
+  int local_rank = 0;
+  int global_rank = 0;
+  int restart_count = 0;  // generation: 0 on the first start
+  std::string socket_path;
+};
+
+std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank);
+
+// The agent's own environment with the rank's variables set over it.
+// MASTER_PORT moves with the restart count, so a new generation never
+// joins a rendezvous the dead one may still hold.
+std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id);
+
+}  // namespace ftrun

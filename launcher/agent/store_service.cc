@@ -1,0 +1,185 @@
+#include "launcher/agent/store_service.h"
+
+#include <algorithm>
+
+#include "plugin/common/bytes.h"
+#include "plugin/common/log.h"
+
+namespace ftrun {
+namespace {
+
+void SendCommitted(const Connection& conn, uint64_t version) {
+  ByteWriter w;
+  w.Put<uint64_t>(version);
+  (void)conn.Send(MsgType::kCommitted, w.data());
+}
+
+}  // namespace
+
+StoreService::StoreService(SnapshotStore* store, CommitTracker* tracker) : store_(store), tracker_(tracker) {}
+
+bool StoreService::Handle(Connection& conn, MsgType type, const std::string& payload) {
+  switch (type) {
+    case MsgType::kAlloc: HandleAlloc(conn, payload); return true;
+    case MsgType::kSave: HandleSave(conn, payload); return true;
+    case MsgType::kLoad: HandleLoad(conn, payload); return true;
+    case MsgType::kLoadDone: HandleLoadDone(conn, payload); return true;
+    case MsgType::kList: HandleList(conn); return true;
+    case MsgType::kWaitCommitted: HandleWaitCommitted(conn, payload); return true;
+    default: return false;
+  }
+}
+
+void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
+  ByteReader r(payload);
+  uint64_t version = r.Get<uint64_t>();
+  uint32_t n = r.GetCount(8);
+  std::vector<uint64_t> lengths(n);
+  for (auto& len : lengths) len = r.Get<uint64_t>();
+  if (!r.ok()) {
+    (void)conn.SendError(Status::Corruption("malformed reserve request"));
+    return;
+  }
+  std::vector<uint64_t> offsets;
+  Status s = store_->Reserve(conn.id, lengths, &offsets);
+  if (!s.ok()) {
+    FTRUN_LOG_WARN("rank {} save of version {} refused: {}", conn.rank, version, s.message());
+    (void)conn.SendError(s.Annotate("rank " + std::to_string(conn.rank) + " version " + std::to_string(version)));
+    return;
+  }
+  ByteWriter w;
+  w.Put<uint32_t>(static_cast<uint32_t>(offsets.size()));
+  for (uint64_t off : offsets) w.Put<uint64_t>(off);
+  (void)conn.Send(MsgType::kAllocOk, w.data());
+}
+
+void StoreService::HandleSave(Connection& conn, const std::string& payload) {
+  ByteReader r(payload);
+  Manifest m;
+  Status s = DecodeManifest(&r, "rank " + std::to_string(conn.rank) + " save", &m);
+  if (s.ok() && m.rank != conn.rank) {
+    s = Status::InvalidArgument("a manifest for rank " + std::to_string(m.rank) + " came from rank " +
+                                std::to_string(conn.rank));
+  }
+  const uint64_t version = m.version;
+  if (s.ok()) s = store_->AddManifest(conn.id, std::move(m));
+  store_->ReleaseReservations(conn.id);
+  if (!s.ok()) {
+    if (s.code() != Code::kChunkMissing) FTRUN_LOG_ERROR("rank {} save refused: {}", conn.rank, s.message());
+    (void)conn.SendError(s);
+    return;
+  }
+  if (on_saved) on_saved(conn.rank, version);
+  if (auto committed = tracker_->OnRankHeld(conn.rank, version)) Committed(*committed);
+  ByteWriter w;
+  w.Put<uint64_t>(version);
+  auto last = tracker_->last_committed();
+  w.Put<uint8_t>(last.has_value());
+  w.Put<uint64_t>(last.value_or(0));
+  (void)conn.Send(MsgType::kSaveOk, w.data());
+}
+
+void StoreService::Committed(uint64_t version) {
+  FTRUN_LOG_DEBUG("version {} committed", version);
+  store_->ReleaseBelow(version);
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->version <= version) {
+      SendCommitted(*it->conn, version);
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (on_committed) on_committed(version);
+}
+
+void StoreService::HandleLoad(Connection& conn, const std::string& payload) {
+  ByteReader r(payload);
+  uint64_t version = r.Get<uint64_t>();
+  auto committed = tracker_->last_committed();
+  if (version == ~0ull) {
+    if (!committed) {
+      (void)conn.SendError(Status::NotFound("no committed version yet: nothing to restore"));
+      return;
+    }
+    version = *committed;
+  }
+  if (!committed || version > *committed) {
+    (void)conn.SendError(Status::FailedPrecondition(
+        "version " + std::to_string(version) + " is not committed (last committed: " +
+        (committed ? std::to_string(*committed) : std::string("none")) + "); only committed versions are restored"));
+    return;
+  }
+  const Manifest* m = store_->Find(conn.rank, version);
+  if (m == nullptr) {
+    (void)conn.SendError(Status::NotFound("rank " + std::to_string(conn.rank) + " has no snapshot at version " +
+                                          std::to_string(version) + " in this node's store"));
+    return;
+  }
+  ByteWriter w;
+  EncodeManifest(*m, &w);
+  store_->Pin(version);
+  conn.pins.push_back(version);
+  (void)conn.Send(MsgType::kLoadOk, w.data());
+}
+
+void StoreService::HandleLoadDone(Connection& conn, const std::string& payload) {
+  ByteReader r(payload);
+  uint64_t version = r.Get<uint64_t>();
+  auto it = std::find(conn.pins.begin(), conn.pins.end(), version);
+  if (it == conn.pins.end()) return;
+  conn.pins.erase(it);
+  store_->Unpin(version);
+}
+
+void StoreService::HandleList(Connection& conn) {
+  auto committed = tracker_->last_committed();
+  std::vector<uint64_t> done, pending;
+  for (uint64_t v : store_->RankVersions(conn.rank)) (committed && v <= *committed ? done : pending).push_back(v);
+  ByteWriter w;
+  w.Put<uint32_t>(static_cast<uint32_t>(done.size()));
+  for (uint64_t v : done) w.Put<uint64_t>(v);
+  w.Put<uint32_t>(static_cast<uint32_t>(pending.size()));
+  for (uint64_t v : pending) w.Put<uint64_t>(v);
+  w.Put<uint8_t>(committed.has_value());
+  w.Put<uint64_t>(committed.value_or(0));
+  (void)conn.Send(MsgType::kListOk, w.data());
+}
+
+void StoreService::HandleWaitCommitted(Connection& conn, const std::string& payload) {
+  ByteReader r(payload);
+  uint64_t version = r.Get<uint64_t>();
+  int32_t timeout_ms = r.Get<int32_t>();
+  auto committed = tracker_->last_committed();
+  if (committed && *committed >= version) {
+    SendCommitted(conn, *committed);
+    return;
+  }
+  auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  waiters_.push_back({&conn, version, deadline});
+}
+
+void StoreService::Tick(Clock::time_point now) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (now >= it->deadline) {
+      (void)it->conn->SendError(Status::Timeout("version " + std::to_string(it->version) + " not committed in time"));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void StoreService::Disconnected(Connection& conn) {
+  store_->ReleaseReservations(conn.id);
+  for (uint64_t v : conn.pins) store_->Unpin(v);
+  conn.pins.clear();
+  waiters_.remove_if([&](const Waiter& w) { return w.conn == &conn; });
+}
+
+void StoreService::DiscardUncommitted() {
+  store_->DiscardAbove(tracker_->last_committed());
+  tracker_->DiscardPending();
+}
+
+}  // namespace ftrun

@@ -1,0 +1,63 @@
+// StoreService: answers the ranks' store requests (reserve, save, load,
+// list, wait for commit) against the node's SnapshotStore, and feeds held
+// manifests to the CommitTracker.
+//
+// Not thread-safe: called from the agent's event loop only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <optional>
+#include <string>
+
+#include "launcher/agent/connection.h"
+#include "plugin/store/snapshot_store.h"
+#include "recovery/commit_tracker.h"
+
+namespace ftrun {
+
+class StoreService {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  StoreService(SnapshotStore* store, CommitTracker* tracker);
+
+  // Handles one store request; false for a message type it does not own.
+  // Replies (or errors) are sent on conn.
+  bool Handle(Connection& conn, MsgType type, const std::string& payload);
+  // The connection is gone: its reservations, pins and waits end.
+  void Disconnected(Connection& conn);
+  // Expires commit waits past their deadline.
+  void Tick(Clock::time_point now);
+  // A generation failed: drop every uncommitted version.
+  void DiscardUncommitted();
+
+  std::optional<uint64_t> last_committed() const { return tracker_->last_committed(); }
+  // Called after each accepted save: (rank, version).
+  std::function<void(int, uint64_t)> on_saved;
+  // Called when a version commits.
+  std::function<void(uint64_t)> on_committed;
+
+ private:
+  struct Waiter {
+    Connection* conn;
+    uint64_t version;
+    Clock::time_point deadline;
+  };
+
+  void HandleAlloc(Connection& conn, const std::string& payload);
+  void HandleSave(Connection& conn, const std::string& payload);
+  void HandleLoad(Connection& conn, const std::string& payload);
+  void HandleLoadDone(Connection& conn, const std::string& payload);
+  void HandleList(Connection& conn);
+  void HandleWaitCommitted(Connection& conn, const std::string& payload);
+  void Committed(uint64_t version);
+
+  SnapshotStore* store_;
+  CommitTracker* tracker_;
+  std::list<Waiter> waiters_;
+};
+
+}  // namespace ftrun

@@ -1,0 +1,93 @@
+#include "launcher/agent/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ftrun {
+
+std::string ExitInfo::Describe() const {
+  if (!signaled) return "exited with code " + std::to_string(code);
+  const char* name = ::sigabbrev_np(code);
+  return std::string("killed by signal ") + std::to_string(code) + (name ? std::string(" (SIG") + name + ")" : "");
+}
+
+Status SpawnProcess(const SpawnSpec& spec, pid_t* pid) {
+  if (spec.argv.empty()) return Status::InvalidArgument("no command to run for the rank");
+  // Everything the child needs is prepared before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  int log_fd = -1;
+  if (!spec.log_file.empty()) {
+    log_fd = ::open(spec.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) return Status::FromErrno("open rank log " + spec.log_file, errno);
+  }
+  pid_t parent = ::getpid();
+  pid_t child = ::fork();
+  if (child < 0) {
+    int err = errno;
+    if (log_fd >= 0) ::close(log_fd);
+    return Status::FromErrno("fork", err);
+  }
+  if (child == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the agent died before prctl
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks signals for signalfd
+    if (log_fd >= 0) {
+      ::dup2(log_fd, STDOUT_FILENO);
+      ::dup2(log_fd, STDERR_FILENO);
+    }
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const char msg[] = "ftrun-agent: exec of the rank command failed\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  // Also set it from the parent, so the group exists before we signal it.
+  ::setpgid(child, child);
+  if (log_fd >= 0) ::close(log_fd);
+  *pid = child;
+  return Status::Ok();
+}
+
+void SignalGroup(pid_t pgid, int sig) {
+  if (pgid <= 0) return;
+  ::kill(-pgid, sig);
+  if (sig != SIGKILL && sig != SIGCONT) ::kill(-pgid, SIGCONT);
+}
+
+Status BecomeSubreaper() {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) return Status::FromErrno("prctl(PR_SET_CHILD_SUBREAPER)", errno);
+  return Status::Ok();
+}
+
+bool ReapOne(pid_t* pid, ExitInfo* info) {
+  int st = 0;
+  pid_t p;
+  do {
+    p = ::waitpid(-1, &st, WNOHANG);
+  } while (p < 0 && errno == EINTR);
+  if (p <= 0) return false;
+  *pid = p;
+  if (WIFSIGNALED(st)) {
+    info->signaled = true;
+    info->code = WTERMSIG(st);
+  } else {
+    info->signaled = false;
+    info->code = WEXITSTATUS(st);
+  }
+  return true;
+}
+
+}  // namespace ftrun

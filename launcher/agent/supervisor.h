@@ -1,0 +1,48 @@
+// RankSupervisor: starts the node's rank processes and stops them. Each rank
+// leads its own process group, so a stop reaches its whole process tree; the
+// agent is a child subreaper, so orphaned grandchildren are reaped too.
+//
+// Not thread-safe: used from the agent's event loop. Reaping is driven by
+// the caller (SIGCHLD via signalfd), which passes each reaped pid back.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "ftrun/status.h"
+
+namespace ftrun {
+
+struct SpawnSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "KEY=VALUE", the whole environment
+  std::string log_file;          // empty: inherit the agent's stdout/stderr
+};
+
+// How a process ended, as waitpid reported it.
+struct ExitInfo {
+  bool signaled = false;
+  int code = 0;  // exit status, or signal number when signaled
+  // 0 for success, the exit code, or 128 + signal.
+  int ShellCode() const { return signaled ? 128 + code : code; }
+  std::string Describe() const;
+};
+
+// Forks and execs spec; the child gets its own process group and dies with
+// the agent (PR_SET_PDEATHSIG). An exec failure shows as exit code 127.
+Status SpawnProcess(const SpawnSpec& spec, pid_t* pid);
+
+// Sends sig to the process group led by pgid (and SIGCONT after it, so a
+// stopped rank can act on SIGTERM). ESRCH is not an error.
+void SignalGroup(pid_t pgid, int sig);
+
+// Makes this process a child subreaper (orphans of ranks are reparented here).
+Status BecomeSubreaper();
+
+// Reaps any exited child without blocking. Returns false when none is left.
+bool ReapOne(pid_t* pid, ExitInfo* info);
+
+}  // namespace ftrun

@@ -1,0 +1,136 @@
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "ftrun/client.h"
+#include "plugin/client/client_impl.h"
+#include "plugin/client/device_saver.h"
+#include "plugin/common/bytes.h"
+#include "plugin/ipc/unix_socket.h"
+
+namespace ftrun {
+namespace {
+
+int RankFromEnv() {
+  for (const char* var : {"FTRUN_RANK", "RANK"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') return std::atoi(v);
+  }
+  return -1;
+}
+
+}  // namespace
+
+Client::Impl::~Impl() = default;
+
+Status Client::Impl::Call(MsgType type, const std::string& payload, MsgType expect, std::string* reply,
+                          int timeout_ms) {
+  FTRUN_RETURN_IF_ERROR(SendFrame(sock.get(), type, payload));
+  MsgType got;
+  FTRUN_RETURN_IF_ERROR(RecvFrame(sock.get(), timeout_ms, &got, reply));
+  if (got == MsgType::kError) return DecodeError(*reply);
+  if (got != expect) {
+    return Status::Corruption("unexpected reply " + std::to_string(static_cast<int>(got)) + " from the agent");
+  }
+  return Status::Ok();
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* out) {
+  auto impl = std::make_unique<Impl>();
+  std::string path = options.socket_path;
+  if (path.empty()) {
+    const char* env = std::getenv("FTRUN_AGENT_SOCKET");
+    if (env == nullptr || *env == '\0') {
+      return Status::InvalidArgument(
+          "no agent socket: pass ClientOptions::socket_path or run under ftrun-agent (which sets FTRUN_AGENT_SOCKET)");
+    }
+    path = env;
+  }
+  impl->rank = options.rank >= 0 ? options.rank : RankFromEnv();
+  if (impl->rank < 0) return Status::InvalidArgument("no rank: pass ClientOptions::rank or set FTRUN_RANK / RANK");
+  FTRUN_RETURN_IF_ERROR(ConnectUnix(path, options.connect_timeout_ms, &impl->sock));
+
+  const char* job_env = std::getenv("FTRUN_JOB_ID");
+  std::string expected_job = job_env != nullptr ? job_env : "";
+  ByteWriter w;
+  w.Put<uint32_t>(kProtocolVersion);
+  w.Put<int32_t>(impl->rank);
+  w.Put<int32_t>(::getpid());
+  w.PutString(expected_job);
+  FTRUN_RETURN_IF_ERROR(SendFrame(impl->sock.get(), MsgType::kHello, w.data()));
+  MsgType type;
+  std::string reply;
+  UniqueFd memfd;
+  FTRUN_RETURN_IF_ERROR(RecvFrame(impl->sock.get(), options.connect_timeout_ms, &type, &reply, &memfd)
+                            .Annotate("waiting for the agent at " + path));
+  if (type == MsgType::kError) return DecodeError(reply).Annotate("agent at " + path + " refused rank " + std::to_string(impl->rank));
+  if (type != MsgType::kHelloOk || !memfd.valid()) return Status::Corruption("agent at " + path + " sent no store segment");
+  ByteReader r(reply);
+  impl->job_id = r.GetString();
+  impl->node = r.Get<int32_t>();
+  impl->chunk_size = r.Get<uint64_t>();
+  impl->has_restore = r.Get<uint8_t>() != 0;
+  impl->restore_version = r.Get<uint64_t>();
+  if (!r.ok()) return Status::Corruption("malformed hello reply from the agent");
+  FTRUN_RETURN_IF_ERROR(Arena::Attach(std::move(memfd), impl->job_id, &impl->arena));
+  out->reset(new Client(std::move(impl)));
+  return Status::Ok();
+}
+
+int Client::rank() const { return impl_->rank; }
+const std::string& Client::job_id() const { return impl_->job_id; }
+uint64_t Client::chunk_size() const { return impl_->chunk_size; }
+
+bool Client::restore_version(uint64_t* version) const {
+  if (impl_->has_restore) *version = impl_->restore_version;
+  return impl_->has_restore;
+}
+
+Status Client::Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+                    SaveStats* stats) {
+  FTRUN_RETURN_IF_ERROR(Wait());
+  bool any_device = false;
+  for (const auto& t : tensors) any_device |= t.device == Device::kCuda;
+  if (!any_device) return impl_->SaveHost(version, tensors, user_bytes, stats, false);
+  if (!impl_->device) FTRUN_RETURN_IF_ERROR(DeviceSaver::Create(impl_.get(), &impl_->device));
+  return impl_->device->Save(version, tensors, user_bytes, stats);
+}
+
+Status Client::Wait() {
+  if (!impl_->device) return Status::Ok();
+  return impl_->device->Wait();
+}
+
+Status Client::WaitCommitted(uint64_t version, int timeout_ms) {
+  FTRUN_RETURN_IF_ERROR(Wait());
+  ByteWriter w;
+  w.Put<uint64_t>(version);
+  w.Put<int32_t>(timeout_ms);
+  std::string reply;
+  return impl_->Call(MsgType::kWaitCommitted, w.data(), MsgType::kCommitted, &reply,
+                     timeout_ms < 0 ? -1 : timeout_ms + 5000);
+}
+
+Status Client::ListVersions(VersionList* out) {
+  std::string reply;
+  FTRUN_RETURN_IF_ERROR(impl_->Call(MsgType::kList, "", MsgType::kListOk, &reply));
+  ByteReader r(reply);
+  *out = VersionList{};
+  for (uint32_t i = 0, n = r.GetCount(8); i < n; ++i) out->committed.push_back(r.Get<uint64_t>());
+  for (uint32_t i = 0, n = r.GetCount(8); i < n; ++i) out->pending.push_back(r.Get<uint64_t>());
+  out->has_restore = r.Get<uint8_t>() != 0;
+  out->restore_version = r.Get<uint64_t>();
+  if (!r.ok()) return Status::Corruption("malformed version list from the agent");
+  return Status::Ok();
+}
+
+Status Client::ReportProgress(uint64_t step) {
+  ByteWriter w;
+  w.Put<uint64_t>(step);
+  return SendFrame(impl_->sock.get(), MsgType::kProgress, w.data());
+}
+
+}  // namespace ftrun

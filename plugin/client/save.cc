@@ -1,0 +1,165 @@
+// The host save path: classify each chunk (skip by generation, hash-only,
+// or copy), reserve extents for the ones to copy, copy them into shared
+// memory (hashing fused with the copy), then hand the manifest to the agent.
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "plugin/client/client_impl.h"
+#include "plugin/common/bytes.h"
+
+namespace ftrun {
+namespace {
+
+enum class Work : uint8_t { kCopyKnownHash, kCopyFused };
+
+struct PendingCopy {
+  size_t tensor;
+  size_t chunk;
+  const char* src;
+  Work work;
+};
+
+}  // namespace
+
+Status Client::Impl::CheckTensors(const std::vector<TensorRef>& tensors) const {
+  std::unordered_set<std::string_view> names;
+  for (const auto& t : tensors) {
+    const std::string where = "rank " + std::to_string(rank) + ": tensor '" + t.name + "'";
+    if (t.name.empty()) return Status::InvalidArgument("rank " + std::to_string(rank) + ": a tensor has an empty name");
+    if (!names.insert(t.name).second) return Status::InvalidArgument(where + " is given twice");
+    if (DTypeSize(t.dtype) == 0) return Status::InvalidArgument(where + " has an unknown dtype");
+    uint64_t elems = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) return Status::InvalidArgument(where + " has a negative dimension");
+      elems *= static_cast<uint64_t>(d);
+    }
+    if (elems * DTypeSize(t.dtype) != t.nbytes) {
+      return Status::InvalidArgument(where + ": shape " + ShapeString(t.shape) + " of " + DTypeName(t.dtype) +
+                                     " is " + std::to_string(elems * DTypeSize(t.dtype)) + " bytes, nbytes is " +
+                                     std::to_string(t.nbytes));
+    }
+    if (t.nbytes > 0 && t.data == nullptr) return Status::InvalidArgument(where + " has no data pointer");
+  }
+  return Status::Ok();
+}
+
+Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& tensors,
+                              std::string_view user_bytes, SaveStats* stats, bool retried) {
+  auto t0 = std::chrono::steady_clock::now();
+  FTRUN_RETURN_IF_ERROR(CheckTensors(tensors));
+  SaveStats st;
+  Manifest m;
+  m.rank = rank;
+  m.version = version;
+  m.user_bytes.assign(user_bytes.data(), user_bytes.size());
+  m.tensors.resize(tensors.size());
+  std::vector<CachedTensor> fresh(tensors.size());
+  std::vector<PendingCopy> copies;
+  std::vector<uint64_t> lengths;
+
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    TensorManifest& tm = m.tensors[i];
+    tm.info = {t.name, t.dtype, t.shape, t.nbytes, Device::kHost};
+    const size_t n = static_cast<size_t>((t.nbytes + chunk_size - 1) / chunk_size);
+    tm.chunks.resize(n);
+    CachedTensor& f = fresh[i];
+    f.generation = t.generation;
+    f.nbytes = t.nbytes;
+    f.hashes.resize(n);
+    f.changed_last.assign(n, false);
+    auto it = cache.find(t.name);
+    const CachedTensor* prev =
+        it != cache.end() && it->second.nbytes == t.nbytes && it->second.hashes.size() == n ? &it->second : nullptr;
+    const bool unchanged = prev != nullptr && t.generation != 0 && prev->generation == t.generation;
+    const char* base = static_cast<const char*>(t.data);
+    for (size_t j = 0; j < n; ++j) {
+      ChunkRef& c = tm.chunks[j];
+      c.length = std::min<uint64_t>(chunk_size, t.nbytes - j * chunk_size);
+      const char* src = base + j * chunk_size;
+      st.chunks_total++;
+      if (unchanged) {
+        c.hash = prev->hashes[j];
+        st.chunks_skipped++;
+      } else if (prev != nullptr && !prev->changed_last[j]) {
+        // Did not change last time: likely unchanged again, so hash first
+        // and copy only on a mismatch.
+        c.hash = HashBytes(src, c.length);
+        st.bytes_hashed += c.length;
+        if (c.hash == prev->hashes[j]) {
+          st.chunks_unchanged++;
+        } else {
+          copies.push_back({i, j, src, Work::kCopyKnownHash});
+          lengths.push_back(c.length);
+        }
+      } else {
+        copies.push_back({i, j, src, Work::kCopyFused});
+        lengths.push_back(c.length);
+      }
+    }
+    st.bytes_total += t.nbytes;
+  }
+
+  if (!copies.empty()) {
+    ByteWriter w;
+    w.Put<uint64_t>(version);
+    w.Put<uint32_t>(static_cast<uint32_t>(lengths.size()));
+    for (uint64_t len : lengths) w.Put<uint64_t>(len);
+    std::string reply;
+    FTRUN_RETURN_IF_ERROR(Call(MsgType::kAlloc, w.data(), MsgType::kAllocOk, &reply));
+    ByteReader r(reply);
+    uint32_t n = r.GetCount(8);
+    if (!r.ok() || n != copies.size()) return Status::Corruption("agent reserved the wrong number of extents");
+    for (const PendingCopy& pc : copies) {
+      uint64_t off = r.Get<uint64_t>();
+      ChunkRef& c = m.tensors[pc.tensor].chunks[pc.chunk];
+      if (off < arena.data_offset() || off + c.length > arena.size()) {
+        return Status::Corruption("agent reserved an extent outside the store segment");
+      }
+      char* dst = arena.base() + off;
+      if (pc.work == Work::kCopyKnownHash) {
+        std::memcpy(dst, pc.src, c.length);
+      } else {
+        c.hash = HashAndCopy(dst, pc.src, c.length);
+        st.bytes_hashed += c.length;
+        auto it = cache.find(m.tensors[pc.tensor].info.name);
+        if (it != cache.end() && it->second.hashes.size() == m.tensors[pc.tensor].chunks.size() &&
+            it->second.hashes[pc.chunk] == c.hash) {
+          st.chunks_unchanged++;  // copied for nothing; the agent frees the extent
+          continue;
+        }
+      }
+      c.offset = off;
+      fresh[pc.tensor].changed_last[pc.chunk] = true;
+      st.chunks_copied++;
+      st.bytes_copied += c.length;
+    }
+  }
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    for (size_t j = 0; j < m.tensors[i].chunks.size(); ++j) fresh[i].hashes[j] = m.tensors[i].chunks[j].hash;
+  }
+
+  Status s = SendManifest(std::move(m), std::move(fresh));
+  if (s.code() == Code::kChunkMissing && !retried) {
+    // Our cache referenced chunks the store dropped (e.g. after a restart
+    // discarded their version): forget it and copy everything.
+    cache.clear();
+    return SaveHost(version, tensors, user_bytes, stats, true);
+  }
+  FTRUN_RETURN_IF_ERROR(s);
+  st.stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stats != nullptr) *stats = st;
+  return Status::Ok();
+}
+
+Status Client::Impl::SendManifest(Manifest m, std::vector<CachedTensor> fresh) {
+  ByteWriter w;
+  EncodeManifest(m, &w);
+  std::string reply;
+  FTRUN_RETURN_IF_ERROR(Call(MsgType::kSave, w.data(), MsgType::kSaveOk, &reply));
+  for (size_t i = 0; i < m.tensors.size(); ++i) cache[m.tensors[i].info.name] = std::move(fresh[i]);
+  return Status::Ok();
+}
+
+}  // namespace ftrun

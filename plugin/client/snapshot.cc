@@ -1,0 +1,80 @@
+// Load: the agent hands over a manifest with arena offsets and keeps the
+// version pinned; Read copies chunks out, checking each one's hash.
+#include <cstring>
+
+#include "plugin/client/client_impl.h"
+#include "plugin/client/device_saver.h"
+#include "plugin/common/bytes.h"
+
+namespace ftrun {
+
+Snapshot::Snapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Snapshot::~Snapshot() {
+  ByteWriter w;
+  w.Put<uint64_t>(impl_->manifest.version);
+  (void)SendFrame(impl_->client->sock.get(), MsgType::kLoadDone, w.data());  // best effort
+}
+
+uint64_t Snapshot::version() const { return impl_->manifest.version; }
+const std::vector<TensorInfo>& Snapshot::tensors() const { return impl_->infos; }
+const std::string& Snapshot::user_bytes() const { return impl_->manifest.user_bytes; }
+
+Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) const {
+  const Manifest& m = impl_->manifest;
+  const TensorManifest* tm = nullptr;
+  for (const auto& t : m.tensors) {
+    if (t.info.name == name) tm = &t;
+  }
+  const std::string where = "version " + std::to_string(m.version) + " tensor '" + std::string(name) + "'";
+  if (tm == nullptr) return Status::NotFound(where + " is not in the snapshot");
+  if (dst_bytes != tm->info.nbytes) {
+    return Status::InvalidArgument(where + " is " + std::to_string(tm->info.nbytes) + " bytes, the destination " +
+                                   std::to_string(dst_bytes));
+  }
+  const Arena& arena = impl_->client->arena;
+  CachedTensor seen;
+  seen.nbytes = tm->info.nbytes;
+  char* out = static_cast<char*>(dst);
+  for (size_t j = 0; j < tm->chunks.size(); ++j) {
+    const ChunkRef& c = tm->chunks[j];
+    if (c.offset < arena.data_offset() || c.offset + c.length > arena.size()) {
+      return Status::Corruption(where + " chunk " + std::to_string(j) + " lies outside the store segment");
+    }
+    ChunkHash h = HashAndCopy(out, arena.base() + c.offset, c.length);
+    if (h != c.hash) {
+      return Status::Corruption(where + " chunk " + std::to_string(j) + ": bytes hash to " + h.ToHex() +
+                                ", the manifest says " + c.hash.ToHex() + " (corrupted in shared memory)");
+    }
+    out += c.length;
+    seen.hashes.push_back(h);
+  }
+  // The next Save can hash-compare against what was restored.
+  seen.changed_last.assign(seen.hashes.size(), false);
+  impl_->client->cache[tm->info.name] = std::move(seen);
+  return Status::Ok();
+}
+
+Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes) const {
+  // Verify into a host staging buffer, then one copy to the device.
+  std::string staging(dst_bytes, '\0');
+  FTRUN_RETURN_IF_ERROR(Read(name, staging.data(), dst_bytes));
+  return DeviceSaver::CopyToDevice(dst, staging.data(), dst_bytes);
+}
+
+Status Client::Load(uint64_t version, std::unique_ptr<Snapshot>* out) {
+  FTRUN_RETURN_IF_ERROR(Wait());
+  ByteWriter w;
+  w.Put<uint64_t>(version);
+  std::string reply;
+  FTRUN_RETURN_IF_ERROR(impl_->Call(MsgType::kLoad, w.data(), MsgType::kLoadOk, &reply));
+  auto si = std::make_unique<Snapshot::Impl>();
+  si->client = impl_.get();
+  ByteReader r(reply);
+  FTRUN_RETURN_IF_ERROR(DecodeManifest(&r, "manifest from the agent", &si->manifest));
+  for (const auto& t : si->manifest.tensors) si->infos.push_back(t.info);
+  out->reset(new Snapshot(std::move(si)));
+  return Status::Ok();
+}
+
+}  // namespace ftrun

@@ -1,0 +1,86 @@
+// ftrun's configuration: one YAML file parsed once into typed, validated
+// structs. Nothing else in ftrun looks keys up by string.
+//
+// File layout (see configs/schema.md for every key):
+//   job:   { id, max_restarts, hang_timeout, stop_grace }
+//   store: { memory_budget, chunk_size, snapshot_bytes, prefault }
+//   agent: { run_dir, log_level, ranks_per_node }
+// Missing keys and sections take the defaults below; unknown keys, wrong node
+// types and out-of-range values are errors.
+//
+// Errors are InvalidArgument (IoError for an unreadable file) with a message
+// that names the file, the 1-based line, the dotted field and what was
+// expected, e.g.
+//   "configs/bad.yaml:7: store.memory_budget: expected a size like 4GiB or
+//    512MiB, got '4 gigs' (...)"
+// A config is plain data: copy it freely. All functions are thread-safe and
+// never throw.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "ftrun/status.h"
+
+namespace ftrun {
+
+// Where a value came from. line and column are 1-based; line 0 means the
+// value is a default, not read from a file.
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  int column = 0;
+};
+
+// "configs/x.yaml:12: store.memory_budget"; without a line
+// "configs/x.yaml: store.memory_budget"; without a file
+// "<default>: store.memory_budget". An empty field gives only the location.
+std::string FormatLoc(const SourceLoc& loc, const std::string& field);
+
+struct JobConfig {
+  std::string id;                                 // job.id; "" = the agent generates one
+  int max_restarts = 3;                           // job.max_restarts, >= 0
+  std::chrono::milliseconds hang_timeout{60000};  // job.hang_timeout, > 0
+  std::chrono::milliseconds stop_grace{5000};     // job.stop_grace, >= 0
+};
+
+struct StoreConfig {
+  uint64_t memory_budget = 4ull << 30;  // store.memory_budget, per node
+  uint64_t chunk_size = 4ull << 20;     // store.chunk_size: power of two, 64KiB..1GiB
+  uint64_t snapshot_bytes = 0;          // store.snapshot_bytes: one rank's snapshot; 0 = unknown
+  bool prefault = true;                 // store.prefault
+  SourceLoc memory_budget_loc;          // where memory_budget came from
+};
+
+struct AgentConfig {
+  std::string run_dir = "/tmp/ftrun";  // agent.run_dir: sockets and lock files
+  std::string log_level = "info";      // agent.log_level: trace|debug|info|warn|error
+  int ranks_per_node = 1;              // agent.ranks_per_node, >= 1 (the CLI may override)
+};
+
+struct Config {
+  std::string source;  // file path, or "<default>"
+  JobConfig job;
+  StoreConfig store;
+  AgentConfig agent;
+};
+
+// Parses and validates `yaml_text`; `source_name` is used in messages and as
+// Config::source. *out is written only on success. An empty document gives
+// the defaults.
+Status ParseConfig(const std::string& yaml_text, const std::string& source_name, Config* out);
+
+// Reads `path` and calls ParseConfig with it as the source name. A file that
+// cannot be read gives IoError naming the path and strerror.
+Status LoadConfigFile(const std::string& path, Config* out);
+
+// Every field at its default; source "<default>".
+Config DefaultConfig();
+
+// Checks every field's range and the cross-field rules (the budget holds two
+// snapshots of every rank; the budget holds at least one chunk). Call it again
+// after overriding fields, e.g. ranks_per_node from the command line.
+Status ValidateConfig(const Config& config);
+
+}  // namespace ftrun

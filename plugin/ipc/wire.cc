@@ -1,0 +1,169 @@
+#include "plugin/ipc/wire.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "plugin/common/bytes.h"
+
+namespace ftrun {
+
+Status SendFrame(int fd, MsgType type, std::string_view payload, int pass_fd) {
+  if (payload.size() > kMaxFrameBytes) return Status::InvalidArgument("message too large");
+  FrameHeader h{kFrameMagic, static_cast<uint16_t>(type), 0, static_cast<uint32_t>(payload.size())};
+  iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(payload.data()), payload.size()}};
+  size_t total = sizeof(h) + payload.size();
+  size_t sent = 0;
+  bool fd_sent = pass_fd < 0;
+  while (sent < total) {
+    // Rebuild the iovec from `sent` onwards.
+    iovec cur[2];
+    int n = 0;
+    if (sent < sizeof(h)) {
+      cur[n++] = {reinterpret_cast<char*>(&h) + sent, sizeof(h) - sent};
+      if (!payload.empty()) cur[n++] = iov[1];
+    } else {
+      size_t p = sent - sizeof(h);
+      cur[n++] = {const_cast<char*>(payload.data()) + p, payload.size() - p};
+    }
+    msghdr msg{};
+    msg.msg_iov = cur;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (!fd_sent) {
+      std::memset(control, 0, sizeof(control));
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
+    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        ::poll(&p, 1, 1000);
+        continue;
+      }
+      if (errno == EPIPE || errno == ECONNRESET) return Status::Unavailable("agent connection closed");
+      return Status::FromErrno("sendmsg", errno);
+    }
+    fd_sent = true;
+    sent += static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+Status RecvExact(int fd, char* buf, size_t n, int timeout_ms, UniqueFd* received_fd) {
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  size_t got = 0;
+  while (got < n) {
+    if (timeout_ms >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Status::Timeout("no reply from the agent within " + std::to_string(timeout_ms) + " ms");
+      pollfd p{fd, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(left));
+      if (r < 0 && errno != EINTR) return Status::FromErrno("poll", errno);
+      if (r <= 0) continue;
+    }
+    iovec iov{buf + got, n - got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == ECONNRESET) return Status::Unavailable("agent connection reset");
+      return Status::FromErrno("recvmsg", errno);
+    }
+    if (r == 0) return Status::Unavailable("agent closed the connection");
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        int passed;
+        std::memcpy(&passed, CMSG_DATA(cm), sizeof(int));
+        if (received_fd != nullptr) received_fd->Reset(passed);
+        else ::close(passed);
+      }
+    }
+    got += static_cast<size_t>(r);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RecvFrame(int fd, int timeout_ms, MsgType* type, std::string* payload, UniqueFd* received_fd) {
+  FrameHeader h;
+  FTRUN_RETURN_IF_ERROR(RecvExact(fd, reinterpret_cast<char*>(&h), sizeof(h), timeout_ms, received_fd));
+  if (h.magic != kFrameMagic || h.length > kMaxFrameBytes) {
+    return Status::Corruption("bad frame from the agent (magic or length): protocol mismatch");
+  }
+  payload->resize(h.length);
+  if (h.length > 0) FTRUN_RETURN_IF_ERROR(RecvExact(fd, payload->data(), h.length, timeout_ms, received_fd));
+  *type = static_cast<MsgType>(h.type);
+  return Status::Ok();
+}
+
+Status FrameReader::ReadFrom(int fd) {
+  char tmp[64 * 1024];
+  while (true) {
+    ssize_t r = ::recv(fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+    if (r > 0) {
+      buf_.append(tmp, static_cast<size_t>(r));
+      continue;
+    }
+    if (r == 0) return Status::Unavailable("peer closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+    if (errno == ECONNRESET) return Status::Unavailable("connection reset");
+    return Status::FromErrno("recv", errno);
+  }
+}
+
+bool FrameReader::Next(MsgType* type, std::string* payload) {
+  if (!status_.ok() || buf_.size() - pos_ < sizeof(FrameHeader)) return false;
+  FrameHeader h;
+  std::memcpy(&h, buf_.data() + pos_, sizeof(h));
+  if (h.magic != kFrameMagic || h.length > kMaxFrameBytes) {
+    status_ = Status::Corruption("bad frame (magic or length): not an ftrun client");
+    return false;
+  }
+  if (buf_.size() - pos_ - sizeof(h) < h.length) return false;
+  *type = static_cast<MsgType>(h.type);
+  payload->assign(buf_, pos_ + sizeof(h), h.length);
+  pos_ += sizeof(h) + h.length;
+  if (pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+  }
+  return true;
+}
+
+std::string EncodeError(const Status& s) {
+  ByteWriter w;
+  w.Put<uint32_t>(static_cast<uint32_t>(s.code()));
+  w.PutString(s.message());
+  return w.Take();
+}
+
+Status DecodeError(std::string_view payload) {
+  ByteReader r(payload);
+  auto code = static_cast<Code>(r.Get<uint32_t>());
+  std::string msg = r.GetString();
+  if (!r.ok()) return Status::Corruption("malformed error message from the agent");
+  return Status(code, msg);
+}
+
+}  // namespace ftrun

@@ -1,0 +1,459 @@
+// _ftrun: the Python binding of ftrun::Client (include/ftrun/client.h).
+//
+// Threading: every call that can block releases the GIL. A per-object mutex,
+// taken only while the GIL is released (so the two locks never wait on each
+// other), serializes calls as Client requires. Python objects (buffers,
+// arrays, dicts) are only touched with the GIL held: buffer info is
+// collected before the GIL is released, errors are raised after it is back.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ftrun/client.h"
+#include "ftrun/status.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using ftrun::Code;
+using ftrun::DType;
+using ftrun::Status;
+
+// Exception types and the load result type; created once at import and kept
+// for the life of the process.
+PyObject* g_error = nullptr;
+PyObject* g_invalid_argument = nullptr;
+PyTypeObject* g_load_result = nullptr;
+
+[[noreturn]] void Raise(const Status& st) {
+  PyObject* type = st.code() == Code::kInvalidArgument ? g_invalid_argument : g_error;
+  py::object exc = py::reinterpret_borrow<py::object>(type)(st.ToString());
+  exc.attr("code") = ftrun::CodeName(st.code());
+  exc.attr("message") = st.message();
+  PyErr_SetObject(type, exc.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const Status& st) {
+  if (!st.ok()) Raise(st);
+}
+
+// Maps a PEP 3118 format to a DType; "" on success, else why not.
+std::string FormatToDType(std::string format, py::ssize_t itemsize, DType* out) {
+  constexpr bool kLittle = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+  if (!format.empty() && std::string("@=<>!").find(format[0]) != std::string::npos) {
+    const bool little = format[0] == '<';
+    const bool big = format[0] == '>' || format[0] == '!';
+    if ((little && !kLittle) || (big && kLittle)) return "non-native byte order";
+    format.erase(0, 1);
+  }
+  if (format.size() != 1) return "unsupported buffer format '" + format + "'";
+  const char c = format[0];
+  auto by_size = [&](DType s1, DType s2, DType s4, DType s8) -> std::string {
+    switch (itemsize) {
+      case 1: *out = s1; return "";
+      case 2: *out = s2; return "";
+      case 4: *out = s4; return "";
+      case 8: *out = s8; return "";
+    }
+    return "unsupported item size " + std::to_string(itemsize);
+  };
+  auto exact = [&](DType d, py::ssize_t size) -> std::string {
+    if (itemsize != size) return "unexpected item size " + std::to_string(itemsize);
+    *out = d;
+    return "";
+  };
+  switch (c) {
+    case 'e': return exact(DType::kFloat16, 2);
+    case 'f': return exact(DType::kFloat32, 4);
+    case 'd': return exact(DType::kFloat64, 8);
+    case '?': return exact(DType::kBool, 1);
+    case 'c': return exact(DType::kUInt8, 1);
+    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+      return by_size(DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64);
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+      return by_size(DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64);
+  }
+  return "unsupported buffer format '" + format + "'";
+}
+
+// C order in numpy's sense: dimensions of extent 1 may have any stride.
+bool IsCContiguous(const py::buffer_info& info) {
+  for (py::ssize_t extent : info.shape) {
+    if (extent == 0) return true;
+  }
+  py::ssize_t expected = info.itemsize;
+  for (size_t d = info.shape.size(); d-- > 0;) {
+    if (info.shape[d] != 1 && info.strides[d] != expected) return false;
+    expected *= info.shape[d];
+  }
+  return true;
+}
+
+const char* NumpyDTypeName(DType d) {
+  switch (d) {
+    case DType::kBFloat16: return "uint16";  // numpy has no bfloat16
+    case DType::kBool: return "bool";
+    default: return ftrun::DTypeName(d);
+  }
+}
+
+// Builds the TensorRef for one dict entry, keeping its buffer in *info.
+ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value,
+                             const py::object& dtype_override, py::buffer_info* info) {
+  const std::string where = "tensor '" + name + "'";
+  if (!PyObject_CheckBuffer(value.ptr())) {
+    throw py::type_error(where + ": a " + std::string(py::str(value.get_type().attr("__name__"))) +
+                         " does not support the buffer protocol (pass a numpy array, "
+                         "bytearray or memoryview; for a torch tensor, .numpy())");
+  }
+  *info = py::reinterpret_borrow<py::buffer>(value).request();
+  if (!IsCContiguous(*info)) {
+    throw py::value_error(where + " is not C-contiguous (use numpy.ascontiguousarray)");
+  }
+  ftrun::TensorRef ref;
+  ref.name = name;
+  ref.data = info->ptr;
+  ref.nbytes = static_cast<uint64_t>(info->size) * static_cast<uint64_t>(info->itemsize);
+  ref.shape.assign(info->shape.begin(), info->shape.end());
+  const std::string why = FormatToDType(info->format, info->itemsize, &ref.dtype);
+  if (dtype_override.is_none()) {
+    if (!why.empty()) throw py::type_error(where + ": " + why);
+    return ref;
+  }
+  // An override reinterprets the bytes, like numpy's .view(dtype).
+  const std::string dtype_name = py::str(dtype_override);
+  if (!ftrun::ParseDType(dtype_name, &ref.dtype)) {
+    throw py::value_error(where + ": unknown dtype '" + dtype_name + "'");
+  }
+  const auto size = static_cast<int64_t>(ftrun::DTypeSize(ref.dtype));
+  if (info->itemsize == size) return ref;
+  if (info->itemsize != 1 || ref.shape.empty() || ref.shape.back() % size != 0) {
+    throw py::value_error(where + ": cannot view a buffer of item size " +
+                          std::to_string(info->itemsize) + " as " + dtype_name +
+                          " (pass an item size of " + std::to_string(size) +
+                          ", or uint8 with a last dimension that is a multiple of " +
+                          std::to_string(size) + ")");
+  }
+  ref.shape.back() /= size;
+  return ref;
+}
+
+void CheckNamesKnown(const py::object& mapping, const py::dict& tensors, const char* what) {
+  if (mapping.is_none()) return;
+  for (auto item : py::reinterpret_borrow<py::dict>(mapping)) {
+    if (!tensors.contains(item.first)) {
+      throw py::value_error(std::string(what) + " names '" + std::string(py::str(item.first)) +
+                            "', which is not in tensors");
+    }
+  }
+}
+
+py::object Lookup(const py::object& mapping, const std::string& key) {
+  if (mapping.is_none()) return py::none();
+  py::dict d = py::reinterpret_borrow<py::dict>(mapping);
+  return d.contains(key) ? py::reinterpret_borrow<py::object>(d[key.c_str()]) : py::none();
+}
+
+py::dict StatsToDict(const ftrun::SaveStats& s) {
+  py::dict d;
+  d["bytes_total"] = s.bytes_total;
+  d["bytes_hashed"] = s.bytes_hashed;
+  d["bytes_copied"] = s.bytes_copied;
+  d["chunks_total"] = s.chunks_total;
+  d["chunks_copied"] = s.chunks_copied;
+  d["chunks_skipped"] = s.chunks_skipped;
+  d["chunks_unchanged"] = s.chunks_unchanged;
+  d["stall_seconds"] = s.stall_seconds;
+  return d;
+}
+
+py::list ToList(const std::vector<uint64_t>& values) {
+  py::list out;
+  for (uint64_t v : values) out.append(v);
+  return out;
+}
+
+class PyClient {
+ public:
+  PyClient(const std::string& socket_path, int rank, int connect_timeout_ms) {
+    ftrun::ClientOptions options;
+    options.socket_path = socket_path;
+    options.rank = rank;
+    options.connect_timeout_ms = connect_timeout_ms;
+    std::unique_ptr<ftrun::Client> client;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = ftrun::Client::Connect(options, &client);
+    }
+    Check(st);
+    client_ = std::move(client);
+  }
+
+  // Runs f(Client&) without the GIL, holding mu_. Raises if closed.
+  template <typename F>
+  auto Call(F&& f) {
+    using R = std::invoke_result_t<F, ftrun::Client&>;
+    std::optional<R> result;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (client_) result.emplace(f(*client_));
+    }
+    if (!result) Raise(Status::FailedPrecondition("the ftrun client is closed"));
+    return std::move(*result);
+  }
+
+  int rank() { return Call([](ftrun::Client& c) { return c.rank(); }); }
+  std::string job_id() { return Call([](ftrun::Client& c) { return c.job_id(); }); }
+  uint64_t chunk_size() { return Call([](ftrun::Client& c) { return c.chunk_size(); }); }
+
+  py::object restore_version() {
+    uint64_t v = 0;
+    bool has = Call([&](ftrun::Client& c) { return c.restore_version(&v); });
+    return has ? py::object(py::int_(v)) : py::object(py::none());
+  }
+
+  py::dict Save(uint64_t version, const py::dict& tensors, const py::bytes& user_bytes,
+                const py::object& generations, const py::object& dtypes) {
+    CheckNamesKnown(generations, tensors, "generations");
+    CheckNamesKnown(dtypes, tensors, "dtypes");
+    // Buffers stay held (and are released with the GIL) until we return.
+    std::vector<py::buffer_info> buffers(tensors.size());
+    std::vector<ftrun::TensorRef> refs;
+    refs.reserve(tensors.size());
+    for (auto item : tensors) {
+      if (!py::isinstance<py::str>(item.first)) throw py::type_error("tensor names must be str");
+      const std::string name = py::str(item.first);
+      const size_t i = refs.size();
+      refs.push_back(ToTensorRef(name, item.second, Lookup(dtypes, name), &buffers[i]));
+      py::object gen = Lookup(generations, name);
+      if (gen.is_none()) continue;
+      try {
+        refs.back().generation = gen.cast<uint64_t>();
+      } catch (const py::cast_error&) {
+        throw py::value_error("generations['" + name + "'] must be a non-negative int");
+      }
+    }
+    std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()),
+                          static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));
+    ftrun::SaveStats stats;
+    Check(Call([&](ftrun::Client& c) { return c.Save(version, refs, user, &stats); }));
+    return StatsToDict(stats);
+  }
+
+  void Wait() { Check(Call([](ftrun::Client& c) { return c.Wait(); })); }
+
+  void WaitCommitted(uint64_t version, int timeout_ms) {
+    Check(Call([&](ftrun::Client& c) { return c.WaitCommitted(version, timeout_ms); }));
+  }
+
+  void ReportProgress(uint64_t step) {
+    Check(Call([&](ftrun::Client& c) { return c.ReportProgress(step); }));
+  }
+
+  py::dict ListVersions() {
+    ftrun::VersionList list;
+    Check(Call([&](ftrun::Client& c) { return c.ListVersions(&list); }));
+    py::dict d;
+    d["committed"] = ToList(list.committed);
+    d["pending"] = ToList(list.pending);
+    d["restore"] = list.has_restore ? py::object(py::int_(list.restore_version))
+                                    : py::object(py::none());
+    return d;
+  }
+
+  py::object Load(const py::object& version_arg);
+
+  void Close() {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    client_.reset();  // An open snapshot keeps its own reference.
+  }
+
+ private:
+  // Keeps a loaded snapshot (and, through `client`, its connection) alive,
+  // and destroys both without the GIL and under mu_, also when unwinding.
+  struct OpenSnapshot {
+    PyClient* owner;
+    std::shared_ptr<ftrun::Client> client;
+    std::unique_ptr<ftrun::Snapshot> snap;
+    ~OpenSnapshot() {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(owner->mu_);
+      snap.reset();
+      client.reset();
+    }
+  };
+
+  std::mutex mu_;
+  // Guarded by mu_. shared: an open snapshot must not outlive its client.
+  std::shared_ptr<ftrun::Client> client_;
+};
+
+py::object PyClient::Load(const py::object& version_arg) {
+  const uint64_t version =
+      version_arg.is_none() ? ftrun::Client::kLatest : version_arg.cast<uint64_t>();
+  OpenSnapshot open{this, nullptr, nullptr};
+  Check(Call([&](ftrun::Client& c) {
+    open.client = client_;
+    return c.Load(version, &open.snap);
+  }));
+
+  // Allocate every array with the GIL, then fill them all without it.
+  const std::vector<ftrun::TensorInfo>& infos = open.snap->tensors();
+  py::dict arrays, dtypes, devices;
+  std::vector<std::pair<void*, uint64_t>> dsts;
+  for (const ftrun::TensorInfo& t : infos) {
+    std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+    py::array a(py::dtype(NumpyDTypeName(t.dtype)), shape);
+    dsts.emplace_back(a.mutable_data(), static_cast<uint64_t>(a.nbytes()));
+    arrays[t.name.c_str()] = a;
+    dtypes[t.name.c_str()] = ftrun::DTypeName(t.dtype);
+    devices[t.name.c_str()] = t.device == ftrun::Device::kCuda ? "cuda" : "cpu";
+  }
+  Status st;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < infos.size() && st.ok(); ++i) {
+      st = open.snap->Read(infos[i].name, dsts[i].first, dsts[i].second);
+    }
+  }
+  Check(st);
+
+  py::object result = py::reinterpret_steal<py::object>(PyStructSequence_New(g_load_result));
+  if (!result) throw py::error_already_set();
+  PyStructSequence_SetItem(result.ptr(), 0, py::int_(open.snap->version()).release().ptr());
+  PyStructSequence_SetItem(result.ptr(), 1, arrays.release().ptr());
+  PyStructSequence_SetItem(result.ptr(), 2, py::bytes(open.snap->user_bytes()).release().ptr());
+  PyStructSequence_SetItem(result.ptr(), 3, dtypes.release().ptr());
+  PyStructSequence_SetItem(result.ptr(), 4, devices.release().ptr());
+  return result;
+}
+
+PyStructSequence_Field g_load_result_fields[] = {
+    {"version", "the loaded version"},
+    {"tensors", "dict: name -> numpy.ndarray (bfloat16 as uint16)"},
+    {"user_bytes", "bytes given to save"},
+    {"dtypes", "dict: name -> saved dtype name ('float32', 'bfloat16', ...)"},
+    {"devices", "dict: name -> device saved from ('cpu' or 'cuda')"},
+    {nullptr, nullptr},
+};
+
+PyStructSequence_Desc g_load_result_desc = {
+    "_ftrun.LoadResult",
+    "Result of Client.load. Unpacks as (version, tensors, user_bytes); the\n"
+    "fields dtypes and devices are reachable by name only.",
+    g_load_result_fields,
+    3,
+};
+
+constexpr const char kModuleDoc[] = R"doc(ftrun snapshot client (C++ extension).
+
+Client connects to the node's ftrun agent and saves/loads a rank's tensors
+through its shared memory. Blocking calls release the GIL; one Client may be
+shared by threads (calls are serialized).
+
+Errors: a failed ftrun call raises Error (a RuntimeError) whose .code is the
+status code name ('NOT_FOUND', 'TIMEOUT', 'RESOURCE_EXHAUSTED', ...) and
+.message the text; str(e) is 'CODE: message'. A code of INVALID_ARGUMENT
+raises InvalidArgumentError, a subclass of both Error and ValueError.
+Arguments the binding rejects itself (an object without the buffer protocol,
+a non-contiguous buffer, an unknown dtype name) raise TypeError/ValueError.
+)doc";
+
+constexpr const char kSaveDoc[] = R"doc(save(version, tensors, user_bytes=b"", generations=None, dtypes=None) -> dict
+
+Snapshots `tensors` (dict name -> object with the buffer protocol: numpy
+array, bytearray, memoryview) as `version`. Each buffer must be C-contiguous
+and must not be modified until save returns. The dtype comes from the buffer
+format ('e' float16, 'f' float32, 'd' float64, '?' bool, signed/unsigned
+integers by item size). `dtypes` (dict name -> dtype name) overrides it for
+types the buffer protocol cannot express, e.g. 'bfloat16' for a uint16 array
+(or a uint8 array whose last dimension is twice as long). `generations`
+(dict name -> int) are change hints: a non-zero value equal to the one given
+at the previous save promises the tensor did not change, so it is not read.
+Returns the save statistics as a dict (bytes_total, bytes_hashed,
+bytes_copied, chunks_total, chunks_copied, chunks_skipped, chunks_unchanged,
+stall_seconds). RESOURCE_EXHAUSTED: the store cannot fit this save; the last
+committed version is kept.
+)doc";
+
+constexpr const char kLoadDoc[] = R"doc(load(version=None) -> LoadResult
+
+Opens `version` (None: the last committed one), reads every tensor into a
+new numpy array of its saved dtype and shape (checking chunk hashes) and
+returns a LoadResult, which unpacks as
+
+    version, tensors, user_bytes = client.load()
+
+numpy has no bfloat16: such tensors come back as uint16 arrays of the same
+shape, and the result's .dtypes dict (name -> saved dtype name) says which,
+e.g. torch.from_numpy(a).view(torch.bfloat16) when .dtypes[name] ==
+'bfloat16'. .devices (name -> 'cpu' or 'cuda') tells where each was saved
+from; the arrays are always in host memory.
+)doc";
+
+}  // namespace
+
+PYBIND11_MODULE(_ftrun, m) {
+  m.doc() = kModuleDoc;
+
+  g_error = PyErr_NewExceptionWithDoc(
+      "_ftrun.Error", "An ftrun call failed; .code is the status code name, .message the text.",
+      PyExc_RuntimeError, nullptr);
+  if (g_error == nullptr) throw py::error_already_set();
+  py::tuple bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
+  g_invalid_argument = PyErr_NewExceptionWithDoc(
+      "_ftrun.InvalidArgumentError", "An ftrun call rejected its arguments (INVALID_ARGUMENT).",
+      bases.ptr(), nullptr);
+  if (g_invalid_argument == nullptr) throw py::error_already_set();
+  g_load_result = PyStructSequence_NewType(&g_load_result_desc);
+  if (g_load_result == nullptr) throw py::error_already_set();
+  m.add_object("Error", py::handle(g_error));
+  m.add_object("InvalidArgumentError", py::handle(g_invalid_argument));
+  m.add_object("LoadResult", py::handle(reinterpret_cast<PyObject*>(g_load_result)));
+  m.attr("LATEST") = py::int_(ftrun::Client::kLatest);
+
+  py::class_<PyClient>(m, "Client",
+                       "A rank's connection to its node agent. Use as a context manager or "
+                       "call close(); calls after close raise Error (FAILED_PRECONDITION).")
+      .def(py::init<const std::string&, int, int>(), py::arg("socket_path") = "",
+           py::arg("rank") = -1, py::arg("connect_timeout_ms") = 10000,
+           "Connects to the agent. socket_path '': $FTRUN_AGENT_SOCKET; rank -1: "
+           "$FTRUN_RANK, else $RANK.")
+      .def_property_readonly("rank", &PyClient::rank)
+      .def_property_readonly("job_id", &PyClient::job_id)
+      .def_property_readonly("chunk_size", &PyClient::chunk_size)
+      .def_property_readonly("restore_version", &PyClient::restore_version,
+                             "The version to restore after a restart, or None at a fresh start.")
+      .def("save", &PyClient::Save, py::arg("version"), py::arg("tensors"),
+           py::arg("user_bytes") = py::bytes(""), py::arg("generations") = py::none(),
+           py::arg("dtypes") = py::none(), kSaveDoc)
+      .def("wait", &PyClient::Wait, "Completes the last save's asynchronous part.")
+      .def("wait_committed", &PyClient::WaitCommitted, py::arg("version"),
+           py::arg("timeout_ms") = 60000,
+           "Blocks until `version` (or a newer one) is committed; Error TIMEOUT after "
+           "timeout_ms.")
+      .def("load", &PyClient::Load, py::arg("version") = py::none(), kLoadDoc)
+      .def("list_versions", &PyClient::ListVersions,
+           "dict(committed=[...ascending], pending=[this rank's uncommitted], "
+           "restore=int or None)")
+      .def("report_progress", &PyClient::ReportProgress, py::arg("step"),
+           "Tells the agent this rank is alive and at `step`.")
+      .def("close", &PyClient::Close, "Disconnects; idempotent.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& self, py::args) { self.Close(); });
+}

@@ -1,0 +1,221 @@
+#include "plugin/store/snapshot_store.h"
+
+#include <unordered_set>
+
+#include "plugin/common/check.h"
+#include "plugin/config/units.h"
+
+namespace ftrun {
+
+SnapshotStore::SnapshotStore(uint64_t data_offset, uint64_t data_bytes, std::string budget_field)
+    : alloc_(data_offset, data_bytes), budget_field_(std::move(budget_field)) {}
+
+Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengths,
+                              std::vector<uint64_t>* offsets) {
+  offsets->clear();
+  offsets->reserve(lengths.size());
+  auto& mine = reservations_[owner];
+  uint64_t wanted = 0;
+  for (uint64_t len : lengths) wanted += ExtentAllocator::Rounded(len);
+  for (uint64_t len : lengths) {
+    auto off = alloc_.Allocate(len);
+    if (!off) {
+      // Roll back this request only; earlier reservations stay.
+      for (size_t i = 0; i < offsets->size(); ++i) {
+        alloc_.Free((*offsets)[i], lengths[i]);
+        reserved_bytes_ -= ExtentAllocator::Rounded(lengths[i]);
+        mine.pop_back();
+      }
+      offsets->clear();
+      return Status::ResourceExhausted(
+          "snapshot store full: this save needs " + FormatSize(wanted) + " of new chunks, " +
+          FormatSize(alloc_.free_bytes()) + " free of " + FormatSize(alloc_.capacity()) + " (" +
+          std::to_string(versions_.size()) + " versions held, the last committed one is never evicted); raise " +
+          budget_field_);
+    }
+    offsets->push_back(*off);
+    mine.push_back({*off, len});
+    reserved_bytes_ += ExtentAllocator::Rounded(len);
+  }
+  return Status::Ok();
+}
+
+void SnapshotStore::ReleaseReservations(uint64_t owner) {
+  auto it = reservations_.find(owner);
+  if (it == reservations_.end()) return;
+  for (const auto& r : it->second) {
+    alloc_.Free(r.offset, r.length);
+    reserved_bytes_ -= ExtentAllocator::Rounded(r.length);
+  }
+  reservations_.erase(it);
+}
+
+Status SnapshotStore::AddManifest(uint64_t owner, Manifest m) {
+  const std::string who = "rank " + std::to_string(m.rank) + " version " + std::to_string(m.version);
+  if (auto last = LastSaved(m.rank); last && m.version <= *last) {
+    return Status::FailedPrecondition(who + ": versions must increase, and this rank already saved version " +
+                                      std::to_string(*last));
+  }
+  if (auto it = layouts_.find(m.rank); it != layouts_.end()) {
+    FTRUN_RETURN_IF_ERROR(CheckSameLayout(it->second, m));
+  }
+
+  // Validation pass: nothing changes until everything checks out.
+  auto& mine = reservations_[owner];
+  std::unordered_map<uint64_t, size_t> reserved;  // offset -> index in mine
+  for (size_t i = 0; i < mine.size(); ++i) reserved[mine[i].offset] = i;
+  std::unordered_set<ChunkHash, ChunkHashHasher> added;
+  std::unordered_set<uint64_t> used_offsets;
+  for (const auto& t : m.tensors) {
+    for (const auto& c : t.chunks) {
+      if (c.offset == kNoOffset) continue;
+      auto r = reserved.find(c.offset);
+      if (r == reserved.end() || mine[r->second].length != c.length || !used_offsets.insert(c.offset).second) {
+        return Status::InvalidArgument(who + ": tensor '" + t.info.name +
+                                       "' names a chunk extent this rank did not reserve");
+      }
+      added.insert(c.hash);
+    }
+  }
+  for (const auto& t : m.tensors) {
+    for (const auto& c : t.chunks) {
+      if (c.offset == kNoOffset && !chunks_.count(c.hash) && !added.count(c.hash)) {
+        return Status(Code::kChunkMissing, who + ": tensor '" + t.info.name + "' references chunk " +
+                                               c.hash.ToHex() + " which the store no longer holds");
+      }
+    }
+  }
+
+  // Mutation pass: new chunks first (so references within the manifest
+  // resolve), deduplicating against what the store already holds; a
+  // duplicate's extent stays reserved and is freed by ReleaseReservations.
+  std::vector<ChunkRef*> by_hash;
+  for (auto& t : m.tensors) {
+    for (auto& c : t.chunks) {
+      if (c.offset == kNoOffset) {
+        by_hash.push_back(&c);
+        continue;
+      }
+      auto existing = chunks_.find(c.hash);
+      if (existing != chunks_.end()) {
+        existing->second.refs++;
+        c.offset = existing->second.offset;
+        continue;
+      }
+      chunks_.emplace(c.hash, Chunk{c.offset, c.length, 1});
+      mine[reserved.at(c.offset)].length = 0;  // consumed
+      reserved_bytes_ -= ExtentAllocator::Rounded(c.length);
+    }
+  }
+  for (ChunkRef* c : by_hash) {
+    Chunk& chunk = chunks_.at(c->hash);
+    chunk.refs++;
+    c->offset = chunk.offset;
+  }
+  std::vector<Reservation> rest;
+  for (const auto& r : mine) {
+    if (r.length != 0) rest.push_back(r);
+  }
+  mine = std::move(rest);
+
+  if (!layouts_.count(m.rank)) {
+    Manifest layout;
+    layout.rank = m.rank;
+    layout.version = m.version;
+    for (const auto& t : m.tensors) layout.tensors.push_back({t.info, {}});
+    layouts_[m.rank] = std::move(layout);
+  }
+  int rank = m.rank;
+  uint64_t version = m.version;
+  versions_[version][rank] = std::move(m);
+  return Status::Ok();
+}
+
+const Manifest* SnapshotStore::Find(int rank, uint64_t version) const {
+  auto v = versions_.find(version);
+  if (v == versions_.end()) return nullptr;
+  auto r = v->second.find(rank);
+  return r == v->second.end() ? nullptr : &r->second;
+}
+
+std::vector<uint64_t> SnapshotStore::Versions() const {
+  std::vector<uint64_t> out;
+  for (const auto& [v, ranks] : versions_) out.push_back(v);
+  return out;
+}
+
+std::vector<uint64_t> SnapshotStore::RankVersions(int rank) const {
+  std::vector<uint64_t> out;
+  for (const auto& [v, ranks] : versions_) {
+    if (ranks.count(rank)) out.push_back(v);
+  }
+  return out;
+}
+
+std::optional<uint64_t> SnapshotStore::LastSaved(int rank) const {
+  for (auto it = versions_.rbegin(); it != versions_.rend(); ++it) {
+    if (it->second.count(rank)) return it->first;
+  }
+  return std::nullopt;
+}
+
+void SnapshotStore::Unref(const ChunkHash& hash) {
+  auto it = chunks_.find(hash);
+  FTRUN_CHECK(it != chunks_.end() && it->second.refs > 0);
+  if (--it->second.refs == 0) {
+    alloc_.Free(it->second.offset, it->second.length);
+    chunks_.erase(it);
+  }
+}
+
+void SnapshotStore::ReleaseVersion(uint64_t version) {
+  auto v = versions_.find(version);
+  if (v == versions_.end()) return;
+  for (const auto& [rank, m] : v->second) {
+    for (const auto& t : m.tensors) {
+      for (const auto& c : t.chunks) Unref(c.hash);
+    }
+  }
+  versions_.erase(v);
+}
+
+void SnapshotStore::ReleaseBelow(uint64_t version) {
+  release_floor_ = std::max(release_floor_, version);
+  std::vector<uint64_t> drop;
+  for (const auto& [v, ranks] : versions_) {
+    if (v >= version) break;
+    if (!pins_.count(v)) drop.push_back(v);
+  }
+  for (uint64_t v : drop) ReleaseVersion(v);
+}
+
+void SnapshotStore::DiscardAbove(std::optional<uint64_t> version) {
+  std::vector<uint64_t> drop;
+  for (const auto& [v, ranks] : versions_) {
+    if (!version || v > *version) drop.push_back(v);
+  }
+  for (uint64_t v : drop) ReleaseVersion(v);
+}
+
+void SnapshotStore::Pin(uint64_t version) { pins_[version]++; }
+
+void SnapshotStore::Unpin(uint64_t version) {
+  auto it = pins_.find(version);
+  if (it == pins_.end()) return;
+  if (--it->second == 0) {
+    pins_.erase(it);
+    if (version < release_floor_) ReleaseVersion(version);
+  }
+}
+
+StoreStats SnapshotStore::Stats() const {
+  StoreStats s;
+  s.capacity_bytes = alloc_.capacity();
+  s.used_bytes = alloc_.used();
+  s.reserved_bytes = reserved_bytes_;
+  s.chunks = chunks_.size();
+  s.versions = versions_.size();
+  return s;
+}
+
+}  // namespace ftrun

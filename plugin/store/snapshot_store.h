@@ -1,0 +1,98 @@
+// SnapshotStore: the agent's catalog of what lives in its arena. Chunks are
+// indexed by content hash and reference counted; every (rank, version)
+// manifest holds one reference per chunk entry, so chunks are shared between
+// versions and between the ranks of the node. The bytes themselves are
+// written by the ranks, into extents the store reserved for them.
+//
+// Not thread-safe: owned by the agent's event-loop thread. Which versions to
+// keep is decided outside (recovery/'s CommitTracker); the store only
+// refuses to release a version that a reader has pinned.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ftrun/status.h"
+#include "plugin/common/hash.h"
+#include "plugin/store/extent_allocator.h"
+#include "plugin/store/manifest.h"
+
+namespace ftrun {
+
+struct StoreStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;      // chunks plus outstanding reservations
+  uint64_t reserved_bytes = 0;  // outstanding reservations only
+  uint64_t chunks = 0;
+  uint64_t versions = 0;
+};
+
+class SnapshotStore {
+ public:
+  // data_offset/data_bytes: the arena's data area. budget_field names where
+  // the budget was configured ("configs/x.yaml:4: store.memory_budget"), for
+  // errors.
+  SnapshotStore(uint64_t data_offset, uint64_t data_bytes, std::string budget_field);
+
+  // Reserves one extent per length for `owner` (a connection). All or
+  // nothing: kResourceExhausted names the shortfall and the config field.
+  Status Reserve(uint64_t owner, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets);
+  // Frees the owner's reservations that no manifest consumed.
+  void ReleaseReservations(uint64_t owner);
+
+  // Adds a rank's manifest. Chunks with an offset must be extents reserved
+  // by `owner` and filled; chunks without one are referenced by hash. The
+  // version must be above the rank's last saved one and the layout equal to
+  // the rank's first save. All or nothing.
+  Status AddManifest(uint64_t owner, Manifest m);
+
+  const Manifest* Find(int rank, uint64_t version) const;
+  bool HasVersion(uint64_t version) const { return versions_.count(version) > 0; }
+  std::vector<uint64_t> Versions() const;
+  std::vector<uint64_t> RankVersions(int rank) const;
+  std::optional<uint64_t> LastSaved(int rank) const;
+
+  // Drops every manifest of versions below `version`, except pinned ones
+  // (those go when unpinned, if still below the floor).
+  void ReleaseBelow(uint64_t version);
+  // Drops every manifest of versions above `version` (nullopt: all), e.g.
+  // the uncommitted saves of a failed generation; resets each rank's last
+  // saved version accordingly.
+  void DiscardAbove(std::optional<uint64_t> version);
+
+  void Pin(uint64_t version);
+  void Unpin(uint64_t version);
+
+  StoreStats Stats() const;
+  const std::string& budget_field() const { return budget_field_; }
+
+ private:
+  struct Chunk {
+    uint64_t offset;
+    uint64_t length;
+    uint64_t refs;
+  };
+  struct Reservation {
+    uint64_t offset;
+    uint64_t length;
+  };
+
+  void ReleaseVersion(uint64_t version);
+  void Unref(const ChunkHash& hash);
+
+  ExtentAllocator alloc_;
+  std::string budget_field_;
+  uint64_t reserved_bytes_ = 0;
+  uint64_t release_floor_ = 0;
+  std::unordered_map<ChunkHash, Chunk, ChunkHashHasher> chunks_;
+  std::unordered_map<uint64_t, std::vector<Reservation>> reservations_;  // owner ->
+  std::map<uint64_t, std::map<int, Manifest>> versions_;  // version -> rank ->
+  std::map<uint64_t, int> pins_;
+  std::map<int, Manifest> layouts_;  // rank -> first manifest (chunks cleared)
+};
+
+}  // namespace ftrun

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs every Debian package ftrun's build, tests, demo and benchmarks need.
+# Safe to run again: apt-get skips what is already there.
+set -euo pipefail
+pkgs=(
+  build-essential cmake pkg-config ninja-build
+  libucx-dev ucx-utils libopenmpi-dev openmpi-bin
+  libyaml-cpp-dev libspdlog-dev catch2 libisal-dev libxxhash-dev liburing-dev
+  libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev
+  python3-torch python3-numpy fio
+  nftables iputils-ping iproute2 procps
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,332 @@
+#include "plugin/config/config.h"
+
+#include <ftw.h>
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <string>
+
+namespace ftrun {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The repository root, from this file's path (CMake compiles it by absolute path).
+std::string RepoRoot() {
+#ifdef FTRUN_SOURCE_DIR
+  return FTRUN_SOURCE_DIR;
+#else
+  std::string f = __FILE__;
+  const std::string tail = "tests/unit/config_test.cc";
+  return f.size() >= tail.size() ? f.substr(0, f.size() - tail.size()) : "./";
+#endif
+}
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its files at the end.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ftrun_config_test.XXXXXX";
+    char* p = mkdtemp(&tmpl[0]);
+    REQUIRE(p != nullptr);
+    path_ = p;
+  }
+  ~TempDir() {
+    nftw(
+        path_.c_str(),
+        [](const char* p, const struct stat*, int, struct FTW*) { return remove(p); }, 8,
+        FTW_DEPTH | FTW_PHYS);
+  }
+  const std::string& path() const { return path_; }
+
+  // Writes `text` to <dir>/<name> and returns the full path.
+  std::string Write(const std::string& name, const std::string& text) const {
+    std::string p = path_ + "/" + name;
+    std::ofstream f(p, std::ios::binary);
+    f << text;
+    REQUIRE(f.good());
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Loads `text` from a file named bad.yaml and expects an InvalidArgument whose
+// message starts with "<path>:<line>: <field>: " and contains `detail`.
+void ExpectError(const std::string& text, int line, const std::string& field,
+                 const std::string& detail) {
+  TempDir dir;
+  std::string path = dir.Write("bad.yaml", text);
+  Config c = DefaultConfig();
+  c.job.id = "untouched";
+  Status st = LoadConfigFile(path, &c);
+  INFO("yaml:\n" << text << "status: " << st.ToString());
+  CHECK(st.code() == Code::kInvalidArgument);
+  std::string prefix = path + ":" + std::to_string(line) + ": " + field + ": ";
+  CHECK(st.message().rfind(prefix, 0) == 0);
+  CHECK(Contains(st.message(), detail));
+  CHECK(c.job.id == "untouched");  // *out is written only on success
+}
+
+TEST_CASE("DefaultConfig has the documented defaults", "[config]") {
+  Config c = DefaultConfig();
+  CHECK(c.source == "<default>");
+  CHECK(c.job.id.empty());
+  CHECK(c.job.max_restarts == 3);
+  CHECK(c.job.hang_timeout == milliseconds(60000));
+  CHECK(c.job.stop_grace == milliseconds(5000));
+  CHECK(c.store.memory_budget == (4ull << 30));
+  CHECK(c.store.chunk_size == (4ull << 20));
+  CHECK(c.store.snapshot_bytes == 0);
+  CHECK(c.store.prefault);
+  CHECK(c.store.memory_budget_loc.line == 0);
+  CHECK(c.agent.run_dir == "/tmp/ftrun");
+  CHECK(c.agent.log_level == "info");
+  CHECK(c.agent.ranks_per_node == 1);
+  CHECK(ValidateConfig(c).ok());
+}
+
+TEST_CASE("FormatLoc", "[config]") {
+  CHECK(FormatLoc({"configs/x.yaml", 12, 3}, "store.memory_budget") ==
+        "configs/x.yaml:12: store.memory_budget");
+  CHECK(FormatLoc({"configs/x.yaml", 0, 0}, "store.memory_budget") ==
+        "configs/x.yaml: store.memory_budget");
+  CHECK(FormatLoc(SourceLoc{}, "store.memory_budget") == "<default>: store.memory_budget");
+  CHECK(FormatLoc({"x.yaml", 4, 1}, "") == "x.yaml:4");
+}
+
+TEST_CASE("configs/default.yaml matches DefaultConfig", "[config]") {
+  Config c;
+  std::string path = RepoRoot() + "configs/default.yaml";
+  Status st = LoadConfigFile(path, &c);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  Config d = DefaultConfig();
+  CHECK(c.source == path);
+  CHECK(c.job.id == d.job.id);
+  CHECK(c.job.max_restarts == d.job.max_restarts);
+  CHECK(c.job.hang_timeout == d.job.hang_timeout);
+  CHECK(c.job.stop_grace == d.job.stop_grace);
+  CHECK(c.store.memory_budget == d.store.memory_budget);
+  CHECK(c.store.chunk_size == d.store.chunk_size);
+  CHECK(c.store.snapshot_bytes == d.store.snapshot_bytes);
+  CHECK(c.store.prefault == d.store.prefault);
+  CHECK(c.agent.run_dir == d.agent.run_dir);
+  CHECK(c.agent.log_level == d.agent.log_level);
+  CHECK(c.agent.ranks_per_node == d.agent.ranks_per_node);
+  CHECK(c.store.memory_budget_loc.file == path);
+  CHECK(c.store.memory_budget_loc.line == 11);
+  CHECK(c.store.memory_budget_loc.column == 3);
+}
+
+TEST_CASE("example configs parse", "[config]") {
+  Config small;
+  REQUIRE(LoadConfigFile(RepoRoot() + "configs/examples/small.yaml", &small).ok());
+  CHECK(small.store.memory_budget == (256ull << 20));
+  CHECK(small.store.chunk_size == (1ull << 20));
+  CHECK(small.job.hang_timeout == milliseconds(10000));
+  CHECK(small.job.max_restarts == 3);  // not in the file: default
+
+  Config large;
+  REQUIRE(LoadConfigFile(RepoRoot() + "configs/examples/large-state.yaml", &large).ok());
+  CHECK(large.store.memory_budget == (16ull << 30));
+  CHECK(large.store.snapshot_bytes == (2ull << 30));
+  CHECK(large.agent.ranks_per_node == 4);
+  CHECK(large.store.chunk_size == (4ull << 20));
+}
+
+TEST_CASE("every key is read", "[config]") {
+  const char* text =
+      "job:\n"
+      "  id: run-7.a_b\n"
+      "  max_restarts: 0\n"
+      "  hang_timeout: 1.5s\n"
+      "  stop_grace: 0s\n"
+      "store:\n"
+      "  memory_budget: 1GiB\n"
+      "  chunk_size: 64KiB\n"
+      "  snapshot_bytes: 100MB\n"
+      "  prefault: no\n"
+      "agent:\n"
+      "  run_dir: /var/run/ftrun\n"
+      "  log_level: debug\n"
+      "  ranks_per_node: 2\n";
+  Config c;
+  Status st = ParseConfig(text, "inline.yaml", &c);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  CHECK(c.source == "inline.yaml");
+  CHECK(c.job.id == "run-7.a_b");
+  CHECK(c.job.max_restarts == 0);
+  CHECK(c.job.hang_timeout == milliseconds(1500));
+  CHECK(c.job.stop_grace == milliseconds(0));
+  CHECK(c.store.memory_budget == (1ull << 30));
+  CHECK(c.store.chunk_size == (64ull << 10));
+  CHECK(c.store.snapshot_bytes == 100000000ull);
+  CHECK_FALSE(c.store.prefault);
+  CHECK(c.agent.run_dir == "/var/run/ftrun");
+  CHECK(c.agent.log_level == "debug");
+  CHECK(c.agent.ranks_per_node == 2);
+  CHECK(c.store.memory_budget_loc.line == 7);
+}
+
+TEST_CASE("empty documents and empty sections give defaults", "[config]") {
+  for (const char* text : {"", "# nothing\n", "job:\nstore:\n", "{}\n"}) {
+    Config c;
+    Status st = ParseConfig(text, "e.yaml", &c);
+    INFO("'" << text << "': " << st.ToString());
+    REQUIRE(st.ok());
+    CHECK(c.source == "e.yaml");
+    CHECK(c.store.memory_budget == (4ull << 30));
+    CHECK(c.agent.ranks_per_node == 1);
+  }
+}
+
+TEST_CASE("unknown keys are errors", "[config]") {
+  ExpectError("# comment\njob:\n  max_restart: 3\n", 3, "job.max_restart",
+              "unknown key (known: id, max_restarts, hang_timeout, stop_grace)");
+  ExpectError("store:\n  chunk_size: 1MiB\n  budget: 1GiB\n", 3, "store.budget",
+              "unknown key (known: memory_budget, chunk_size, snapshot_bytes, prefault)");
+  ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
+              "unknown key (known: job, store, agent)");
+  ExpectError("agent:\n  log_level: info\n  log_level: warn\n", 3, "agent.log_level",
+              "duplicate key");
+}
+
+TEST_CASE("wrong node types are errors", "[config]") {
+  ExpectError("store:\n  memory_budget:\n    value: 4GiB\n", 2, "store.memory_budget",
+              "expected a size like 4GiB or 512MiB, got a map");
+  ExpectError("agent:\n  ranks_per_node: [1, 2]\n", 2, "agent.ranks_per_node",
+              "expected an integer >= 1, got a list");
+  ExpectError("job:\n  max_restarts:\n", 2, "job.max_restarts", "got nothing");
+  ExpectError("job: fast\n", 1, "job", "expected a map of job settings");
+  ExpectError("store:\n  - memory_budget: 4GiB\n", 1, "store", "got a list");
+}
+
+TEST_CASE("bad values name the field and quote the text", "[config]") {
+  ExpectError("job:\n  id: x\n\nagent:\n  run_dir: /tmp\nstore:\n  memory_budget: 4 gigs\n", 7,
+              "store.memory_budget", "expected a size like 4GiB or 512MiB, got '4 gigs'");
+  ExpectError("agent: {}\n\n\njob:\n  max_restarts: three\n", 5, "job.max_restarts",
+              "expected an integer >= 0, got 'three'");
+  ExpectError("job:\n  max_restarts: -1\n", 2, "job.max_restarts",
+              "expected an integer >= 0, got '-1'");
+  ExpectError("job:\n  max_restarts: 99999999999\n", 2, "job.max_restarts",
+              "expected an integer >= 0");
+  ExpectError("agent:\n  ranks_per_node: 0\n", 2, "agent.ranks_per_node",
+              "expected an integer >= 1, got '0'");
+  ExpectError("job:\n  hang_timeout: 10\n", 2, "job.hang_timeout",
+              "expected a duration like 30s, 500ms, 2m or 1h, got '10'");
+  ExpectError("job:\n  stop_grace: 5 sec\n", 2, "job.stop_grace", "got '5 sec'");
+  ExpectError("job:\n  hang_timeout: 0s\n", 2, "job.hang_timeout", "expected a duration > 0");
+  ExpectError("store:\n  prefault: maybe\n", 2, "store.prefault",
+              "expected true or false, got 'maybe'");
+  ExpectError("agent:\n  log_level: verbose\n", 2, "agent.log_level",
+              "expected one of trace, debug, info, warn, error, got 'verbose'");
+  ExpectError("agent:\n  run_dir: ''\n", 2, "agent.run_dir", "expected a directory path");
+  ExpectError("job:\n  id: ../etc\n", 2, "job.id", "got '../etc'");
+}
+
+TEST_CASE("chunk_size must be a power of two from 64KiB to 1GiB", "[config]") {
+  for (const char* bad : {"3MiB", "32KiB", "2GiB", "0", "4MB"}) {
+    ExpectError(
+        std::string("store:\n  chunk_size: ") + bad + "\n", 2, "store.chunk_size",
+        std::string("expected a power of two from 64KiB to 1GiB, like 4MiB, got '") + bad + "'");
+  }
+  Config c;
+  CHECK(ParseConfig("store:\n  chunk_size: 1GiB\n  memory_budget: 2GiB\n", "ok.yaml", &c).ok());
+}
+
+TEST_CASE("the budget must hold two snapshots of every rank", "[config]") {
+  ExpectError(
+      "agent:\n  ranks_per_node: 2\nstore:\n  snapshot_bytes: 512MiB\n  memory_budget: 1GiB\n", 5,
+      "store.memory_budget",
+      "1.0 GiB cannot hold one snapshot of every rank plus one in flight "
+      "(2 x 2 ranks x 512 MiB = 2.0 GiB); raise it or lower store.snapshot_bytes");
+
+  // Exactly enough is fine.
+  Config c;
+  CHECK(ParseConfig(
+            "agent: {ranks_per_node: 2}\nstore: {snapshot_bytes: 512MiB, memory_budget: 2GiB}\n",
+            "ok.yaml", &c)
+            .ok());
+
+  // A defaulted budget has no line; the message still names the file.
+  Status st = ParseConfig("store:\n  snapshot_bytes: 3GiB\n", "d.yaml", &c);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().rfind("d.yaml: store.memory_budget: 4.0 GiB cannot hold", 0) == 0);
+  CHECK(Contains(st.message(), "(2 x 1 rank x 3.0 GiB = 6.0 GiB)"));
+}
+
+TEST_CASE("the budget must hold one chunk", "[config]") {
+  ExpectError("store:\n  chunk_size: 64MiB\n  memory_budget: 16MiB\n", 3, "store.memory_budget",
+              "16.0 MiB is smaller than one chunk (store.chunk_size = 64.0 MiB)");
+}
+
+TEST_CASE("ValidateConfig re-checks after a command-line override", "[config]") {
+  Config c;
+  std::string path = RepoRoot() + "configs/examples/large-state.yaml";
+  REQUIRE(LoadConfigFile(path, &c).ok());
+  CHECK(ValidateConfig(c).ok());
+  c.agent.ranks_per_node = 8;  // as if --ranks-per-node 8
+  Status st = ValidateConfig(c);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message() ==
+        path +
+            ":4: store.memory_budget: 16.0 GiB cannot hold one snapshot of every rank "
+            "plus one in flight (2 x 8 ranks x 2.0 GiB = 32.0 GiB); raise it or "
+            "lower store.snapshot_bytes");
+
+  Config d = DefaultConfig();
+  d.agent.ranks_per_node = 0;
+  st = ValidateConfig(d);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message() == "<default>: agent.ranks_per_node: expected an integer >= 1, got 0");
+
+  d = DefaultConfig();
+  d.store.snapshot_bytes = UINT64_MAX / 2;  // 2 x ranks x bytes overflows
+  CHECK(ValidateConfig(d).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("YAML syntax errors give line and column", "[config]") {
+  TempDir dir;
+  std::string path = dir.Write("syntax.yaml", "job:\n  id: a\nstore:\n  chunk_size: [1MiB\n");
+  Config c;
+  Status st = LoadConfigFile(path, &c);
+  INFO(st.ToString());
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().rfind(path + ":", 0) == 0);
+  CHECK(Contains(st.message(), ": YAML syntax error: "));
+
+  st = ParseConfig("job:\n  id: a\nstore: {a: [1, 2}\n", "s.yaml", &c);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message() == "s.yaml:3:17: YAML syntax error: illegal flow end");
+
+  st = ParseConfig("job: {}\n---\nstore: {}\n", "m.yaml", &c);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(Contains(st.message(), "expected one YAML document"));
+}
+
+TEST_CASE("unreadable files are IoError naming the path", "[config]") {
+  TempDir dir;
+  std::string missing = dir.path() + "/nope.yaml";
+  Config c;
+  Status st = LoadConfigFile(missing, &c);
+  CHECK(st.code() == Code::kIoError);
+  CHECK(Contains(st.message(), missing));
+  CHECK(Contains(st.message(), "No such file or directory"));
+
+  st = LoadConfigFile(dir.path(), &c);  // a directory
+  CHECK(st.code() == Code::kIoError);
+  CHECK(Contains(st.message(), dir.path()));
+}
+
+}  // namespace
+}  // namespace ftrun
