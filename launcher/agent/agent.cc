@@ -40,7 +40,10 @@ Status EpollAdd(int epfd, int fd, uint64_t tag, uint32_t events = EPOLLIN) {
 }  // namespace
 
 Agent::Agent(AgentOptions options) : o_(std::move(options)) {}
-Agent::~Agent() = default;
+Agent::~Agent() {
+  stop_prefault_ = true;
+  if (prefault_.joinable()) prefault_.join();
+}
 
 Status Agent::Setup() {
   const Config& c = o_.config;
@@ -51,9 +54,12 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(Arena::Create(o_.job_id, static_cast<uint32_t>(o_.node_rank), c.store.memory_budget,
                                       c.store.chunk_size, &arena_));
   if (c.store.prefault) {
-    auto t0 = Clock::now();
-    arena_.Prefault();
-    FTRUN_LOG_INFO("store of {} pre-faulted in {:.0f} ms", FormatSize(arena_.size()), Ms(Clock::now() - t0));
+    // On a thread: ranks start meanwhile; it is joined before the arena goes.
+    prefault_ = std::thread([this] {
+      auto t0 = Clock::now();
+      arena_.Prefault(&stop_prefault_);
+      FTRUN_LOG_INFO("store of {} pre-faulted in {:.0f} ms", FormatSize(arena_.size()), Ms(Clock::now() - t0));
+    });
   }
   store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
                                            FormatLoc(c.store.memory_budget_loc, "store.memory_budget"));

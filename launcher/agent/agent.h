@@ -10,11 +10,13 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "launcher/agent/connection.h"
@@ -86,6 +88,8 @@ class Agent {
   // Guarded by the event loop (single thread).
   InstanceLock lock_;
   Arena arena_;
+  std::thread prefault_;  // populates arena_'s pages at start
+  std::atomic<bool> stop_prefault_{false};
   std::unique_ptr<SnapshotStore> store_;
   std::unique_ptr<CommitTracker> tracker_;
   std::unique_ptr<StoreService> service_;

@@ -240,6 +240,10 @@ void Agent::WriteStatus() {
       x["restore_ms"] = Ms(restored - connected);
       x["first_step_ms"] = Ms(*r.first_step - restored);
       x["total_ms"] = Ms(*r.first_step - r.detected);
+      // Raw CLOCK_MONOTONIC stamps, comparable with other processes' clocks.
+      x["detected_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
+      x["first_step_mono_ns"] =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(r.first_step->time_since_epoch()).count();
     }
     j["recoveries"].push_back(x);
   }

@@ -94,6 +94,7 @@ Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
     return Status::InvalidArgument(std::string("ftrun-agent: ") + e.what() + "\nRun with --help for usage.");
   }
   o.command = app.remaining();
+  if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
   if (o.command.empty()) return Status::InvalidArgument("ftrun-agent: no training command given (SCRIPT [ARGS...])");
 
   if (config_path.empty()) {

@@ -50,8 +50,11 @@ Status SpawnProcess(const SpawnSpec& spec, pid_t* pid) {
       ::dup2(log_fd, STDERR_FILENO);
     }
     ::execvpe(argv[0], argv.data(), envp.data());
-    const char msg[] = "ftrun-agent: exec of the rank command failed\n";
-    (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    // Only async-signal-safe calls here: write the message piecewise.
+    const char* parts[] = {"ftrun-agent: cannot exec '", argv[0], "': ", ::strerrorname_np(errno), "\n"};
+    for (const char* p : parts) {
+      if (p != nullptr) (void)!::write(STDERR_FILENO, p, std::strlen(p));
+    }
     ::_exit(127);
   }
   // Also set it from the parent, so the group exists before we signal it.

@@ -73,6 +73,8 @@ Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& te
     const CachedTensor* prev =
         it != cache.end() && it->second.nbytes == t.nbytes && it->second.hashes.size() == n ? &it->second : nullptr;
     const bool unchanged = prev != nullptr && t.generation != 0 && prev->generation == t.generation;
+    // A new generation says the tensor changed: copy without hashing first.
+    const bool changed = prev != nullptr && t.generation != 0 && prev->generation != t.generation;
     const char* base = static_cast<const char*>(t.data);
     for (size_t j = 0; j < n; ++j) {
       ChunkRef& c = tm.chunks[j];
@@ -82,7 +84,7 @@ Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& te
       if (unchanged) {
         c.hash = prev->hashes[j];
         st.chunks_skipped++;
-      } else if (prev != nullptr && !prev->changed_last[j]) {
+      } else if (prev != nullptr && !prev->changed_last[j] && !changed) {
         // Did not change last time: likely unchanged again, so hash first
         // and copy only on a mismatch.
         c.hash = HashBytes(src, c.length);

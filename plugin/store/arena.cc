@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -23,7 +24,7 @@ uint32_t HeaderChecksum(const ArenaHeader& h) {
 }
 
 Status MapFd(int fd, uint64_t size, char** out) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status::FromErrno("mmap of the store segment", errno);
   *out = static_cast<char*>(p);
   return Status::Ok();
@@ -119,16 +120,16 @@ Status Arena::Attach(UniqueFd fd, const std::string& expected_job_id, Arena* out
   return Status::Ok();
 }
 
-void Arena::Prefault() const {
+void Arena::Prefault(const std::atomic<bool>* cancel) const {
   char* data = base_ + kArenaHeaderBytes;
-  uint64_t n = data_bytes();
-  // Linux >= 5.14 populates without writing; older kernels fall back to
-  // writing one byte per page (the pages are still zero, so this is safe
-  // only before any chunk is stored; agents call it right after Create).
-  if (::madvise(data, n, MADV_POPULATE_WRITE) == 0) return;
-  const long page = ::sysconf(_SC_PAGESIZE);
-  for (uint64_t off = 0; off < n; off += static_cast<uint64_t>(page)) {
-    reinterpret_cast<volatile char*>(data)[off] = 0;
+  const uint64_t n = data_bytes();
+  constexpr uint64_t kSlice = 64ull << 20;
+  // Linux >= 5.14 allocates the pages without changing their contents, so
+  // this may race with ranks writing chunks. Older kernels: pages fault in
+  // on first use instead.
+  for (uint64_t off = 0; off < n; off += kSlice) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return;
+    if (::madvise(data + off, std::min(kSlice, n - off), MADV_POPULATE_WRITE) != 0) return;
   }
 }
 

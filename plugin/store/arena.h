@@ -6,6 +6,7 @@
 // chunk extents live (managed by ExtentAllocator, owned by the agent).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -52,9 +53,11 @@ class Arena {
   // checksum and job id. Takes ownership of fd.
   static Status Attach(UniqueFd fd, const std::string& expected_job_id, Arena* out);
 
-  // Touches every data page so saves never pay first-touch page faults.
-  // Safe to run on another thread while the arena is in use.
-  void Prefault() const;
+  // Allocates every data page so saves never pay first-touch page faults
+  // (MADV_POPULATE_WRITE; a no-op on kernels before 5.14). Safe to run on
+  // another thread while the arena is in use; the arena must outlive it.
+  // Stops early once *cancel becomes true.
+  void Prefault(const std::atomic<bool>* cancel = nullptr) const;
 
   int fd() const { return fd_.get(); }
   char* base() const { return base_; }

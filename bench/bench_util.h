@@ -1,0 +1,54 @@
+// Helpers shared by the ftrun-bench scenarios.
+#pragma once
+
+#include <sys/types.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ftrun::bench {
+
+struct Figure {
+  std::string name;
+  double value;
+  std::string unit;
+  std::string target;  // e.g. "<= 1.3", empty when only reported
+  bool met = true;
+};
+
+struct Result {
+  std::string scenario;
+  std::vector<Figure> figures;
+  nlohmann::json details = nlohmann::json::object();
+};
+
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+inline double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+inline int64_t MonoNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Path of a sibling binary (ftrun-agent, ftrun-synthetic) of this one.
+std::string SiblingBinary(const std::string& name);
+// Starts ftrun-agent with args; returns its pid.
+pid_t StartAgent(const std::vector<std::string>& args);
+// Waits for pid to exit; returns its shell-style exit code.
+int WaitExit(pid_t pid);
+// Reads a JSON file; false while it does not exist or is partial.
+bool ReadJson(const std::string& path, nlohmann::json* out);
+
+int RunSave(int argc, char** argv, Result* out);
+int RunSaveWorker(int argc, char** argv);
+int RunRestartLocal(int argc, char** argv, Result* out);
+
+}  // namespace ftrun::bench

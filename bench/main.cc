@@ -1,0 +1,111 @@
+// ftrun-bench SCENARIO [--json FILE] [scenario flags]
+//
+// Prints a table of figures, each a ratio against a ceiling measured in the
+// same run (memcpy) or a measured time, and writes them as JSON.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "bench/bench_util.h"
+
+namespace ftrun::bench {
+
+std::string SiblingBinary(const std::string& name) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string self = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  auto slash = self.rfind('/');
+  return slash == std::string::npos ? name : self.substr(0, slash + 1) + name;
+}
+
+pid_t StartAgent(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::string agent = SiblingBinary("ftrun-agent");
+  argv.push_back(agent.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(agent.c_str(), argv.data());
+    std::perror("exec ftrun-agent");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+bool ReadJson(const std::string& path, nlohmann::json* out) {
+  std::ifstream f(path);
+  if (!f) return false;
+  *out = nlohmann::json::parse(f, nullptr, false);
+  return !out->is_discarded();
+}
+
+}  // namespace ftrun::bench
+
+namespace {
+
+void Print(const ftrun::bench::Result& r) {
+  std::printf("\nftrun-bench %s\n", r.scenario.c_str());
+  std::printf("%-34s %14s  %-8s %-10s %s\n", "figure", "value", "unit", "target", "");
+  for (const auto& f : r.figures) {
+    std::printf("%-34s %14.4f  %-8s %-10s %s\n", f.name.c_str(), f.value, f.unit.c_str(), f.target.c_str(),
+                f.target.empty() ? "" : (f.met ? "met" : "MISSED"));
+  }
+}
+
+void WriteJson(const ftrun::bench::Result& r, const std::string& path) {
+  nlohmann::json j;
+  j["scenario"] = r.scenario;
+  for (const auto& f : r.figures) {
+    j["figures"][f.name] = {{"value", f.value}, {"unit", f.unit}, {"target", f.target}, {"met", f.met}};
+  }
+  j["details"] = r.details;
+  std::ofstream(path) << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ftrun::bench;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
+    std::printf("usage: ftrun-bench SCENARIO [--json FILE] [flags]\nscenarios:\n"
+                "  save            save stall vs memcpy, incremental saves (1 GiB per rank by default)\n"
+                "  restart-local   kill a rank of 4, time until every rank completed a step after restore\n"
+                "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
+    return argc < 2 ? 2 : 0;
+  }
+  std::string scenario = argv[1];
+  if (scenario == "save-worker") return RunSaveWorker(argc - 1, argv + 1);
+  std::string json_path;
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+    else rest.push_back(argv[i]);
+  }
+  Result r;
+  r.scenario = scenario;
+  int rc;
+  if (scenario == "save") rc = RunSave(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "restart-local") rc = RunRestartLocal(static_cast<int>(rest.size()), rest.data(), &r);
+  else {
+    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local)\n", scenario.c_str());
+    return 2;
+  }
+  if (rc != 0) return rc;
+  Print(r);
+  if (!json_path.empty()) WriteJson(r, json_path);
+  return 0;
+}
