@@ -114,7 +114,7 @@ struct Options {
   std::fflush(stdout);
   if (mode == "kill") std::raise(SIGKILL);
   if (mode == "segv") {
-    int* volatile null = nullptr;  // a volatile pointer: no trap instruction instead
+    volatile int* volatile null = nullptr;  // the compiler cannot see it is null
     *null = 1;
   }
   if (mode == "abort") std::abort();
@@ -316,7 +316,10 @@ int Run(const Options& opts) {
       st = client->ReportProgress(step);
       if (!st.ok()) return Fail(rank, "report progress", st);
     }
-    if (opts.verbose) std::printf("STEP %d %llu\n", rank, static_cast<unsigned long long>(step));
+    if (opts.verbose) {
+      std::printf("STEP %d %llu\n", rank, static_cast<unsigned long long>(step));
+      std::fflush(stdout);  // tests follow progress through a pipe
+    }
   }
   if (client) {
     ftrun::Status st = client->Wait();

@@ -109,7 +109,14 @@ Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& te
     w.Put<uint32_t>(static_cast<uint32_t>(lengths.size()));
     for (uint64_t len : lengths) w.Put<uint64_t>(len);
     std::string reply;
-    FTRUN_RETURN_IF_ERROR(Call(MsgType::kAlloc, w.data(), MsgType::kAllocOk, &reply));
+    Status alloc = Call(MsgType::kAlloc, w.data(), MsgType::kAllocOk, &reply);
+    if (alloc.code() == Code::kResourceExhausted && !retried) {
+      // Copy-then-hash wants room for every chunk it might copy. Before
+      // giving up, hash first so only truly changed chunks need room.
+      for (auto& [name, entry] : cache) entry.changed_last.assign(entry.changed_last.size(), false);
+      return SaveHost(version, tensors, user_bytes, stats, true);
+    }
+    FTRUN_RETURN_IF_ERROR(alloc);
     ByteReader r(reply);
     uint32_t n = r.GetCount(8);
     if (!r.ok() || n != copies.size()) return Status::Corruption("agent reserved the wrong number of extents");

@@ -374,8 +374,7 @@ Arguments the binding rejects itself (an object without the buffer protocol,
 a non-contiguous buffer, an unknown dtype name) raise TypeError/ValueError.
 )doc";
 
-constexpr const char kSaveDoc[] = R"doc(save(version, tensors, user_bytes=b"", generations=None, dtypes=None) -> dict
-
+constexpr const char kSaveDoc[] = R"doc(
 Snapshots `tensors` (dict name -> object with the buffer protocol: numpy
 array, bytearray, memoryview) as `version`. Each buffer must be C-contiguous
 and must not be modified until save returns. The dtype comes from the buffer
@@ -391,8 +390,7 @@ stall_seconds). RESOURCE_EXHAUSTED: the store cannot fit this save; the last
 committed version is kept.
 )doc";
 
-constexpr const char kLoadDoc[] = R"doc(load(version=None) -> LoadResult
-
+constexpr const char kLoadDoc[] = R"doc(
 Opens `version` (None: the last committed one), reads every tensor into a
 new numpy array of its saved dtype and shape (checking chunk hashes) and
 returns a LoadResult, which unpacks as

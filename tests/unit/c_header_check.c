@@ -39,7 +39,9 @@ int ftrun_c_header_check(void) {
 
   /* No agent here: only the argument checks can be exercised. */
   if (ftrun_client_connect_opts(&options, NULL, &err) != FTRUN_INVALID_ARGUMENT) ++failures;
-  if (ftrun_save(client, 1, &tensor, 1, NULL, 0, &stats, &err) != FTRUN_INVALID_ARGUMENT) ++failures;
+  if (ftrun_save(client, 1, &tensor, 1, "", 0, &stats, &err) != FTRUN_INVALID_ARGUMENT) {
+    ++failures;
+  }
   if (err == NULL) ++failures;
   if (ftrun_load(client, FTRUN_LATEST, &snap, &err) != FTRUN_INVALID_ARGUMENT) ++failures;
   if (snap != NULL) ++failures;

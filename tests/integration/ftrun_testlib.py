@@ -1,0 +1,114 @@
+"""Helpers for ftrun's integration tests: real agents, real rank processes.
+
+Every test runs ftrun-agent from the build tree with the synthetic trainer
+(or a Python rank), kills things with real signals, and compares the final
+state digests with a failure-free run of the same trainer.
+"""
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = os.environ.get("FTRUN_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+SOURCE = os.environ.get("FTRUN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+AGENT = os.path.join(BUILD, "ftrun-agent")
+TRAINER = os.path.join(BUILD, "ftrun-synthetic")
+DIGEST_RE = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$", re.M)
+
+failures = []
+
+
+def check(cond, what):
+    """Records a failed expectation (the test goes on, and fails at the end)."""
+    if not cond:
+        failures.append(what)
+        print("FAILED:", what, flush=True)
+    return cond
+
+
+def finish():
+    if failures:
+        print(f"{len(failures)} check(s) failed", flush=True)
+        sys.exit(1)
+    print("all checks passed", flush=True)
+
+
+def digests(text):
+    return {int(r): d for r, d in DIGEST_RE.findall(text)}
+
+
+def golden(nranks, trainer_args):
+    """Digests of a failure-free run without any agent."""
+    out = {}
+    for r in range(nranks):
+        p = subprocess.run([TRAINER, "--no-ftrun", "--rank", str(r)] + trainer_args,
+                           capture_output=True, text=True, check=True)
+        out.update(digests(p.stdout))
+    return out
+
+
+class Job:
+    """One ftrun-agent with its ranks, in a private run dir."""
+
+    def __init__(self, nranks, trainer_args, config="", job_id=None, extra=(), command=None, env=None):
+        self.dir = tempfile.mkdtemp(prefix="ftrun-it-")
+        self.config = os.path.join(self.dir, "ftrun.yaml")
+        self.status = os.path.join(self.dir, "status.json")
+        self.job_id = job_id or "it-%d" % random.randrange(1 << 30)
+        with open(self.config, "w") as f:
+            f.write("agent:\n  run_dir: %s/run\n" % self.dir + config)
+        cmd = command or ([TRAINER] + trainer_args)
+        self.argv = [AGENT, "--config", self.config, "--nproc", str(nranks), "--job-id", self.job_id,
+                     "--status-file", self.status, "--no_python", "--no_local_rank", *extra, "--", *cmd]
+        self.out = open(os.path.join(self.dir, "out.log"), "w+")
+        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
+                                     env=env or os.environ.copy())
+
+    def state(self):
+        try:
+            with open(self.status) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def wait_for(self, pred, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.state()
+            if st is not None and pred(st):
+                return st
+            if self.proc.poll() is not None:
+                return self.state()
+            time.sleep(0.02)
+        return None
+
+    def rank_pid(self, rank):
+        st = self.state()
+        return st["ranks"][rank]["pid"] if st else 0
+
+    def wait(self, timeout=300):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            print("agent timed out", flush=True)
+        self.out.flush()
+        self.out.seek(0)
+        self.log = self.out.read()
+        return rc
+
+    def kill_rank(self, rank, sig=signal.SIGKILL):
+        pid = self.rank_pid(rank)
+        if pid:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return False
+            return True
+        return False

@@ -1,0 +1,22 @@
+"""The Python client (import ftrun) as real ranks under ftrun-agent."""
+import os
+import sys
+
+from ftrun_testlib import Job, check, finish
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+job = Job(2, [], "store:\n  memory_budget: 64MiB\n  chunk_size: 1MiB\n",
+          command=[PY, os.path.join(HERE, "py_rank_checks.py")])
+rc = job.wait(timeout=120)
+check(rc == 0, f"py_rank_checks: agent exit {rc}\n{job.log[-4000:]}")
+check(job.log.count("PYRANK OK") == 2, "both ranks report OK")
+
+job = Job(1, [], "job:\n  max_restarts: 0\nstore:\n  memory_budget: 8MiB\n  chunk_size: 1MiB\n",
+          command=[PY, os.path.join(HERE, "py_rank_budget.py")])
+rc = job.wait(timeout=120)
+check(rc == 0, f"py_rank_budget: agent exit {rc}\n{job.log[-4000:]}")
+check("PYRANK OK budget" in job.log, "budget rank reports OK")
+check("snapshot store full" in job.log, "the agent logs the refused save")
+finish()
