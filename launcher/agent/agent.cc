@@ -47,6 +47,12 @@ Agent::~Agent() {
 
 Status Agent::Setup() {
   const Config& c = o_.config;
+  // Block first: every thread started later inherits the mask, so these
+  // signals only ever arrive through the signalfd.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return Status::FromErrno("sigprocmask", errno);
   FTRUN_RETURN_IF_ERROR(InstanceLock::Claim(c.agent.run_dir, o_.job_id, o_.node_rank, &lock_));
   if (lock_.removed_stale_socket()) {
     FTRUN_LOG_WARN("removed a stale socket {} left by an agent that is gone", lock_.socket_path());
@@ -79,10 +85,6 @@ Status Agent::Setup() {
   service_->on_committed = [this](uint64_t) { status_dirty_ = true; };
 
   FTRUN_RETURN_IF_ERROR(BecomeSubreaper());
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
-  if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return Status::FromErrno("sigprocmask", errno);
   ::signal(SIGPIPE, SIG_IGN);
   signal_fd_.Reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!signal_fd_.valid()) return Status::FromErrno("signalfd", errno);
