@@ -25,7 +25,7 @@ int RunRestartLocal(int argc, char** argv, Result* out) {
   const std::string dir = "/tmp/ftrun-bench-" + std::to_string(::getpid());
   const std::string cfg = dir + ".yaml", status = dir + ".status.json";
   std::ofstream(cfg) << "job:\n  max_restarts: " << kills + 1 << "\n  hang_timeout: 60s\n  stop_grace: 2s\n"
-                     << "store:\n  memory_budget: " << 3 * ranks << "GiB\n"
+                     << "store:\n  memory_budget: " << ranks << "GiB\n"
                      << "agent:\n  run_dir: " << dir << "\n  log_level: info\n";
   pid_t agent = StartAgent({"--config", cfg, "--nproc", std::to_string(ranks), "--job-id", "bench-restart",
                             "--status-file", status, "--no_python", "--no_local_rank",
@@ -41,7 +41,7 @@ int RunRestartLocal(int argc, char** argv, Result* out) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (!ReadJson(status, &j) || j["restarts"] != k || j["state"] != "running") continue;
       if (k > 0 && !j["recoveries"][k - 1].contains("total_ms")) continue;
-      if (!j["committed_version"].is_null()) break;
+      if (!j["committed_version"].is_null() && j["store"]["prefaulted"] == true) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few steps past the commit
     if (!ReadJson(status, &j)) break;

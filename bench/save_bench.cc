@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "bench/bench_util.h"
 #include "ftrun/client.h"
@@ -53,6 +54,8 @@ int RunSaveWorker(int argc, char** argv) {
   app.add_option("--tensors", tensors);
   app.add_option("--reps", reps);
   app.add_option("--out", out)->required();
+  std::string go_file;
+  app.add_option("--go-file", go_file, "wait for this file (the store is warm) before measuring");
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<Client> client;
@@ -82,6 +85,17 @@ int RunSaveWorker(int argc, char** argv) {
     }
   };
 
+  // Steady state, as in training: the agent's pages are allocated and this
+  // process has mapped them (warm-up saves touch every extent in turn).
+  for (int i = 0; i < 200 && !go_file.empty() && ::access(go_file.c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (int r = 0; r < 3; ++r) {
+    for (size_t t = 0; t < s.tensors.size(); ++t)
+      for (uint64_t c = 0; c < chunks_per_tensor; ++c) Touch(s, t, cs, c, ++stamp);
+    save(nullptr);
+  }
+
   // Ceiling: memcpy of the same bytes into pre-faulted memory.
   std::unique_ptr<char[]> dst(new char[total]);
   std::memset(dst.get(), 0, total);
@@ -93,7 +107,6 @@ int RunSaveWorker(int argc, char** argv) {
   }
   dst.reset();
 
-  save(&stats);  // first save: everything is new
   std::vector<double> full_s;
   for (int r = 0; r < reps; ++r) {
     for (size_t t = 0; t < s.tensors.size(); ++t)
@@ -159,15 +172,25 @@ int RunSave(int argc, char** argv, Result* out) {
   const uint64_t state_bytes = std::stoull(state);
 
   const std::string dir = "/tmp/ftrun-bench-" + std::to_string(::getpid());
-  const std::string cfg = dir + ".yaml", result = dir + ".json";
+  const std::string cfg = dir + ".yaml", result = dir + ".json", status = dir + ".status.json",
+                    go = dir + ".go";
   // Room for the committed version plus one full save in flight.
   std::ofstream(cfg) << "store:\n  memory_budget: " << (state_bytes * 5 / 2 + (64ull << 20)) << "B\n"
                      << "  chunk_size: " << chunk << "\nagent:\n  run_dir: " << dir << "\n  log_level: warn\n";
-  pid_t agent = StartAgent({"--config", cfg, "--nproc", "1", "--job-id", "bench-save", "--no_python",
+  pid_t agent = StartAgent({"--config", cfg, "--nproc", "1", "--job-id", "bench-save", "--status-file", status,
+                            "--no_python",
                             "--no_local_rank", SiblingBinary("ftrun-bench"), "save-worker", "--state-bytes",
                             std::to_string(state_bytes), "--tensors", std::to_string(tensors), "--reps",
-                            std::to_string(reps), "--out", result});
+                            std::to_string(reps), "--out", result, "--go-file", go});
+  for (int i = 0; i < 1200; ++i) {
+    nlohmann::json st;
+    if (ReadJson(status, &st) && st["store"]["prefaulted"] == true) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::ofstream(go) << "go\n";
   int rc = WaitExit(agent);
+  ::unlink(status.c_str());
+  ::unlink(go.c_str());
   nlohmann::json j;
   bool ok = rc == 0 && ReadJson(result, &j);
   ::unlink(cfg.c_str());

@@ -63,7 +63,8 @@ Status Agent::Setup() {
     // On a thread: ranks start meanwhile; it is joined before the arena goes.
     prefault_ = std::thread([this] {
       auto t0 = Clock::now();
-      arena_.Prefault(&stop_prefault_);
+      if (!arena_.Prefault(&stop_prefault_)) return;
+      prefaulted_ = true;
       FTRUN_LOG_INFO("store of {} pre-faulted in {:.0f} ms", FormatSize(arena_.size()), Ms(Clock::now() - t0));
     });
   }

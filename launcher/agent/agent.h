@@ -90,6 +90,8 @@ class Agent {
   Arena arena_;
   std::thread prefault_;  // populates arena_'s pages at start
   std::atomic<bool> stop_prefault_{false};
+  std::atomic<bool> prefaulted_{false};
+  bool reported_prefaulted_ = false;
   std::unique_ptr<SnapshotStore> store_;
   std::unique_ptr<CommitTracker> tracker_;
   std::unique_ptr<StoreService> service_;

@@ -203,6 +203,7 @@ void Agent::Tick() {
       }
     }
   }
+  if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
   if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
 }
 
@@ -220,8 +221,9 @@ void Agent::WriteStatus() {
   auto committed = service_->last_committed();
   j["committed_version"] = committed ? json(*committed) : json(nullptr);
   StoreStats st = store_->Stats();
+  reported_prefaulted_ = prefaulted_;
   j["store"] = {{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
-                {"chunks", st.chunks}, {"versions", st.versions}};
+                {"chunks", st.chunks}, {"versions", st.versions}, {"prefaulted", reported_prefaulted_}};
   j["ranks"] = json::array();
   for (const RankSlot& s : slots_) {
     j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"finished", s.finished},

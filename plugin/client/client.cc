@@ -76,6 +76,9 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   impl->restore_version = r.Get<uint64_t>();
   if (!r.ok()) return Status::Corruption("malformed hello reply from the agent");
   FTRUN_RETURN_IF_ERROR(Arena::Attach(std::move(memfd), impl->job_id, &impl->arena));
+  // The mapping is not populated: a rank maps the whole node store but only
+  // ever touches its own extents (and the chunks it restores), so page
+  // tables fill in as it goes and stay small.
   out->reset(new Client(std::move(impl)));
   return Status::Ok();
 }

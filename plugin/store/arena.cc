@@ -120,7 +120,7 @@ Status Arena::Attach(UniqueFd fd, const std::string& expected_job_id, Arena* out
   return Status::Ok();
 }
 
-void Arena::Prefault(const std::atomic<bool>* cancel) const {
+bool Arena::Prefault(const std::atomic<bool>* cancel) const {
   char* data = base_ + kArenaHeaderBytes;
   const uint64_t n = data_bytes();
   constexpr uint64_t kSlice = 64ull << 20;
@@ -128,9 +128,10 @@ void Arena::Prefault(const std::atomic<bool>* cancel) const {
   // this may race with ranks writing chunks. Older kernels: pages fault in
   // on first use instead.
   for (uint64_t off = 0; off < n; off += kSlice) {
-    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return;
-    if (::madvise(data + off, std::min(kSlice, n - off), MADV_POPULATE_WRITE) != 0) return;
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return false;
+    if (::madvise(data + off, std::min(kSlice, n - off), MADV_POPULATE_WRITE) != 0) return false;
   }
+  return true;
 }
 
 }  // namespace ftrun

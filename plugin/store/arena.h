@@ -57,7 +57,8 @@ class Arena {
   // (MADV_POPULATE_WRITE; a no-op on kernels before 5.14). Safe to run on
   // another thread while the arena is in use; the arena must outlive it.
   // Stops early once *cancel becomes true.
-  void Prefault(const std::atomic<bool>* cancel = nullptr) const;
+  // Returns false when cancelled or unsupported.
+  bool Prefault(const std::atomic<bool>* cancel = nullptr) const;
 
   int fd() const { return fd_.get(); }
   char* base() const { return base_; }
