@@ -26,17 +26,37 @@ struct CachedTensor {
   std::vector<bool> changed_last;  // copied at the last save
 };
 
+// A save whose manifest is being built (host chunks staged now, device
+// chunks when their copies land).
+struct PendingSave {
+  Manifest manifest;
+  std::vector<CachedTensor> fresh;  // cache entries once the save is accepted
+  SaveStats stats;
+};
+
 struct Client::Impl {
   ~Impl();
 
   // Sends a request and waits for `expect` (or kError, returned as Status).
   Status Call(MsgType type, const std::string& payload, MsgType expect, std::string* reply,
               int timeout_ms = -1);
+  // The host save path (save.cc), also the building blocks of the CUDA one.
   Status SaveHost(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
                   SaveStats* stats, bool retried);
-  // Sends a manifest whose new chunks are in shared memory; on success
-  // replaces the cache entries of its tensors.
-  Status SendManifest(Manifest m, std::vector<CachedTensor> fresh);
+  // The cache entry for t, if it describes the same size and chunking.
+  const CachedTensor* Cached(const TensorRef& t) const;
+  // Sizes p's manifest and cache entries for every tensor (chunk lengths
+  // set, hashes and offsets not yet).
+  void BeginSave(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+                 PendingSave* p) const;
+  // Reserves one store extent per length (kResourceExhausted when full).
+  Status Reserve(uint64_t version, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets);
+  // Fills p's chunks of every host tensor: skipped by generation, found
+  // unchanged by hash, or copied into a reserved extent.
+  Status StageHost(const std::vector<TensorRef>& tensors, PendingSave* p);
+  // Sends p's manifest (every chunk's hash set, new chunks in shared
+  // memory); on success the cache describes this save.
+  Status SendManifest(PendingSave* p);
   Status CheckTensors(const std::vector<TensorRef>& tensors) const;
 
   // Constant after Connect.

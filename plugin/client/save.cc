@@ -44,43 +44,76 @@ Status Client::Impl::CheckTensors(const std::vector<TensorRef>& tensors) const {
   return Status::Ok();
 }
 
-Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& tensors,
-                              std::string_view user_bytes, SaveStats* stats, bool retried) {
-  auto t0 = std::chrono::steady_clock::now();
-  FTRUN_RETURN_IF_ERROR(CheckTensors(tensors));
-  SaveStats st;
-  Manifest m;
-  m.rank = rank;
-  m.version = version;
-  m.user_bytes.assign(user_bytes.data(), user_bytes.size());
-  m.tensors.resize(tensors.size());
-  std::vector<CachedTensor> fresh(tensors.size());
-  std::vector<PendingCopy> copies;
-  std::vector<uint64_t> lengths;
+const CachedTensor* Client::Impl::Cached(const TensorRef& t) const {
+  auto it = cache.find(t.name);
+  const size_t n = static_cast<size_t>((t.nbytes + chunk_size - 1) / chunk_size);
+  return it != cache.end() && it->second.nbytes == t.nbytes && it->second.hashes.size() == n ? &it->second : nullptr;
+}
 
+void Client::Impl::BeginSave(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+                             PendingSave* p) const {
+  p->manifest = Manifest{};
+  p->manifest.rank = rank;
+  p->manifest.version = version;
+  p->manifest.user_bytes.assign(user_bytes.data(), user_bytes.size());
+  p->manifest.tensors.resize(tensors.size());
+  p->fresh.assign(tensors.size(), CachedTensor{});
+  p->stats = SaveStats{};
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorRef& t = tensors[i];
-    TensorManifest& tm = m.tensors[i];
-    tm.info = {t.name, t.dtype, t.shape, t.nbytes, Device::kHost};
+    TensorManifest& tm = p->manifest.tensors[i];
+    tm.info = {t.name, t.dtype, t.shape, t.nbytes, t.device};
     const size_t n = static_cast<size_t>((t.nbytes + chunk_size - 1) / chunk_size);
     tm.chunks.resize(n);
-    CachedTensor& f = fresh[i];
+    for (size_t j = 0; j < n; ++j) tm.chunks[j].length = std::min<uint64_t>(chunk_size, t.nbytes - j * chunk_size);
+    CachedTensor& f = p->fresh[i];
     f.generation = t.generation;
     f.nbytes = t.nbytes;
     f.hashes.resize(n);
     f.changed_last.assign(n, false);
-    auto it = cache.find(t.name);
-    const CachedTensor* prev =
-        it != cache.end() && it->second.nbytes == t.nbytes && it->second.hashes.size() == n ? &it->second : nullptr;
+    p->stats.chunks_total += n;
+    p->stats.bytes_total += t.nbytes;
+  }
+}
+
+Status Client::Impl::Reserve(uint64_t version, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets) {
+  offsets->clear();
+  if (lengths.empty()) return Status::Ok();
+  ByteWriter w;
+  w.Put<uint64_t>(version);
+  w.Put<uint32_t>(static_cast<uint32_t>(lengths.size()));
+  for (uint64_t len : lengths) w.Put<uint64_t>(len);
+  std::string reply;
+  FTRUN_RETURN_IF_ERROR(Call(MsgType::kAlloc, w.data(), MsgType::kAllocOk, &reply));
+  ByteReader r(reply);
+  uint32_t n = r.GetCount(8);
+  if (!r.ok() || n != lengths.size()) return Status::Corruption("agent reserved the wrong number of extents");
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t off = r.Get<uint64_t>();
+    if (off < arena.data_offset() || off + lengths[i] > arena.size()) {
+      return Status::Corruption("agent reserved an extent outside the store segment");
+    }
+    offsets->push_back(off);
+  }
+  return Status::Ok();
+}
+
+Status Client::Impl::StageHost(const std::vector<TensorRef>& tensors, PendingSave* p) {
+  Manifest& m = p->manifest;
+  SaveStats& st = p->stats;
+  std::vector<PendingCopy> copies;
+  std::vector<uint64_t> lengths;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    if (t.device != Device::kHost) continue;
+    const CachedTensor* prev = Cached(t);
     const bool unchanged = prev != nullptr && t.generation != 0 && prev->generation == t.generation;
     // A new generation says the tensor changed: copy without hashing first.
     const bool changed = prev != nullptr && t.generation != 0 && prev->generation != t.generation;
     const char* base = static_cast<const char*>(t.data);
-    for (size_t j = 0; j < n; ++j) {
-      ChunkRef& c = tm.chunks[j];
-      c.length = std::min<uint64_t>(chunk_size, t.nbytes - j * chunk_size);
+    for (size_t j = 0; j < m.tensors[i].chunks.size(); ++j) {
+      ChunkRef& c = m.tensors[i].chunks[j];
       const char* src = base + j * chunk_size;
-      st.chunks_total++;
       if (unchanged) {
         c.hash = prev->hashes[j];
         st.chunks_skipped++;
@@ -100,74 +133,68 @@ Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& te
         lengths.push_back(c.length);
       }
     }
-    st.bytes_total += t.nbytes;
   }
-
-  if (!copies.empty()) {
-    ByteWriter w;
-    w.Put<uint64_t>(version);
-    w.Put<uint32_t>(static_cast<uint32_t>(lengths.size()));
-    for (uint64_t len : lengths) w.Put<uint64_t>(len);
-    std::string reply;
-    Status alloc = Call(MsgType::kAlloc, w.data(), MsgType::kAllocOk, &reply);
-    if (alloc.code() == Code::kResourceExhausted && !retried) {
-      // Copy-then-hash wants room for every chunk it might copy. Before
-      // giving up, hash first so only truly changed chunks need room.
-      for (auto& [name, entry] : cache) entry.changed_last.assign(entry.changed_last.size(), false);
-      return SaveHost(version, tensors, user_bytes, stats, true);
-    }
-    FTRUN_RETURN_IF_ERROR(alloc);
-    ByteReader r(reply);
-    uint32_t n = r.GetCount(8);
-    if (!r.ok() || n != copies.size()) return Status::Corruption("agent reserved the wrong number of extents");
-    for (const PendingCopy& pc : copies) {
-      uint64_t off = r.Get<uint64_t>();
-      ChunkRef& c = m.tensors[pc.tensor].chunks[pc.chunk];
-      if (off < arena.data_offset() || off + c.length > arena.size()) {
-        return Status::Corruption("agent reserved an extent outside the store segment");
+  std::vector<uint64_t> offsets;
+  FTRUN_RETURN_IF_ERROR(Reserve(m.version, lengths, &offsets));
+  for (size_t k = 0; k < copies.size(); ++k) {
+    const PendingCopy& pc = copies[k];
+    ChunkRef& c = m.tensors[pc.tensor].chunks[pc.chunk];
+    char* dst = arena.base() + offsets[k];
+    if (pc.work == Work::kCopyKnownHash) {
+      std::memcpy(dst, pc.src, c.length);
+    } else {
+      c.hash = HashAndCopy(dst, pc.src, c.length);
+      st.bytes_hashed += c.length;
+      const CachedTensor* prev = Cached(tensors[pc.tensor]);
+      if (prev != nullptr && prev->hashes[pc.chunk] == c.hash) {
+        st.chunks_unchanged++;  // copied for nothing; the agent frees the extent
+        continue;
       }
-      char* dst = arena.base() + off;
-      if (pc.work == Work::kCopyKnownHash) {
-        std::memcpy(dst, pc.src, c.length);
-      } else {
-        c.hash = HashAndCopy(dst, pc.src, c.length);
-        st.bytes_hashed += c.length;
-        auto it = cache.find(m.tensors[pc.tensor].info.name);
-        if (it != cache.end() && it->second.hashes.size() == m.tensors[pc.tensor].chunks.size() &&
-            it->second.hashes[pc.chunk] == c.hash) {
-          st.chunks_unchanged++;  // copied for nothing; the agent frees the extent
-          continue;
-        }
-      }
-      c.offset = off;
-      fresh[pc.tensor].changed_last[pc.chunk] = true;
-      st.chunks_copied++;
-      st.bytes_copied += c.length;
     }
+    c.offset = offsets[k];
+    p->fresh[pc.tensor].changed_last[pc.chunk] = true;
+    st.chunks_copied++;
+    st.bytes_copied += c.length;
   }
-  for (size_t i = 0; i < m.tensors.size(); ++i) {
-    for (size_t j = 0; j < m.tensors[i].chunks.size(); ++j) fresh[i].hashes[j] = m.tensors[i].chunks[j].hash;
-  }
+  return Status::Ok();
+}
 
-  Status s = SendManifest(std::move(m), std::move(fresh));
-  if (s.code() == Code::kChunkMissing && !retried) {
+Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& tensors,
+                              std::string_view user_bytes, SaveStats* stats, bool retried) {
+  auto t0 = std::chrono::steady_clock::now();
+  FTRUN_RETURN_IF_ERROR(CheckTensors(tensors));
+  PendingSave p;
+  BeginSave(version, tensors, user_bytes, &p);
+  Status s = StageHost(tensors, &p);
+  if (s.ok()) s = SendManifest(&p);
+  if (!retried && s.code() == Code::kResourceExhausted) {
+    // Copy-then-hash wants room for every chunk it might copy. Before
+    // giving up, hash first so only truly changed chunks need room.
+    for (auto& [name, entry] : cache) entry.changed_last.assign(entry.changed_last.size(), false);
+    return SaveHost(version, tensors, user_bytes, stats, true);
+  }
+  if (!retried && s.code() == Code::kChunkMissing) {
     // Our cache referenced chunks the store dropped (e.g. after a restart
     // discarded their version): forget it and copy everything.
     cache.clear();
     return SaveHost(version, tensors, user_bytes, stats, true);
   }
   FTRUN_RETURN_IF_ERROR(s);
-  st.stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (stats != nullptr) *stats = st;
+  p.stats.stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stats != nullptr) *stats = p.stats;
   return Status::Ok();
 }
 
-Status Client::Impl::SendManifest(Manifest m, std::vector<CachedTensor> fresh) {
+Status Client::Impl::SendManifest(PendingSave* p) {
+  Manifest& m = p->manifest;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    for (size_t j = 0; j < m.tensors[i].chunks.size(); ++j) p->fresh[i].hashes[j] = m.tensors[i].chunks[j].hash;
+  }
   ByteWriter w;
   EncodeManifest(m, &w);
   std::string reply;
   FTRUN_RETURN_IF_ERROR(Call(MsgType::kSave, w.data(), MsgType::kSaveOk, &reply));
-  for (size_t i = 0; i < m.tensors.size(); ++i) cache[m.tensors[i].info.name] = std::move(fresh[i]);
+  for (size_t i = 0; i < m.tensors.size(); ++i) cache[m.tensors[i].info.name] = std::move(p->fresh[i]);
   return Status::Ok();
 }
 
