@@ -8,7 +8,7 @@ dir=build
 flags=()
 if [ "${1:-}" = "--sanitize" ]; then
   dir=build-asan
-  flags+=(-DFTRUN_SANITIZE=ON -DFTRUN_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug)
+  flags+=(-DFTRUN_SANITIZE=ON -DFTRUN_BUILD_PYTHON=OFF -DFTRUN_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug)
 fi
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
 ninja -C "$dir" ${FTRUN_BUILD_TARGETS:-}

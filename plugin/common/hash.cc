@@ -50,6 +50,7 @@ ChunkHash HashBytes(const void* data, size_t n) {
 }
 
 ChunkHash HashAndCopy(void* dst, const void* src, size_t n) {
+  if (n == 0) return HashBytes(src, 0);
   if (n <= kFuseBlock) {
     std::memcpy(dst, src, n);
     return HashBytes(dst, n);
