@@ -1,0 +1,434 @@
+// The CUDA save path (see device_saver.h). Unchanged chunks are found on the
+// GPU, so they never cross PCIe; changed ones are DMA'd straight into the
+// store segment, which is registered with CUDA so the copies need no bounce
+// buffer. XXH3 chunk ids are computed on the host in Wait(), once the bytes
+// have landed, so the rank's Save only pays for the fingerprint kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "plugin/client/client_impl.h"
+#include "plugin/client/device_saver.h"
+
+namespace ftrun {
+namespace {
+
+Status Cuda(cudaError_t e, const char* what, Code code = Code::kIoError) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Status(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+// One fingerprint slice: 256 threads x 8 words of 16 bytes = 32 KiB. A chunk
+// is split into many slices so even a single 4 MiB chunk fills the GPU.
+constexpr int kThreads = 256;
+constexpr int kWordsPerThread = 8;
+constexpr unsigned long long kSliceWords = kThreads * kWordsPerThread;
+constexpr unsigned long long kMaxBlocks = 1u << 16;  // grid-stride beyond this
+
+__device__ __forceinline__ unsigned long long Fmix64(unsigned long long k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return k;
+}
+
+// Little-endian either way, so a chunk fingerprints the same at any alignment.
+// Bytes past `avail` (the chunk's tail) read as zero.
+__device__ __forceinline__ void LoadWord(const unsigned char* p, unsigned long long avail, bool aligned,
+                                         unsigned long long* a, unsigned long long* b) {
+  if (aligned && avail >= 16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    *a = v.x | (static_cast<unsigned long long>(v.y) << 32);
+    *b = v.z | (static_cast<unsigned long long>(v.w) << 32);
+    return;
+  }
+  unsigned long long lo = 0, hi = 0;
+  for (int i = 0; i < 16; ++i) {
+    const unsigned long long byte = static_cast<unsigned long long>(i) < avail ? p[i] : 0;
+    if (i < 8) lo |= byte << (8 * i);
+    else hi |= byte << (8 * (i - 8));
+  }
+  *a = lo;
+  *b = hi;
+}
+
+// A chunk's fingerprint is the XOR over its words of two 64-bit mixes of
+// (word, index). XOR lets slices combine in any order (atomicXor) and the
+// index in every mix makes moved or swapped words count as changes.
+__global__ void __launch_bounds__(kThreads)
+    FingerprintKernel(const unsigned char* data, unsigned long long nbytes, unsigned long long chunk_size,
+                      unsigned long long slices_per_chunk, unsigned long long total_slices,
+                      unsigned long long* out) {
+  for (unsigned long long s = blockIdx.x; s < total_slices; s += gridDim.x) {
+    const unsigned long long chunk = s / slices_per_chunk;
+    const unsigned long long slice = s % slices_per_chunk;
+    const unsigned char* base = data + chunk * chunk_size;
+    const unsigned long long rest = nbytes - chunk * chunk_size;
+    const unsigned long long len = rest < chunk_size ? rest : chunk_size;
+    const unsigned long long words = (len + 15) / 16;
+    // A TensorRef may point into the middle of a buffer: no vector loads then.
+    const bool aligned = (reinterpret_cast<uintptr_t>(base) & 15) == 0;
+    // All loads first: keeps 8 of them in flight per thread.
+    unsigned long long a[kWordsPerThread], b[kWordsPerThread];
+#pragma unroll
+    for (int i = 0; i < kWordsPerThread; ++i) {
+      const unsigned long long w = slice * kSliceWords + static_cast<unsigned long long>(i) * kThreads + threadIdx.x;
+      a[i] = b[i] = 0;
+      if (w < words) LoadWord(base + w * 16, len - w * 16, aligned, &a[i], &b[i]);
+    }
+    unsigned long long l0 = 0, l1 = 0;
+#pragma unroll
+    for (int i = 0; i < kWordsPerThread; ++i) {
+      const unsigned long long w = slice * kSliceWords + static_cast<unsigned long long>(i) * kThreads + threadIdx.x;
+      if (w >= words) continue;
+      const unsigned long long p = w * 0x9e3779b97f4a7c15ull;  // odd: distinct per index
+      const unsigned long long x = Fmix64(a[i] ^ p ^ 0x243f6a8885a308d3ull);
+      const unsigned long long y = Fmix64(b[i] ^ (p + 0x13198a2e03707344ull));
+      l0 ^= Fmix64(x + y);
+      l1 ^= Fmix64(x ^ ((y << 29) | (y >> 35)) ^ 0xa4093822299f31d0ull);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      l0 ^= __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 ^= __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    if ((threadIdx.x & 31) == 0 && (l0 | l1) != 0) {
+      atomicXor(&out[2 * chunk], l0);
+      atomicXor(&out[2 * chunk + 1], l1);
+    }
+  }
+}
+
+struct Fingerprint {
+  unsigned long long a = 0, b = 0;
+  bool operator==(const Fingerprint& o) const { return a == o.a && b == o.b; }
+};
+static_assert(sizeof(Fingerprint) == 2 * sizeof(unsigned long long));
+
+class CudaDeviceSaver final : public DeviceSaver {
+ public:
+  CudaDeviceSaver(Client::Impl* client, int device) : client_(client), device_(device) {}
+  ~CudaDeviceSaver() override;
+  Status Init();
+  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+              SaveStats* stats) override;
+  Status Wait() override;
+
+ private:
+  // Fingerprints of a tensor's chunks, and the chunk ids they were taken
+  // with: a fingerprint match only proves a chunk unchanged if the client's
+  // cache still names the same chunk (a Load or a host save may replace it).
+  struct Known {
+    uint64_t nbytes = 0;
+    std::vector<Fingerprint> fps;
+    std::vector<ChunkHash> ids;
+  };
+  struct Copy {
+    size_t tensor, chunk;
+    uint64_t offset;
+  };
+
+  Status Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes, bool retried);
+  Status CheckPointer(const TensorRef& t) const;
+  Status LaunchFingerprints(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first, size_t total);
+  Status Fence();
+  void Drop();
+
+  // Constant after Init.
+  Client::Impl* const client_;
+  const int device_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // the producer's work at Save
+  cudaEvent_t done_ = nullptr;   // the pending save's copies
+  bool registered_ = false;
+
+  // Guarded by the Client's one-caller-at-a-time rule.
+  unsigned long long* dev_fps_ = nullptr;  // 2 words per chunk, grown as needed
+  Fingerprint* host_fps_ = nullptr;        // pinned, same capacity
+  size_t fps_capacity_ = 0;
+  std::unordered_map<std::string, Known> known_;
+  // The save whose copies may be in flight (pending_ true).
+  bool pending_ = false;
+  bool retried_ = false;
+  uint64_t version_ = 0;
+  std::string user_bytes_;
+  std::vector<TensorRef> tensors_;
+  PendingSave save_;
+  std::vector<Copy> copies_;
+  std::vector<std::vector<Fingerprint>> new_fps_;  // per tensor; empty: keep known_
+};
+
+CudaDeviceSaver::~CudaDeviceSaver() {
+  // In-flight copies write into the arena: let them land before it is
+  // unregistered (and then unmapped by the client). Errors are moot here.
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  if (registered_) (void)cudaHostUnregister(client_->arena.base());
+  if (dev_fps_ != nullptr) (void)cudaFree(dev_fps_);
+  if (host_fps_ != nullptr) (void)cudaFreeHost(host_fps_);
+  if (done_ != nullptr) (void)cudaEventDestroy(done_);
+  if (ready_ != nullptr) (void)cudaEventDestroy(ready_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+Status CudaDeviceSaver::Init() {
+  constexpr Code kU = Code::kUnavailable;
+  // Non-blocking: the side stream must not serialize with the trainer's
+  // default-stream work; it waits only on what Save hands it.
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the copy stream", kU));
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "creating an event", kU));
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event", kU));
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaHostRegister(client_->arena.base(), client_->arena.size(), cudaHostRegisterDefault),
+                             "registering the store segment with CUDA (cudaHostRegister)", kU));
+  registered_ = true;
+  return Status::Ok();
+}
+
+Status CudaDeviceSaver::CheckPointer(const TensorRef& t) const {
+  if (t.nbytes == 0) return Status::Ok();
+  const std::string where = "rank " + std::to_string(client_->rank) + ": CUDA tensor '" + t.name + "'";
+  const char* first = static_cast<const char*>(t.data);
+  for (const char* p : {first, first + (t.nbytes - 1)}) {
+    cudaPointerAttributes a{};
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // do not leave our failure for the trainer to find
+      return Status::InvalidArgument(where + ": cannot query its pointer: " + cudaGetErrorString(e));
+    }
+    if (a.type != cudaMemoryTypeDevice) {
+      return Status::InvalidArgument(where + " is not device memory (cudaMalloc'd); memory type " +
+                                     std::to_string(static_cast<int>(a.type)));
+    }
+    if (a.device != device_) {
+      return Status::InvalidArgument(where + " is on device " + std::to_string(a.device) +
+                                     ", the saver uses the current device " + std::to_string(device_));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaDeviceSaver::LaunchFingerprints(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first,
+                                           size_t total) {
+  if (total == 0) return Status::Ok();
+  if (total > fps_capacity_) {
+    if (dev_fps_ != nullptr) (void)cudaFree(dev_fps_);
+    if (host_fps_ != nullptr) (void)cudaFreeHost(host_fps_);
+    dev_fps_ = nullptr;
+    host_fps_ = nullptr;
+    fps_capacity_ = 0;
+    FTRUN_RETURN_IF_ERROR(Cuda(cudaMalloc(&dev_fps_, total * sizeof(Fingerprint)), "allocating fingerprints"));
+    FTRUN_RETURN_IF_ERROR(Cuda(cudaMallocHost(&host_fps_, total * sizeof(Fingerprint)), "allocating fingerprints"));
+    fps_capacity_ = total;
+  }
+  // The trainer wrote the tensors on the default stream (legacy, or
+  // per-thread when built that way); the side stream must see those writes.
+  for (cudaStream_t producer : {cudaStreamLegacy, cudaStreamPerThread}) {
+    FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(ready_, producer), "recording the trainer's stream"));
+    FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream_, ready_, 0), "ordering the copy stream"));
+  }
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dev_fps_, 0, total * sizeof(Fingerprint), stream_), "clearing fingerprints"));
+  const unsigned long long chunk = client_->chunk_size;
+  const unsigned long long slices_per_chunk = ((chunk + 15) / 16 + kSliceWords - 1) / kSliceWords;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (first[i] == SIZE_MAX) continue;
+    const TensorRef& t = tensors[i];
+    const unsigned long long slices = (t.nbytes + chunk - 1) / chunk * slices_per_chunk;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(std::min(slices, kMaxBlocks)));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream_;
+    FTRUN_RETURN_IF_ERROR(Cuda(cudaLaunchKernelEx(&cfg, FingerprintKernel, static_cast<const unsigned char*>(t.data),
+                                                  static_cast<unsigned long long>(t.nbytes), chunk, slices_per_chunk,
+                                                  slices, dev_fps_ + 2 * first[i]),
+                               "launching the chunk fingerprint kernel"));
+  }
+  return Cuda(cudaMemcpyAsync(host_fps_, dev_fps_, total * sizeof(Fingerprint), cudaMemcpyDeviceToHost, stream_),
+              "copying fingerprints to the host");
+}
+
+Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+                              bool retried) {
+  FTRUN_RETURN_IF_ERROR(client_->CheckTensors(tensors));
+  int current = -1;
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDevice(&current), "cudaGetDevice"));
+  if (current != device_) {
+    return Status::FailedPrecondition("rank " + std::to_string(client_->rank) + ": the CUDA saver was set up on device " +
+                                      std::to_string(device_) + ", the current device is " + std::to_string(current));
+  }
+  const uint64_t cs = client_->chunk_size;
+  std::vector<size_t> first(tensors.size(), SIZE_MAX);  // where each tensor's fingerprints land
+  size_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    if (t.device != Device::kCuda) continue;
+    FTRUN_RETURN_IF_ERROR(CheckPointer(t));
+    const CachedTensor* prev = client_->Cached(t);
+    const bool skip = prev != nullptr && t.generation != 0 && prev->generation == t.generation;
+    if (!skip && t.nbytes > 0) {
+      first[i] = total;
+      total += static_cast<size_t>((t.nbytes + cs - 1) / cs);
+    }
+  }
+  version_ = version;
+  user_bytes_.assign(user_bytes.data(), user_bytes.size());
+  tensors_ = tensors;
+  retried_ = retried;
+  client_->BeginSave(version, tensors, user_bytes, &save_);
+  // The kernels run while the host tensors are staged.
+  FTRUN_RETURN_IF_ERROR(LaunchFingerprints(tensors, first, total));
+  Status s = client_->StageHost(tensors, &save_);
+  if (s.code() == Code::kResourceExhausted) {
+    // As on the host path: hash host chunks first so only changed ones need room.
+    for (auto& [name, entry] : client_->cache) entry.changed_last.assign(entry.changed_last.size(), false);
+    client_->BeginSave(version, tensors, user_bytes, &save_);
+    s = client_->StageHost(tensors, &save_);
+  }
+  FTRUN_RETURN_IF_ERROR(s);
+  // Only the stream's small fingerprint transfer is waited for here.
+  if (total > 0) FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "fingerprinting CUDA tensors"));
+
+  SaveStats& st = save_.stats;
+  std::vector<uint64_t> lengths;
+  copies_.clear();
+  new_fps_.assign(tensors.size(), {});
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    if (t.device != Device::kCuda) continue;
+    std::vector<ChunkRef>& chunks = save_.manifest.tensors[i].chunks;
+    const CachedTensor* prev = client_->Cached(t);
+    if (first[i] == SIZE_MAX) {  // unchanged by generation (or empty)
+      for (size_t j = 0; j < chunks.size(); ++j) chunks[j].hash = prev->hashes[j];
+      st.chunks_skipped += chunks.size();
+      continue;
+    }
+    const Fingerprint* fp = host_fps_ + first[i];
+    new_fps_[i].assign(fp, fp + chunks.size());
+    auto it = known_.find(t.name);
+    const Known* old = it != known_.end() && it->second.nbytes == t.nbytes && it->second.fps.size() == chunks.size()
+                           ? &it->second
+                           : nullptr;
+    st.bytes_hashed += t.nbytes;
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      if (prev != nullptr && old != nullptr && old->fps[j] == fp[j] && old->ids[j] == prev->hashes[j]) {
+        chunks[j].hash = prev->hashes[j];
+        st.chunks_unchanged++;
+      } else {
+        copies_.push_back({i, j, kNoOffset});
+        lengths.push_back(chunks[j].length);
+      }
+    }
+  }
+  std::vector<uint64_t> offsets;
+  FTRUN_RETURN_IF_ERROR(client_->Reserve(version, lengths, &offsets));
+  for (size_t k = 0; k < copies_.size(); ++k) {
+    Copy& c = copies_[k];
+    c.offset = offsets[k];
+    const char* src = static_cast<const char*>(tensors[c.tensor].data) + c.chunk * cs;
+    FTRUN_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(client_->arena.base() + c.offset, src, lengths[k],
+                                               cudaMemcpyDeviceToHost, stream_),
+                               "queueing a device-to-host chunk copy"));
+    st.chunks_copied++;
+    st.bytes_copied += lengths[k];
+  }
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(done_, stream_), "recording the chunk copies"));
+  pending_ = true;
+  return Status::Ok();
+}
+
+Status CudaDeviceSaver::Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+                             SaveStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FTRUN_RETURN_IF_ERROR(Wait());
+  Status s = Stage(version, tensors, user_bytes, false);
+  if (!s.ok()) {
+    Drop();
+    return s;
+  }
+  save_.stats.stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stats != nullptr) *stats = save_.stats;
+  return Status::Ok();
+}
+
+Status CudaDeviceSaver::Fence() {
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(done_), "copying CUDA chunks into shared memory"));
+  for (const Copy& c : copies_) {
+    ChunkRef& ref = save_.manifest.tensors[c.tensor].chunks[c.chunk];
+    ref.hash = HashBytes(client_->arena.base() + c.offset, ref.length);
+    ref.offset = c.offset;
+    save_.fresh[c.tensor].changed_last[c.chunk] = true;
+  }
+  FTRUN_RETURN_IF_ERROR(client_->SendManifest(&save_));
+  for (size_t i = 0; i < new_fps_.size(); ++i) {
+    if (new_fps_[i].empty()) continue;
+    Known& k = known_[tensors_[i].name];
+    k.nbytes = tensors_[i].nbytes;
+    k.fps = std::move(new_fps_[i]);
+    k.ids.clear();
+    for (const ChunkRef& c : save_.manifest.tensors[i].chunks) k.ids.push_back(c.hash);
+  }
+  Drop();  // done: nothing in flight any more
+  return Status::Ok();
+}
+
+Status CudaDeviceSaver::Wait() {
+  if (!pending_) return Status::Ok();
+  Status s = Fence();
+  if (s.code() == Code::kChunkMissing && !retried_) {
+    // The store dropped a chunk we referenced by id (e.g. its version was
+    // discarded at a restart): forget what we know and copy everything,
+    // now. The tensors are still valid: the caller may not touch them
+    // before Wait returns.
+    const uint64_t version = version_;
+    const std::string user_bytes = std::move(user_bytes_);
+    const std::vector<TensorRef> tensors = std::move(tensors_);
+    Drop();
+    client_->cache.clear();
+    known_.clear();
+    s = Stage(version, tensors, user_bytes, true);
+    if (s.ok()) s = Fence();
+  }
+  if (!s.ok()) Drop();
+  return s;
+}
+
+void CudaDeviceSaver::Drop() {
+  // Copies may still be writing into extents the agent will hand out again
+  // (and fingerprints into host_fps_). Cheap when the stream is idle.
+  (void)cudaStreamSynchronize(stream_);
+  pending_ = false;
+  copies_.clear();
+  new_fps_.clear();
+  tensors_.clear();
+  user_bytes_.clear();
+  save_ = PendingSave{};
+}
+
+}  // namespace
+
+Status DeviceSaver::Create(Client::Impl* client, std::unique_ptr<DeviceSaver>* out) {
+  int count = 0;
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDeviceCount(&count), "no usable CUDA device: cudaGetDeviceCount", Code::kUnavailable));
+  if (count == 0) return Status::Unavailable("no CUDA device visible to this rank (check CUDA_VISIBLE_DEVICES)");
+  int device = -1;
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDevice(&device), "cudaGetDevice", Code::kUnavailable));
+  auto saver = std::make_unique<CudaDeviceSaver>(client, device);
+  FTRUN_RETURN_IF_ERROR(saver->Init());
+  *out = std::move(saver);
+  return Status::Ok();
+}
+
+Status DeviceSaver::CopyToDevice(void* dst, const void* src, uint64_t n) {
+  if (n == 0) return Status::Ok();
+  // Synchronous: the restore's staging buffer is freed right after, and the
+  // trainer may read the tensor from any stream.
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cudaStreamLegacy),
+                             "copying a restored tensor to the device"));
+  return Cuda(cudaStreamSynchronize(cudaStreamLegacy), "copying a restored tensor to the device");
+}
+
+}  // namespace ftrun
