@@ -10,6 +10,9 @@
 #include "plugin/common/bytes.h"
 
 namespace ftrun {
+namespace {
+constexpr int kSendStallMs = 5000;
+}  // namespace
 
 Status SendFrame(int fd, MsgType type, std::string_view payload, int pass_fd) {
   if (payload.size() > kMaxFrameBytes) return Status::InvalidArgument("message too large");
@@ -47,8 +50,12 @@ Status SendFrame(int fd, MsgType type, std::string_view payload, int pass_fd) {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
+        // A peer that stopped reading (e.g. a SIGSTOPped rank) must not
+        // wedge the agent's loop: give up after kSendStallMs.
         pollfd p{fd, POLLOUT, 0};
-        ::poll(&p, 1, 1000);
+        if (::poll(&p, 1, kSendStallMs) == 0) {
+          return Status::Timeout("peer did not read for " + std::to_string(kSendStallMs) + " ms");
+        }
         continue;
       }
       if (errno == EPIPE || errno == ECONNRESET) return Status::Unavailable("agent connection closed");

@@ -42,7 +42,8 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 12);
 
-// Sends a whole frame, blocking; EINTR and short writes are retried.
+// Sends a whole frame, blocking; EINTR and short writes are retried. On a
+// non-blocking socket it waits for room, but kTimeout after 5 s without any.
 Status SendFrame(int fd, MsgType type, std::string_view payload, int pass_fd = -1);
 
 // Receives one whole frame, blocking up to timeout_ms (-1: forever). A
