@@ -81,4 +81,26 @@ except ValueError as e:
     assert "w" in str(e), e
 expect_error(lambda: client.load(6), "FAILED_PRECONDITION", "not committed")
 
+
+# Blocking calls release the GIL: another thread keeps running while this
+# one waits for a version that will never commit.
+import threading
+
+ticks = [0]
+stop = threading.Event()
+
+
+def spin():
+    while not stop.is_set():
+        ticks[0] += 1
+
+
+t = threading.Thread(target=spin)
+t.start()
+expect_error(lambda: client.wait_committed(10 ** 9, timeout_ms=500), "TIMEOUT")
+during = ticks[0]
+stop.set()
+t.join()
+assert during > 10000, f"the GIL was held during wait_committed ({during} ticks)"
+print("PYRANK GIL OK", rank, flush=True)
 print("PYRANK OK", rank, flush=True)

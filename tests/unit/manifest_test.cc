@@ -78,3 +78,37 @@ TEST_CASE("a changed layout names the first difference", "[manifest]") {
   CHECK_THAT(CheckSameLayout(a, d).message(), Catch::Contains("'other'") && Catch::Contains("'empty'"));
   CHECK(CheckSameLayout(a, Sample()).ok());
 }
+
+TEST_CASE("random and mutated bytes never crash the manifest decoder", "[manifest]") {
+  ByteWriter w;
+  EncodeManifest(Sample(), &w);
+  const std::string good = w.data();
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  int accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes = good;
+    if (i % 2 == 0) {
+      for (int k = 0; k < 1 + static_cast<int>(next() % 4); ++k) bytes[next() % bytes.size()] = static_cast<char>(next());
+    } else {
+      bytes.resize(next() % 256);
+      for (auto& c : bytes) c = static_cast<char>(next());
+    }
+    ByteReader r(bytes);
+    Manifest m;
+    if (DecodeManifest(&r, "fuzz", &m).ok()) {
+      ++accepted;  // then it must be self-consistent
+      for (const auto& t : m.tensors) {
+        uint64_t sum = 0;
+        for (const auto& c : t.chunks) sum += c.length;
+        REQUIRE(sum == t.info.nbytes);
+      }
+    }
+  }
+  CHECK(accepted < 20000);
+}

@@ -1,0 +1,77 @@
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "launcher/agent/options.h"
+#include "launcher/agent/rank_env.h"
+
+using namespace ftrun;
+
+namespace {
+
+Status Parse(std::vector<std::string> args, AgentOptions* o) {
+  args.insert(args.begin(), "ftrun-agent");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  bool help = false;
+  return ParseAgentOptions(static_cast<int>(argv.size()), argv.data(), o, &help);
+}
+
+std::map<std::string, std::string> EnvMap(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> m;
+  for (const auto& kv : env) m[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("DeepSpeed's --world_info decodes in hostfile order", "[agent]") {
+  // base64url of {"worker-1": [0, 1], "worker-0": [2, 3, 5]}
+  std::vector<std::pair<std::string, std::vector<int>>> w;
+  REQUIRE(DecodeWorldInfo("eyJ3b3JrZXItMSI6IFswLCAxXSwgIndvcmtlci0wIjogWzIsIDMsIDVdfQ==", &w).ok());
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].first == "worker-1");
+  CHECK(w[1].second == std::vector<int>{2, 3, 5});
+  CHECK_THAT(DecodeWorldInfo("e30=", &w).message(), Catch::Contains("expected base64 of a JSON object"));
+  CHECK_THAT(DecodeWorldInfo("a$b", &w).message(), Catch::Contains("bad character '$'"));
+}
+
+TEST_CASE("the launch argv of deepspeed.launcher.launch is accepted", "[agent]") {
+  AgentOptions o;
+  REQUIRE(Parse({"--world_info=eyJ3b3JrZXItMSI6IFswLCAxXSwgIndvcmtlci0wIjogWzIsIDMsIDVdfQ==", "--node_rank=1",
+                 "--master_addr=10.0.0.1", "--master_port=29600", "--job-id", "j1", "--run-dir", "/tmp/x",
+                 "train.py", "--lr", "3"},
+                &o)
+              .ok());
+  CHECK(o.num_nodes == 2);
+  CHECK(o.local_ranks == 3);
+  CHECK(o.first_global_rank == 2);
+  CHECK(o.world_size == 5);
+  CHECK(o.command == std::vector<std::string>{"train.py", "--lr", "3"});
+  CHECK(BuildRankCommand(o, 2) == std::vector<std::string>{"python3", "-u", "train.py", "--lr", "3", "--local_rank=2"});
+  auto env = EnvMap(BuildRankEnv(o, RankIdentity{2, 4, 3, "/tmp/x/s.sock"}));
+  CHECK(env["RANK"] == "4");
+  CHECK(env["LOCAL_RANK"] == "2");
+  CHECK(env["CROSS_RANK"] == "1");
+  CHECK(env["CUDA_VISIBLE_DEVICES"] == "2,3,5");
+  CHECK(env["MASTER_ADDR"] == "10.0.0.1");
+  CHECK(env["MASTER_PORT"] == "29603");  // fresh port per restart generation
+  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
+  CHECK(env["FTRUN_AGENT_SOCKET"] == "/tmp/x/s.sock");
+}
+
+TEST_CASE("--module, --no_python and --no_local_rank shape the rank command", "[agent]") {
+  AgentOptions o;
+  REQUIRE(Parse({"--nproc", "2", "--module", "--no_local_rank", "pkg.train"}, &o).ok());
+  CHECK(BuildRankCommand(o, 0) == std::vector<std::string>{"python3", "-u", "-m", "pkg.train"});
+  REQUIRE(Parse({"--nproc", "2", "--no_python", "--", "./trainer", "--steps", "3"}, &o).ok());
+  CHECK(BuildRankCommand(o, 1) == std::vector<std::string>{"./trainer", "--steps", "3", "--local_rank=1"});
+}
+
+TEST_CASE("bad agent command lines are refused with the reason", "[agent]") {
+  AgentOptions o;
+  CHECK_THAT(Parse({"--nproc", "2"}, &o).message(), Catch::Contains("no training command"));
+  CHECK_THAT(Parse({"--nproc", "3", "--world_info", "eyJhIjogWzAsIDFdfQ==", "t.py"}, &o).message(),
+             Catch::Contains("--nproc 3 disagrees with --world_info"));
+  CHECK_THAT(Parse({"--job-id", "a b", "t.py"}, &o).message(), Catch::Contains("job id 'a b'"));
+  CHECK_THAT(Parse({"--config", "/nonexistent.yaml", "t.py"}, &o).message(), Catch::Contains("/nonexistent.yaml"));
+}
