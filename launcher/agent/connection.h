@@ -21,6 +21,7 @@ struct Connection {
   int rank = -1;        // global rank, once the hello is accepted
   int generation = -1;  // the rank generation it belongs to
   std::vector<uint64_t> pins;
+  uint64_t reserved_version = 0;  // the save its store reservations are for
 
   Status Send(MsgType type, const std::string& payload, int pass_fd = -1) const {
     return SendFrame(fd.get(), type, payload, pass_fd);

@@ -40,6 +40,10 @@ void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
     (void)conn.SendError(Status::Corruption("malformed reserve request"));
     return;
   }
+  // Reservations for another version belong to a save the rank abandoned
+  // (it failed before sending its manifest): they go now.
+  if (version != conn.reserved_version) store_->ReleaseReservations(conn.id);
+  conn.reserved_version = version;
   std::vector<uint64_t> offsets;
   Status s = store_->Reserve(conn.id, lengths, &offsets);
   if (!s.ok()) {

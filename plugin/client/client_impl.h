@@ -70,6 +70,8 @@ struct Client::Impl {
   uint64_t restore_version = 0;
 
   std::unordered_map<std::string, CachedTensor> cache;
+  // Declared after `arena`: it must be destroyed (its copies fenced, the
+  // registration undone) before the arena is unmapped.
   std::unique_ptr<DeviceSaver> device;  // created on the first CUDA save
 };
 

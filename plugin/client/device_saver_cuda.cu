@@ -52,8 +52,7 @@ __device__ __forceinline__ void LoadWord(const unsigned char* p, unsigned long l
   unsigned long long lo = 0, hi = 0;
   for (int i = 0; i < 16; ++i) {
     const unsigned long long byte = static_cast<unsigned long long>(i) < avail ? p[i] : 0;
-    if (i < 8) lo |= byte << (8 * i);
-    else hi |= byte << (8 * (i - 8));
+    (i < 8 ? lo : hi) |= byte << (8 * (i & 7));
   }
   *a = lo;
   *b = hi;
@@ -64,8 +63,7 @@ __device__ __forceinline__ void LoadWord(const unsigned char* p, unsigned long l
 // index in every mix makes moved or swapped words count as changes.
 __global__ void __launch_bounds__(kThreads)
     FingerprintKernel(const unsigned char* data, unsigned long long nbytes, unsigned long long chunk_size,
-                      unsigned long long slices_per_chunk, unsigned long long total_slices,
-                      unsigned long long* out) {
+                      unsigned long long slices_per_chunk, unsigned long long total_slices, unsigned long long* out) {
   for (unsigned long long s = blockIdx.x; s < total_slices; s += gridDim.x) {
     const unsigned long long chunk = s / slices_per_chunk;
     const unsigned long long slice = s % slices_per_chunk;
@@ -137,6 +135,7 @@ class CudaDeviceSaver final : public DeviceSaver {
   Status Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes, bool retried);
   Status CheckPointer(const TensorRef& t) const;
   Status LaunchFingerprints(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first, size_t total);
+  Status QueueCopies(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first);
   Status Fence();
   void Drop();
 
@@ -180,7 +179,8 @@ Status CudaDeviceSaver::Init() {
   constexpr Code kU = Code::kUnavailable;
   // Non-blocking: the side stream must not serialize with the trainer's
   // default-stream work; it waits only on what Save hands it.
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the copy stream", kU));
+  FTRUN_RETURN_IF_ERROR(
+      Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the copy stream", kU));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "creating an event", kU));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event", kU));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaHostRegister(client_->arena.base(), client_->arena.size(), cudaHostRegisterDefault),
@@ -231,7 +231,8 @@ Status CudaDeviceSaver::LaunchFingerprints(const std::vector<TensorRef>& tensors
     FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(ready_, producer), "recording the trainer's stream"));
     FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream_, ready_, 0), "ordering the copy stream"));
   }
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(dev_fps_, 0, total * sizeof(Fingerprint), stream_), "clearing fingerprints"));
+  FTRUN_RETURN_IF_ERROR(
+      Cuda(cudaMemsetAsync(dev_fps_, 0, total * sizeof(Fingerprint), stream_), "clearing fingerprints"));
   const unsigned long long chunk = client_->chunk_size;
   const unsigned long long slices_per_chunk = ((chunk + 15) / 16 + kSliceWords - 1) / kSliceWords;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -257,8 +258,9 @@ Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& te
   int current = -1;
   FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDevice(&current), "cudaGetDevice"));
   if (current != device_) {
-    return Status::FailedPrecondition("rank " + std::to_string(client_->rank) + ": the CUDA saver was set up on device " +
-                                      std::to_string(device_) + ", the current device is " + std::to_string(current));
+    return Status::FailedPrecondition("rank " + std::to_string(client_->rank) +
+                                      ": the CUDA saver was set up on device " + std::to_string(device_) +
+                                      ", the current device is " + std::to_string(current));
   }
   const uint64_t cs = client_->chunk_size;
   std::vector<size_t> first(tensors.size(), SIZE_MAX);  // where each tensor's fingerprints land
@@ -291,7 +293,15 @@ Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& te
   FTRUN_RETURN_IF_ERROR(s);
   // Only the stream's small fingerprint transfer is waited for here.
   if (total > 0) FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "fingerprinting CUDA tensors"));
+  FTRUN_RETURN_IF_ERROR(QueueCopies(tensors, first));
+  pending_ = true;
+  return Status::Ok();
+}
 
+// Device chunks: referenced by id when skipped or unchanged, else queued for
+// copying into a reserved extent (their ids come in Fence).
+Status CudaDeviceSaver::QueueCopies(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first) {
+  const uint64_t cs = client_->chunk_size;
   SaveStats& st = save_.stats;
   std::vector<uint64_t> lengths;
   copies_.clear();
@@ -324,20 +334,18 @@ Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& te
     }
   }
   std::vector<uint64_t> offsets;
-  FTRUN_RETURN_IF_ERROR(client_->Reserve(version, lengths, &offsets));
+  FTRUN_RETURN_IF_ERROR(client_->Reserve(save_.manifest.version, lengths, &offsets));
   for (size_t k = 0; k < copies_.size(); ++k) {
     Copy& c = copies_[k];
     c.offset = offsets[k];
     const char* src = static_cast<const char*>(tensors[c.tensor].data) + c.chunk * cs;
-    FTRUN_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(client_->arena.base() + c.offset, src, lengths[k],
-                                               cudaMemcpyDeviceToHost, stream_),
-                               "queueing a device-to-host chunk copy"));
+    FTRUN_RETURN_IF_ERROR(
+        Cuda(cudaMemcpyAsync(client_->arena.base() + c.offset, src, lengths[k], cudaMemcpyDeviceToHost, stream_),
+             "queueing a device-to-host chunk copy"));
     st.chunks_copied++;
     st.bytes_copied += lengths[k];
   }
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(done_, stream_), "recording the chunk copies"));
-  pending_ = true;
-  return Status::Ok();
+  return Cuda(cudaEventRecord(done_, stream_), "recording the chunk copies");
 }
 
 Status CudaDeviceSaver::Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
@@ -412,7 +420,8 @@ void CudaDeviceSaver::Drop() {
 
 Status DeviceSaver::Create(Client::Impl* client, std::unique_ptr<DeviceSaver>* out) {
   int count = 0;
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDeviceCount(&count), "no usable CUDA device: cudaGetDeviceCount", Code::kUnavailable));
+  FTRUN_RETURN_IF_ERROR(
+      Cuda(cudaGetDeviceCount(&count), "no usable CUDA device: cudaGetDeviceCount", Code::kUnavailable));
   if (count == 0) return Status::Unavailable("no CUDA device visible to this rank (check CUDA_VISIBLE_DEVICES)");
   int device = -1;
   FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDevice(&device), "cudaGetDevice", Code::kUnavailable));

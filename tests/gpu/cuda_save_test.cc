@@ -1,9 +1,9 @@
 // cuda_save_test: the CUDA save path end to end, on a real GPU and a real
 // agent. Run plainly, it starts <build>/ftrun-agent with itself as the one
 // rank (--rank-mode) and returns the agent's exit code. The rank saves CUDA
-// and host tensors three times, checks from SaveStats that only changed
+// and host tensors four times, checks from SaveStats that only changed
 // chunks were copied, then restores the latest version with Read and
-// ReadToDevice and compares with the live device memory.
+// ReadToDevice and compares with the live memory.
 //
 // Exit codes: 0 passed, 1 failed, 77 skipped (no usable CUDA device; CTest's
 // SKIP_RETURN_CODE), anything else: the agent's own failure.
@@ -34,8 +34,10 @@ constexpr int kCommitTimeoutMs = 60000;
 bool HaveDevice(std::string* why) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-  else if (count == 0) *why = "cudaGetDeviceCount found 0 devices";
+  if (e != cudaSuccess)
+    *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  else if (count == 0)
+    *why = "cudaGetDeviceCount found 0 devices";
   return e == cudaSuccess && count > 0;
 }
 
@@ -52,9 +54,7 @@ struct Checker {
   void Expect(bool cond, const std::string& what) {
     if (ok() && !cond) failure = what;
   }
-  void Cuda(cudaError_t e, const std::string& what) {
-    Expect(e == cudaSuccess, what + ": " + cudaGetErrorString(e));
-  }
+  void Cuda(cudaError_t e, const std::string& what) { Expect(e == cudaSuccess, what + ": " + cudaGetErrorString(e)); }
   void Ftrun(const ftrun::Status& s, const std::string& what) { Expect(s.ok(), what + ": " + s.ToString()); }
 };
 
@@ -130,7 +130,8 @@ int RankMain() {
 
   // A host pointer passed as CUDA memory is refused before anything is sent.
   {
-    std::vector<ftrun::TensorRef> wrong = {ref("a", ftrun::DType::kFloat32, h.data(), host_bytes, ftrun::Device::kCuda)};
+    std::vector<ftrun::TensorRef> wrong = {
+        ref("a", ftrun::DType::kFloat32, h.data(), host_bytes, ftrun::Device::kCuda)};
     ftrun::Status s = client->Save(1, wrong, "", nullptr);
     c.Expect(s.code() == ftrun::Code::kInvalidArgument, "a host pointer saved as CUDA memory gave " + s.ToString());
   }
@@ -147,7 +148,12 @@ int RankMain() {
   tensors[0].generation = 5;
   ftrun::SaveStats s2;
   save(2, &s2);
-  c.Expect(s2.chunks_copied == 1 && s2.bytes_copied == ChunkLen(big, cs, ja), "v2 (one chunk of a changed): " + Describe(s2));
+  c.Expect(s2.chunks_copied == 1 && s2.bytes_copied == ChunkLen(big, cs, ja),
+           "v2 (one chunk of a changed): " + Describe(s2));
+  // Held open (pinned) to be read after v3: see v4.
+  std::unique_ptr<ftrun::Snapshot> old;
+  c.Ftrun(client->Load(2, &old), "Load v2");
+  if (!c.ok()) return Fail(c.failure);
 
   // v3: a is skipped by generation; one float in b's first chunk and the
   // last byte of odd (its short tail chunk) change.
@@ -163,19 +169,30 @@ int RankMain() {
   c.Expect(s3.chunks_skipped == a_chunks && s3.chunks_copied == 2 &&
                s3.bytes_copied == ChunkLen(big, cs, 0) + ChunkLen(odd_bytes, cs, odd_last),
            "v3 (b chunk 0 and odd's tail changed, a skipped): " + Describe(s3));
+
+  // v4: nothing changed on the GPU, but reading b from v2 told the client
+  // b's chunk 0 is v2's. The fingerprint still matches v3's, so only the
+  // saver's check of the chunk id catches it: that chunk must be copied.
+  std::vector<char> scratch(big);
+  c.Ftrun(old->Read("b", scratch.data(), big), "Read b from v2");
+  old.reset();
+  ftrun::SaveStats s4;
+  save(4, &s4);
+  c.Expect(s4.chunks_copied == 1 && s4.bytes_copied == ChunkLen(big, cs, 0),
+           "v4 (b's chunk 0 known as v2's): " + Describe(s4));
   if (!c.ok()) return Fail(c.failure);
 
   // Restore the latest version and compare with what is live.
   std::unique_ptr<ftrun::Snapshot> snap;
   st = client->Load(ftrun::Client::kLatest, &snap);
   if (!st.ok()) return Fail("Load: " + st.ToString());
-  c.Expect(snap->version() == 3 && snap->user_bytes() == "step=3",
+  c.Expect(snap->version() == 4 && snap->user_bytes() == "step=4",
            "Load gave version " + std::to_string(snap->version()) + " '" + snap->user_bytes() + "'");
   for (const ftrun::TensorRef& t : tensors) {
-    const std::vector<char> live = t.device == ftrun::Device::kCuda
-                                       ? ToHost(&c, t.data, t.nbytes)
-                                       : std::vector<char>(static_cast<const char*>(t.data),
-                                                           static_cast<const char*>(t.data) + t.nbytes);
+    const std::vector<char> live =
+        t.device == ftrun::Device::kCuda
+            ? ToHost(&c, t.data, t.nbytes)
+            : std::vector<char>(static_cast<const char*>(t.data), static_cast<const char*>(t.data) + t.nbytes);
     std::vector<char> read(t.nbytes);
     c.Ftrun(snap->Read(t.name, read.data(), t.nbytes), "Read " + t.name);
     c.Expect(read == live, "Read '" + t.name + "' differs from the live tensor");
@@ -191,8 +208,8 @@ int RankMain() {
   (void)cudaFree(b);
   (void)cudaFree(odd_buf);
   if (!c.ok()) return Fail(c.failure);
-  std::printf("CUDA SAVE TEST OK (v1 %s; v2 %s; v3 %s)\n", Describe(s1).c_str(), Describe(s2).c_str(),
-              Describe(s3).c_str());
+  std::printf("CUDA SAVE TEST OK (v1 %s; v2 %s; v3 %s; v4 %s)\n", Describe(s1).c_str(), Describe(s2).c_str(),
+              Describe(s3).c_str(), Describe(s4).c_str());
   return 0;
 }
 
@@ -210,8 +227,9 @@ int RunUnderAgent() {
   // versions it already saved. A small store keeps the host registration cheap.
   const std::string config = std::string(dir) + "/ftrun.yaml";
   std::ofstream(config) << "job:\n  max_restarts: 0\nstore:\n  memory_budget: 256MiB\n";
-  std::vector<std::string> args = {agent,  "--config", config, "--nproc", "1", "--job-id", "cuda-test", "--run-dir",
-                                   dir, "--no_python", "--no_local_rank", "--", self, "--rank-mode"};
+  std::vector<std::string> args = {
+      agent,       "--config", config,        "--nproc",         "1",  "--job-id", "cuda-test",
+      "--run-dir", dir,        "--no_python", "--no_local_rank", "--", self,       "--rank-mode"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -236,7 +254,8 @@ int RunUnderAgent() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool rank_mode = (argc > 1 && std::strcmp(argv[1], "--rank-mode") == 0) || std::getenv("FTRUN_AGENT_SOCKET") != nullptr;
+  const bool rank_mode =
+      (argc > 1 && std::strcmp(argv[1], "--rank-mode") == 0) || std::getenv("FTRUN_AGENT_SOCKET") != nullptr;
   if (rank_mode) return RankMain();
   std::string why;
   if (!HaveDevice(&why)) {
