@@ -1,5 +1,6 @@
 #include "launcher/agent/agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -79,7 +80,7 @@ Status Agent::Setup() {
     ranks.push_back(s.global_rank);
   }
   tracker_ = std::make_unique<LocalCommitTracker>(ranks);
-  service_ = std::make_unique<StoreService>(store_.get(), tracker_.get());
+  service_ = std::make_unique<StoreService>(store_.get(), tracker_.get(), c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t) {
     if (RankSlot* s = SlotByRank(rank)) RankEvent(*s, &RankSlot::first_step);
   };
@@ -96,6 +97,7 @@ Status Agent::Setup() {
   its.it_value = its.it_interval;
   ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr);
   FTRUN_RETURN_IF_ERROR(ListenUnix(lock_.socket_path(), &listen_));
+  spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_.valid()) return Status::FromErrno("epoll_create1", errno);
   FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), listen_.get(), kListenTag));
@@ -146,7 +148,18 @@ void Agent::Loop() {
 void Agent::Accept() {
   while (true) {
     UniqueFd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!fd.valid()) return;  // EAGAIN or a transient error
+    if (!fd.valid()) {
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: refuse the pending connection (free the spare
+        // fd, accept, close) rather than spin on a readable listen socket.
+        spare_fd_.Reset();
+        UniqueFd drop(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        FTRUN_LOG_ERROR("out of file descriptors: refused a connection");
+        continue;
+      }
+      return;  // EAGAIN, or a transient error such as ECONNABORTED
+    }
     PeerCredentials cred{};
     Status s = GetPeerCredentials(fd.get(), &cred);
     if (!s.ok() || cred.uid != ::getuid()) {
@@ -173,6 +186,7 @@ void Agent::Readable(uint64_t conn_id) {
   // Frames that arrived before a close still count (e.g. a last save).
   while (conns_.count(conn_id) && conn.reader.Next(&type, &payload)) Dispatch(conn, type, payload);
   if (!conns_.count(conn_id)) return;
+  if (conn.broken) return Close(conn_id, "a send to it failed");
   if (!conn.reader.status().ok()) return Close(conn_id, conn.reader.status().message());
   if (!read.ok()) Close(conn_id, read.message());
 }

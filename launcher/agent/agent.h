@@ -49,7 +49,8 @@ class Agent {
   struct RankSlot {
     int local_rank = 0;
     int global_rank = 0;
-    pid_t pid = 0;  // process group leader; 0 when not running
+    pid_t pid = 0;   // the rank's process; 0 once it exited
+    pid_t pgid = 0;  // its process group: may outlive it (its children)
     bool finished = false;  // exited 0
     uint64_t conn_id = 0;   // live connection, 0 if none
     Clock::time_point last_progress;
@@ -78,6 +79,8 @@ class Agent {
   void SpawnGeneration();
   void BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit);
   void FinishStop();
+  // SIGKILLs what is left of every rank's process group and reaps it.
+  void KillLeftovers();
   void RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field);
   void WriteStatus();
   RankSlot* SlotByRank(int global_rank);
@@ -96,6 +99,7 @@ class Agent {
   std::unique_ptr<CommitTracker> tracker_;
   std::unique_ptr<StoreService> service_;
   UniqueFd epoll_, listen_, signal_fd_, timer_fd_;
+  UniqueFd spare_fd_;  // given up to refuse a connection when out of fds
   std::map<uint64_t, std::unique_ptr<Connection>> conns_;
   uint64_t next_conn_id_ = 16;  // ids below are the fixed event sources
   std::vector<RankSlot> slots_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "launcher/agent/agent.h"
@@ -32,6 +33,7 @@ void Agent::SpawnGeneration() {
     s.last_progress = now;
     s.connected = s.restored = s.first_step = Clock::time_point{};
     Status st = SpawnProcess(spec, &s.pid);
+    s.pgid = s.pid;
     if (!st.ok()) {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
       s.pid = 0;
@@ -101,6 +103,7 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
     bool all = true;
     for (const RankSlot& s : slots_) all &= s.finished;
     if (all) {
+      KillLeftovers();
       FTRUN_LOG_INFO("all {} ranks finished; last committed version {}", slots_.size(),
                      service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
       exit_code_ = 0;
@@ -140,21 +143,16 @@ void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<
   for (uint64_t id : ids) Close(id, "generation stopped");
   bool any = false;
   for (RankSlot& s : slots_) {
-    if (s.pid != 0) {
-      SignalGroup(s.pid, SIGTERM);
-      any = true;
-    }
+    SignalGroup(s.pgid, SIGTERM);  // the group even when its leader is gone
+    any |= s.pid != 0;
   }
   status_dirty_ = true;
   if (!any) FinishStop();
 }
 
 void Agent::FinishStop() {
+  KillLeftovers();
   auto now = Clock::now();
-  // Leftovers of the ranks' process trees.
-  for (RankSlot& s : slots_) {
-    if (s.pid != 0) SignalGroup(s.pid, SIGKILL);
-  }
   service_->DiscardUncommitted();
   if (stop_cause_ == StopCause::kShutdown) {
     if (shutdown_signal_ != 0) exit_code_ = 128 + shutdown_signal_;
@@ -179,13 +177,50 @@ void Agent::FinishStop() {
   SpawnGeneration();
 }
 
+void Agent::KillLeftovers() {
+  // A new generation must not start beside processes of the old one (they
+  // hold the old rendezvous, GPU memory, the store mapping). Children of the
+  // ranks are reparented to us (subreaper), so we can reap them here.
+  auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (RankSlot& s : slots_) SignalGroup(s.pgid, SIGKILL);
+  while (true) {
+    pid_t pid;
+    ExitInfo info;
+    while (ReapOne(&pid, &info)) {
+      for (RankSlot& s : slots_) {
+        if (s.pid == pid) s.pid = 0;
+      }
+    }
+    bool left = false;
+    for (RankSlot& s : slots_) {
+      if (s.pgid != 0 && ::kill(-s.pgid, 0) == 0) left = true;
+      else s.pgid = 0;
+    }
+    if (!left) return;
+    if (Clock::now() > deadline) {
+      FTRUN_LOG_WARN("processes of a stopped rank survive SIGKILL for 2 s (uninterruptible I/O?); going on");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 void Agent::Tick() {
   uint64_t expirations;
   while (::read(timer_fd_.get(), &expirations, sizeof(expirations)) > 0) {
   }
   auto now = Clock::now();
   service_->Tick(now);
+  std::vector<uint64_t> broken;
+  for (const auto& [id, conn] : conns_) {
+    if (conn->broken) broken.push_back(id);
+  }
+  for (uint64_t id : broken) Close(id, "a send to it failed");
   if (state_ == State::kRunning) {
+    for (RankSlot& s : slots_) {
+      // Blocked in WaitCommitted on slower ranks is waiting, not hanging.
+      if (s.conn_id != 0 && service_->Waiting(*conns_.at(s.conn_id))) s.last_progress = now;
+    }
     for (RankSlot& s : slots_) {
       if (s.pid == 0 || s.finished || now - s.last_progress <= o_.config.job.hang_timeout) continue;
       std::string reason = "rank " + std::to_string(s.global_rank) + " hung: no progress for " +
@@ -197,10 +232,8 @@ void Agent::Tick() {
   } else if (state_ == State::kStopping && !killed_hard_ && now >= stop_deadline_) {
     killed_hard_ = true;
     for (RankSlot& s : slots_) {
-      if (s.pid != 0) {
-        FTRUN_LOG_WARN("rank {} did not stop within job.stop_grace: SIGKILL", s.global_rank);
-        SignalGroup(s.pid, SIGKILL);
-      }
+      if (s.pid != 0) FTRUN_LOG_WARN("rank {} did not stop within job.stop_grace: SIGKILL", s.global_rank);
+      SignalGroup(s.pgid, SIGKILL);
     }
   }
   if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;

@@ -21,10 +21,14 @@ struct Connection {
   int rank = -1;        // global rank, once the hello is accepted
   int generation = -1;  // the rank generation it belongs to
   std::vector<uint64_t> pins;
-  uint64_t reserved_version = 0;  // the save its store reservations are for
+  // The first failure sticks: after a send fails the connection is closed.
+  mutable bool broken = false;
 
   Status Send(MsgType type, const std::string& payload, int pass_fd = -1) const {
-    return SendFrame(fd.get(), type, payload, pass_fd);
+    if (broken) return Status::Unavailable("connection already failed");
+    Status s = SendFrame(fd.get(), type, payload, pass_fd);
+    if (!s.ok()) broken = true;  // a frame may be half sent: the stream is unusable
+    return s;
   }
   Status SendError(const Status& s) const { return Send(MsgType::kError, EncodeError(s)); }
 };

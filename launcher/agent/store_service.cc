@@ -16,7 +16,15 @@ void SendCommitted(const Connection& conn, uint64_t version) {
 
 }  // namespace
 
-StoreService::StoreService(SnapshotStore* store, CommitTracker* tracker) : store_(store), tracker_(tracker) {}
+StoreService::StoreService(SnapshotStore* store, CommitTracker* tracker, uint64_t chunk_size)
+    : store_(store), tracker_(tracker), chunk_size_(chunk_size) {}
+
+bool StoreService::Waiting(const Connection& conn) const {
+  for (const Waiter& w : waiters_) {
+    if (w.conn == &conn) return true;
+  }
+  return false;
+}
 
 bool StoreService::Handle(Connection& conn, MsgType type, const std::string& payload) {
   switch (type) {
@@ -33,6 +41,7 @@ bool StoreService::Handle(Connection& conn, MsgType type, const std::string& pay
 void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
   ByteReader r(payload);
   uint64_t version = r.Get<uint64_t>();
+  bool first = r.Get<uint8_t>() != 0;
   uint32_t n = r.GetCount(8);
   std::vector<uint64_t> lengths(n);
   for (auto& len : lengths) len = r.Get<uint64_t>();
@@ -40,10 +49,17 @@ void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
     (void)conn.SendError(Status::Corruption("malformed reserve request"));
     return;
   }
-  // Reservations for another version belong to a save the rank abandoned
-  // (it failed before sending its manifest): they go now.
-  if (version != conn.reserved_version) store_->ReleaseReservations(conn.id);
-  conn.reserved_version = version;
+  for (uint64_t len : lengths) {
+    if (len == 0 || len > chunk_size_) {
+      (void)conn.SendError(Status::InvalidArgument("reserve request for a " + std::to_string(len) +
+                                                   "-byte chunk; chunks are 1.." + std::to_string(chunk_size_) +
+                                                   " bytes"));
+      return;
+    }
+  }
+  // The first reservation of a save attempt: whatever an abandoned attempt
+  // (failed before its manifest was sent) still holds goes now.
+  if (first) store_->ReleaseReservations(conn.id);
   std::vector<uint64_t> offsets;
   Status s = store_->Reserve(conn.id, lengths, &offsets);
   if (!s.ok()) {
@@ -64,6 +80,14 @@ void StoreService::HandleSave(Connection& conn, const std::string& payload) {
   if (s.ok() && m.rank != conn.rank) {
     s = Status::InvalidArgument("a manifest for rank " + std::to_string(m.rank) + " came from rank " +
                                 std::to_string(conn.rank));
+  }
+  for (const auto& t : m.tensors) {
+    for (const auto& c : t.chunks) {
+      if (s.ok() && (c.length == 0 || c.length > chunk_size_)) {
+        s = Status::InvalidArgument("tensor '" + t.info.name + "' has a " + std::to_string(c.length) +
+                                    "-byte chunk; chunks are 1.." + std::to_string(chunk_size_) + " bytes");
+      }
+    }
   }
   const uint64_t version = m.version;
   if (s.ok()) s = store_->AddManifest(conn.id, std::move(m));
@@ -100,6 +124,10 @@ void StoreService::Committed(uint64_t version) {
 void StoreService::HandleLoad(Connection& conn, const std::string& payload) {
   ByteReader r(payload);
   uint64_t version = r.Get<uint64_t>();
+  if (!r.ok()) {
+    (void)conn.SendError(Status::Corruption("malformed load request"));
+    return;
+  }
   auto committed = tracker_->last_committed();
   if (version == ~0ull) {
     if (!committed) {
@@ -130,6 +158,7 @@ void StoreService::HandleLoad(Connection& conn, const std::string& payload) {
 void StoreService::HandleLoadDone(Connection& conn, const std::string& payload) {
   ByteReader r(payload);
   uint64_t version = r.Get<uint64_t>();
+  if (!r.ok()) return;
   auto it = std::find(conn.pins.begin(), conn.pins.end(), version);
   if (it == conn.pins.end()) return;
   conn.pins.erase(it);
@@ -154,6 +183,10 @@ void StoreService::HandleWaitCommitted(Connection& conn, const std::string& payl
   ByteReader r(payload);
   uint64_t version = r.Get<uint64_t>();
   int32_t timeout_ms = r.Get<int32_t>();
+  if (!r.ok()) {
+    (void)conn.SendError(Status::Corruption("malformed wait request"));
+    return;
+  }
   auto committed = tracker_->last_committed();
   if (committed && *committed >= version) {
     SendCommitted(conn, *committed);

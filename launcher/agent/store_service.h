@@ -22,7 +22,8 @@ class StoreService {
  public:
   using Clock = std::chrono::steady_clock;
 
-  StoreService(SnapshotStore* store, CommitTracker* tracker);
+  // chunk_size: the largest chunk a rank may reserve or reference.
+  StoreService(SnapshotStore* store, CommitTracker* tracker, uint64_t chunk_size);
 
   // Handles one store request; false for a message type it does not own.
   // Replies (or errors) are sent on conn.
@@ -33,6 +34,8 @@ class StoreService {
   void Tick(Clock::time_point now);
   // A generation failed: drop every uncommitted version.
   void DiscardUncommitted();
+  // The rank behind conn is blocked waiting for a commit (not hung).
+  bool Waiting(const Connection& conn) const;
 
   std::optional<uint64_t> last_committed() const { return tracker_->last_committed(); }
   // Called after each accepted save: (rank, version).
@@ -57,6 +60,7 @@ class StoreService {
 
   SnapshotStore* store_;
   CommitTracker* tracker_;
+  const uint64_t chunk_size_;
   std::list<Waiter> waiters_;
 };
 

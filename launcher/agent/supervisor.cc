@@ -45,6 +45,7 @@ Status SpawnProcess(const SpawnSpec& spec, pid_t* pid) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks signals for signalfd
+    ::signal(SIGPIPE, SIG_DFL);                  // and ignores SIGPIPE; exec keeps that
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);

@@ -1,5 +1,8 @@
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 
 #include "ftrun/client.h"
@@ -25,14 +28,32 @@ Client::Impl::~Impl() = default;
 
 Status Client::Impl::Call(MsgType type, const std::string& payload, MsgType expect, std::string* reply,
                           int timeout_ms) {
-  FTRUN_RETURN_IF_ERROR(SendFrame(sock.get(), type, payload));
-  MsgType got;
-  FTRUN_RETURN_IF_ERROR(RecvFrame(sock.get(), timeout_ms, &got, reply));
-  if (got == MsgType::kError) return DecodeError(*reply);
-  if (got != expect) {
-    return Status::Corruption("unexpected reply " + std::to_string(static_cast<int>(got)) + " from the agent");
+  if (!broken.ok()) return broken;
+  Status s = SendFrame(sock.get(), type, payload);
+  MsgType got = MsgType::kError;
+  if (s.ok()) s = RecvFrame(sock.get(), timeout_ms, &got, reply);
+  if (s.ok() && got != expect && got != MsgType::kError) {
+    s = Status::Corruption("unexpected reply " + std::to_string(static_cast<int>(got)) + " from the agent");
   }
+  if (!s.ok()) {
+    // The first failure sticks: a late or half-read reply would otherwise
+    // be taken as the answer to the next request.
+    broken = s.Annotate("connection to the agent failed");
+    sock.Reset();
+    return broken;
+  }
+  if (got == MsgType::kError) return DecodeError(*reply);
   return Status::Ok();
+}
+
+Status Client::Impl::Notify(MsgType type, const std::string& payload) {
+  if (!broken.ok()) return broken;
+  Status s = SendFrame(sock.get(), type, payload);
+  if (!s.ok()) {
+    broken = s.Annotate("connection to the agent failed");
+    sock.Reset();
+  }
+  return s;
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -75,7 +96,13 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   impl->has_restore = r.Get<uint8_t>() != 0;
   impl->restore_version = r.Get<uint64_t>();
   if (!r.ok()) return Status::Corruption("malformed hello reply from the agent");
-  FTRUN_RETURN_IF_ERROR(Arena::Attach(std::move(memfd), impl->job_id, &impl->arena));
+  // A rank that knows its job checks the segment header against it.
+  if (!expected_job.empty() && impl->job_id != expected_job) {
+    return Status::FailedPrecondition("agent at " + path + " serves job '" + impl->job_id + "', this rank is in job '" +
+                                      expected_job + "'");
+  }
+  FTRUN_RETURN_IF_ERROR(Arena::Attach(std::move(memfd), expected_job.empty() ? impl->job_id : expected_job,
+                                      &impl->arena));
   // The mapping is not populated: a rank maps the whole node store but only
   // ever touches its own extents (and the chunks it restores), so page
   // tables fill in as it goes and stay small.
@@ -113,8 +140,9 @@ Status Client::WaitCommitted(uint64_t version, int timeout_ms) {
   w.Put<uint64_t>(version);
   w.Put<int32_t>(timeout_ms);
   std::string reply;
-  return impl_->Call(MsgType::kWaitCommitted, w.data(), MsgType::kCommitted, &reply,
-                     timeout_ms < 0 ? -1 : timeout_ms + 5000);
+  // The agent answers at timeout_ms; our own deadline is only a backstop.
+  const int64_t backstop = timeout_ms < 0 ? -1 : std::min<int64_t>(int64_t{timeout_ms} + 30000, INT32_MAX);
+  return impl_->Call(MsgType::kWaitCommitted, w.data(), MsgType::kCommitted, &reply, static_cast<int>(backstop));
 }
 
 Status Client::ListVersions(VersionList* out) {
@@ -133,7 +161,7 @@ Status Client::ListVersions(VersionList* out) {
 Status Client::ReportProgress(uint64_t step) {
   ByteWriter w;
   w.Put<uint64_t>(step);
-  return SendFrame(impl_->sock.get(), MsgType::kProgress, w.data());
+  return impl_->Notify(MsgType::kProgress, w.data());
 }
 
 }  // namespace ftrun

@@ -32,14 +32,18 @@ struct PendingSave {
   Manifest manifest;
   std::vector<CachedTensor> fresh;  // cache entries once the save is accepted
   SaveStats stats;
+  bool reserved = false;  // a reservation was made for this attempt
 };
 
 struct Client::Impl {
   ~Impl();
 
   // Sends a request and waits for `expect` (or kError, returned as Status).
+  // After a transport failure every later call fails with it (`broken`).
   Status Call(MsgType type, const std::string& payload, MsgType expect, std::string* reply,
               int timeout_ms = -1);
+  // Sends a request that has no reply.
+  Status Notify(MsgType type, const std::string& payload);
   // The host save path (save.cc), also the building blocks of the CUDA one.
   Status SaveHost(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
                   SaveStats* stats, bool retried);
@@ -49,8 +53,10 @@ struct Client::Impl {
   // set, hashes and offsets not yet).
   void BeginSave(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
                  PendingSave* p) const;
-  // Reserves one store extent per length (kResourceExhausted when full).
-  Status Reserve(uint64_t version, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets);
+  // Reserves one store extent per length for p (kResourceExhausted when
+  // full). The first reservation of a save attempt tells the agent to drop
+  // whatever an abandoned attempt still holds.
+  Status Reserve(PendingSave* p, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets);
   // Fills p's chunks of every host tensor: skipped by generation, found
   // unchanged by hash, or copied into a reserved extent.
   Status StageHost(const std::vector<TensorRef>& tensors, PendingSave* p);
@@ -69,6 +75,7 @@ struct Client::Impl {
   bool has_restore = false;
   uint64_t restore_version = 0;
 
+  Status broken;  // the first transport failure; sticks
   std::unordered_map<std::string, CachedTensor> cache;
   // Declared after `arena`: it must be destroyed (its copies fenced, the
   // registration undone) before the arena is unmapped.

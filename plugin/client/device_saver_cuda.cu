@@ -334,7 +334,7 @@ Status CudaDeviceSaver::QueueCopies(const std::vector<TensorRef>& tensors, const
     }
   }
   std::vector<uint64_t> offsets;
-  FTRUN_RETURN_IF_ERROR(client_->Reserve(save_.manifest.version, lengths, &offsets));
+  FTRUN_RETURN_IF_ERROR(client_->Reserve(&save_, lengths, &offsets));
   for (size_t k = 0; k < copies_.size(); ++k) {
     Copy& c = copies_[k];
     c.offset = offsets[k];

@@ -29,15 +29,16 @@ Status Client::Impl::CheckTensors(const std::vector<TensorRef>& tensors) const {
     if (t.name.empty()) return Status::InvalidArgument("rank " + std::to_string(rank) + ": a tensor has an empty name");
     if (!names.insert(t.name).second) return Status::InvalidArgument(where + " is given twice");
     if (DTypeSize(t.dtype) == 0) return Status::InvalidArgument(where + " has an unknown dtype");
-    uint64_t elems = 1;
+    uint64_t bytes = DTypeSize(t.dtype);
     for (int64_t d : t.shape) {
       if (d < 0) return Status::InvalidArgument(where + " has a negative dimension");
-      elems *= static_cast<uint64_t>(d);
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+        return Status::InvalidArgument(where + ": shape " + ShapeString(t.shape) + " overflows 64 bits");
+      }
     }
-    if (elems * DTypeSize(t.dtype) != t.nbytes) {
+    if (bytes != t.nbytes) {
       return Status::InvalidArgument(where + ": shape " + ShapeString(t.shape) + " of " + DTypeName(t.dtype) +
-                                     " is " + std::to_string(elems * DTypeSize(t.dtype)) + " bytes, nbytes is " +
-                                     std::to_string(t.nbytes));
+                                     " is " + std::to_string(bytes) + " bytes, nbytes is " + std::to_string(t.nbytes));
     }
     if (t.nbytes > 0 && t.data == nullptr) return Status::InvalidArgument(where + " has no data pointer");
   }
@@ -59,6 +60,7 @@ void Client::Impl::BeginSave(uint64_t version, const std::vector<TensorRef>& ten
   p->manifest.tensors.resize(tensors.size());
   p->fresh.assign(tensors.size(), CachedTensor{});
   p->stats = SaveStats{};
+  p->reserved = false;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorRef& t = tensors[i];
     TensorManifest& tm = p->manifest.tensors[i];
@@ -76,11 +78,13 @@ void Client::Impl::BeginSave(uint64_t version, const std::vector<TensorRef>& ten
   }
 }
 
-Status Client::Impl::Reserve(uint64_t version, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets) {
+Status Client::Impl::Reserve(PendingSave* p, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets) {
   offsets->clear();
   if (lengths.empty()) return Status::Ok();
   ByteWriter w;
-  w.Put<uint64_t>(version);
+  w.Put<uint64_t>(p->manifest.version);
+  w.Put<uint8_t>(p->reserved ? 0 : 1);  // first of this attempt
+  p->reserved = true;
   w.Put<uint32_t>(static_cast<uint32_t>(lengths.size()));
   for (uint64_t len : lengths) w.Put<uint64_t>(len);
   std::string reply;
@@ -90,7 +94,7 @@ Status Client::Impl::Reserve(uint64_t version, const std::vector<uint64_t>& leng
   if (!r.ok() || n != lengths.size()) return Status::Corruption("agent reserved the wrong number of extents");
   for (size_t i = 0; i < n; ++i) {
     uint64_t off = r.Get<uint64_t>();
-    if (off < arena.data_offset() || off + lengths[i] > arena.size()) {
+    if (off < arena.data_offset() || lengths[i] > arena.size() || off > arena.size() - lengths[i]) {
       return Status::Corruption("agent reserved an extent outside the store segment");
     }
     offsets->push_back(off);
@@ -135,7 +139,7 @@ Status Client::Impl::StageHost(const std::vector<TensorRef>& tensors, PendingSav
     }
   }
   std::vector<uint64_t> offsets;
-  FTRUN_RETURN_IF_ERROR(Reserve(m.version, lengths, &offsets));
+  FTRUN_RETURN_IF_ERROR(Reserve(p, lengths, &offsets));
   for (size_t k = 0; k < copies.size(); ++k) {
     const PendingCopy& pc = copies[k];
     ChunkRef& c = m.tensors[pc.tensor].chunks[pc.chunk];

@@ -13,7 +13,7 @@ Snapshot::Snapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Snapshot::~Snapshot() {
   ByteWriter w;
   w.Put<uint64_t>(impl_->manifest.version);
-  (void)SendFrame(impl_->client->sock.get(), MsgType::kLoadDone, w.data());  // best effort
+  (void)impl_->client->Notify(MsgType::kLoadDone, w.data());  // best effort
 }
 
 uint64_t Snapshot::version() const { return impl_->manifest.version; }
@@ -38,7 +38,7 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
   char* out = static_cast<char*>(dst);
   for (size_t j = 0; j < tm->chunks.size(); ++j) {
     const ChunkRef& c = tm->chunks[j];
-    if (c.offset < arena.data_offset() || c.offset + c.length > arena.size()) {
+    if (c.offset < arena.data_offset() || c.length > arena.size() || c.offset > arena.size() - c.length) {
       return Status::Corruption(where + " chunk " + std::to_string(j) + " lies outside the store segment");
     }
     ChunkHash h = HashAndCopy(out, arena.base() + c.offset, c.length);

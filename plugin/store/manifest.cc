@@ -10,19 +10,22 @@ constexpr uint32_t kMaxDims = 64;
 Status CheckTensor(const TensorManifest& t, const std::string& what) {
   const std::string where = what + ": tensor '" + t.info.name + "'";
   if (t.info.name.empty()) return Status::InvalidArgument(what + ": a tensor has an empty name");
-  uint64_t elems = 1;
+  uint64_t bytes = DTypeSize(t.info.dtype);
   for (int64_t d : t.info.shape) {
     if (d < 0) return Status::InvalidArgument(where + " has a negative dimension in shape " + ShapeString(t.info.shape));
-    elems *= static_cast<uint64_t>(d);
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+      return Status::InvalidArgument(where + ": shape " + ShapeString(t.info.shape) + " overflows 64 bits");
+    }
   }
-  if (elems * DTypeSize(t.info.dtype) != t.info.nbytes) {
+  if (bytes != t.info.nbytes) {
     return Status::InvalidArgument(where + ": shape " + ShapeString(t.info.shape) + " of " +
-                                   DTypeName(t.info.dtype) + " is " +
-                                   std::to_string(elems * DTypeSize(t.info.dtype)) + " bytes, but " +
+                                   DTypeName(t.info.dtype) + " is " + std::to_string(bytes) + " bytes, but " +
                                    std::to_string(t.info.nbytes) + " were given");
   }
   uint64_t sum = 0;
-  for (const ChunkRef& c : t.chunks) sum += c.length;
+  for (const ChunkRef& c : t.chunks) {
+    if (__builtin_add_overflow(sum, c.length, &sum)) return Status::Corruption(where + ": chunk lengths overflow");
+  }
   if (sum != t.info.nbytes) {
     return Status::Corruption(where + ": chunks hold " + std::to_string(sum) + " bytes, expected " +
                               std::to_string(t.info.nbytes));

@@ -79,7 +79,13 @@ Status SnapshotStore::AddManifest(uint64_t owner, Manifest m) {
   }
   for (const auto& t : m.tensors) {
     for (const auto& c : t.chunks) {
-      if (c.offset == kNoOffset && !chunks_.count(c.hash) && !added.count(c.hash)) {
+      auto held = chunks_.find(c.hash);
+      if (held != chunks_.end() && held->second.length != c.length) {
+        return Status::InvalidArgument(who + ": tensor '" + t.info.name + "' gives chunk " + c.hash.ToHex() +
+                                       " a length of " + std::to_string(c.length) + ", the store holds " +
+                                       std::to_string(held->second.length) + " bytes under that hash");
+      }
+      if (c.offset == kNoOffset && held == chunks_.end() && !added.count(c.hash)) {
         return Status(Code::kChunkMissing, who + ": tensor '" + t.info.name + "' references chunk " +
                                                c.hash.ToHex() + " which the store no longer holds");
       }

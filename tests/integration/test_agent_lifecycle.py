@@ -63,4 +63,17 @@ for name in os.listdir(pids):
     check(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
           f"{name} (pid {pid}) survived the agent's stop")
 check("did not stop within job.stop_grace" in job.log, "the SIGKILL after the grace period is logged")
+
+# A rank that dies leaving a child behind (a data-loader worker, say): the
+# child must not outlive its generation.
+orphan = tempfile.mkdtemp(prefix="ftrun-orphan-")
+script = (f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then '
+          f'sleep 300 & echo $! > {orphan}/child; exit 1; fi; exit 0')
+job = Job(2, [], "job:\n  max_restarts: 1\n", command=["/bin/sh", "-c", script])
+rc = job.wait(timeout=60)
+check(rc == 0, f"orphan job exit {rc}\n{job.log[-2000:]}")
+with open(os.path.join(orphan, "child")) as f:
+    child = int(f.read())
+alive = os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().split()[2] != "Z"
+check(not alive, f"the crashed rank's child (pid {child}) survived the restart")
 finish()

@@ -59,7 +59,7 @@ TEST_CASE("the launch argv of deepspeed.launcher.launch is accepted", "[agent]")
   CHECK(env["FTRUN_AGENT_SOCKET"] == "/tmp/x/s.sock");
 }
 
-TEST_CASE("--module, --no_python and --no_local_rank shape the rank command", "[agent]") {
+TEST_CASE("the rank command follows --module and --no_python and --no_local_rank", "[agent]") {
   AgentOptions o;
   REQUIRE(Parse({"--nproc", "2", "--module", "--no_local_rank", "pkg.train"}, &o).ok());
   CHECK(BuildRankCommand(o, 0) == std::vector<std::string>{"python3", "-u", "-m", "pkg.train"});

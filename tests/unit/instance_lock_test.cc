@@ -9,7 +9,7 @@
 
 using ftrun::InstanceLock;
 
-TEST_CASE("one agent per job and node; a dead agent's socket is cleaned", "[agent]") {
+TEST_CASE("one agent per job and node and a dead agent's socket is cleaned", "[agent]") {
   char tmpl[] = "/tmp/ftrun-lock-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   const std::string dir = std::string(tmpl) + "/run";
