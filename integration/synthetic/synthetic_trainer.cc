@@ -128,7 +128,10 @@ struct Options {
 
 class Trainer {
  public:
-  Trainer(const Options& opts, int rank) : opts_(opts), rank_(rank) {
+  // fill: write the deterministic initial state. A trainer about to restore
+  // skips it (the restore writes every byte), as a real one would skip a
+  // random init it is about to overwrite.
+  Trainer(const Options& opts, int rank, bool fill) : opts_(opts), rank_(rank) {
     const uint64_t floats = opts.state_bytes / 4, n = static_cast<uint64_t>(opts.tensors);
     uint64_t offset = 0;
     for (uint64_t t = 0; t < n; ++t) {
@@ -142,14 +145,17 @@ class Trainer {
       offset += ref.nbytes;
       tensors_.push_back(std::move(ref));
     }
-    words_.resize((opts.state_bytes + 7) / 8);
-    const uint64_t seed = Seed(static_cast<uint64_t>(rank), 0, kInitSalt);
-    for (uint64_t i = 0; i < words_.size(); ++i) words_[i] = SplitMix64(seed + i);
+    nwords_ = (opts.state_bytes + 7) / 8;
+    words_.reset(new uint64_t[nwords_]);  // uninitialized: written below or by the restore
+    if (fill) {
+      const uint64_t seed = Seed(static_cast<uint64_t>(rank), 0, kInitSalt);
+      for (uint64_t i = 0; i < nwords_; ++i) words_[i] = SplitMix64(seed + i);
+    }
     for (size_t t = 0; t < tensors_.size(); ++t) tensors_[t].data = bytes() + offsets_[t];
     generations_.assign(tensors_.size(), 1);  // the initial fill counts as step 0
   }
 
-  uint8_t* bytes() { return reinterpret_cast<uint8_t*>(words_.data()); }
+  uint8_t* bytes() { return reinterpret_cast<uint8_t*>(words_.get()); }
   std::vector<ftrun::TensorRef>& tensors() { return tensors_; }
 
   // Applies step `step`'s changes (steps count from 1).
@@ -241,7 +247,8 @@ class Trainer {
  private:
   const Options opts_;
   const int rank_;
-  std::vector<uint64_t> words_;  // the state; uint64 for alignment
+  std::unique_ptr<uint64_t[]> words_;  // the state; uint64 for alignment
+  uint64_t nwords_ = 0;
   std::vector<ftrun::TensorRef> tensors_;
   std::vector<uint64_t> offsets_;
   std::vector<uint64_t> generations_;
@@ -269,10 +276,10 @@ int Run(const Options& opts) {
     if (!st.ok()) return Fail(rank, "connect", st);
     rank = client->rank();
   }
-  Trainer trainer(opts, rank);
-
   uint64_t step = 1, restore = 0;
-  if (client && client->restore_version(&restore)) {
+  const bool restoring = client && client->restore_version(&restore);
+  Trainer trainer(opts, rank, !restoring);
+  if (restoring) {
     std::unique_ptr<ftrun::Snapshot> snap;
     ftrun::Status st = client->Load(restore, &snap);
     if (st.ok()) st = trainer.Restore(*snap);

@@ -1,12 +1,33 @@
 // Load: the agent hands over a manifest with arena offsets and keeps the
 // version pinned; Read copies chunks out, checking each one's hash.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 
 #include "plugin/client/client_impl.h"
 #include "plugin/client/device_saver.h"
 #include "plugin/common/bytes.h"
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+
 namespace ftrun {
+namespace {
+
+// Best effort: older kernels, or memory that cannot be populated, simply
+// fault on first touch instead.
+void PopulateRange(void* p, uint64_t n, int advice) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  auto end = reinterpret_cast<uintptr_t>(p) + n;
+  if (n > 0) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
+}  // namespace
 
 Snapshot::Snapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -33,6 +54,9 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
                                    std::to_string(dst_bytes));
   }
   const Arena& arena = impl_->client->arena;
+  // Fault the destination in with one call instead of a trap per 4 KiB page
+  // (a restarted rank's memory is usually fresh).
+  PopulateRange(dst, dst_bytes, MADV_POPULATE_WRITE);
   CachedTensor seen;
   seen.nbytes = tm->info.nbytes;
   char* out = static_cast<char*>(dst);
@@ -41,6 +65,7 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
     if (c.offset < arena.data_offset() || c.length > arena.size() || c.offset > arena.size() - c.length) {
       return Status::Corruption(where + " chunk " + std::to_string(j) + " lies outside the store segment");
     }
+    PopulateRange(arena.base() + c.offset, c.length, MADV_POPULATE_READ);  // this process maps it lazily
     ChunkHash h = HashAndCopy(out, arena.base() + c.offset, c.length);
     if (h != c.hash) {
       return Status::Corruption(where + " chunk " + std::to_string(j) + ": bytes hash to " + h.ToHex() +
