@@ -140,8 +140,12 @@ void Agent::Loop() {
       if (tag == kListenTag) Accept();
       else if (tag == kSignalTag) Signals();
       else if (tag == kTimerTag) Tick();
-      else Readable(tag);
+      else {
+        if (events[i].events & EPOLLOUT) Writable(tag);
+        if (events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) Readable(tag);
+      }
     }
+    SyncConnections();
   }
 }
 
@@ -189,6 +193,27 @@ void Agent::Readable(uint64_t conn_id) {
   if (conn.broken) return Close(conn_id, "a send to it failed");
   if (!conn.reader.status().ok()) return Close(conn_id, conn.reader.status().message());
   if (!read.ok()) Close(conn_id, read.message());
+}
+
+void Agent::Writable(uint64_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it != conns_.end()) (void)it->second->Flush();
+}
+
+void Agent::SyncConnections() {
+  std::vector<uint64_t> broken;
+  for (auto& [id, conn] : conns_) {
+    if (conn->broken) {
+      broken.push_back(id);
+      continue;
+    }
+    if (conn->want_write == conn->polling_write) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | (conn->want_write ? EPOLLOUT : 0u);
+    ev.data.u64 = id;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn->fd.get(), &ev) == 0) conn->polling_write = conn->want_write;
+  }
+  for (uint64_t id : broken) Close(id, "a send to it failed");
 }
 
 void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload) {

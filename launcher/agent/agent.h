@@ -70,6 +70,10 @@ class Agent {
   void Loop();
   void Accept();
   void Readable(uint64_t conn_id);
+  void Writable(uint64_t conn_id);
+  // After each batch of events: poll for EPOLLOUT where replies are queued,
+  // close connections whose writes failed.
+  void SyncConnections();
   void Dispatch(Connection& conn, MsgType type, const std::string& payload);
   void Hello(Connection& conn, const std::string& payload);
   void Close(uint64_t conn_id, const std::string& why);

@@ -211,11 +211,6 @@ void Agent::Tick() {
   }
   auto now = Clock::now();
   service_->Tick(now);
-  std::vector<uint64_t> broken;
-  for (const auto& [id, conn] : conns_) {
-    if (conn->broken) broken.push_back(id);
-  }
-  for (uint64_t id : broken) Close(id, "a send to it failed");
   if (state_ == State::kRunning) {
     for (RankSlot& s : slots_) {
       // Blocked in WaitCommitted on slower ranks is waiting, not hanging.

@@ -1,5 +1,9 @@
-// Connection: one rank's socket to the agent, with its decoder and what the
-// store lent it (reservations are keyed by id, pins listed here).
+// Connection: one rank's socket to the agent, with its decoder, its outbox
+// and what the store lent it (reservations are keyed by id, pins listed
+// here).
+//
+// Replies never block the agent's loop: Send queues the frame and writes
+// what the socket takes; the rest goes out when epoll says it is writable.
 #pragma once
 
 #include <sys/types.h>
@@ -14,6 +18,9 @@
 namespace ftrun {
 
 struct Connection {
+  // A rank that stops reading (SIGSTOP) while this much is queued is cut off.
+  static constexpr size_t kMaxOutbox = 64u << 20;
+
   uint64_t id = 0;
   UniqueFd fd;
   FrameReader reader;
@@ -21,16 +28,22 @@ struct Connection {
   int rank = -1;        // global rank, once the hello is accepted
   int generation = -1;  // the rank generation it belongs to
   std::vector<uint64_t> pins;
-  // The first failure sticks: after a send fails the connection is closed.
-  mutable bool broken = false;
+  // The first failure sticks: once a write fails the connection is closed.
+  bool broken = false;
+  bool want_write = false;     // the outbox is not empty: poll for EPOLLOUT
+  bool polling_write = false;  // EPOLLOUT is registered (the agent's view)
 
-  Status Send(MsgType type, const std::string& payload, int pass_fd = -1) const {
-    if (broken) return Status::Unavailable("connection already failed");
-    Status s = SendFrame(fd.get(), type, payload, pass_fd);
-    if (!s.ok()) broken = true;  // a frame may be half sent: the stream is unusable
-    return s;
-  }
-  Status SendError(const Status& s) const { return Send(MsgType::kError, EncodeError(s)); }
+  // Queues a frame (with a descriptor riding on its first byte, if any) and
+  // writes what the socket takes now.
+  Status Send(MsgType type, const std::string& payload, int pass_fd = -1);
+  Status SendError(const Status& s) { return Send(MsgType::kError, EncodeError(s)); }
+  // Writes queued bytes until the socket is full or the outbox empty.
+  Status Flush();
+
+ private:
+  std::string outbox_;
+  size_t sent_ = 0;
+  int pass_fd_ = -1;  // not owned; sent with the first byte of the outbox
 };
 
 }  // namespace ftrun

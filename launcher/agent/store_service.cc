@@ -8,7 +8,7 @@
 namespace ftrun {
 namespace {
 
-void SendCommitted(const Connection& conn, uint64_t version) {
+void SendCommitted(Connection& conn, uint64_t version) {
   ByteWriter w;
   w.Put<uint64_t>(version);
   (void)conn.Send(MsgType::kCommitted, w.data());

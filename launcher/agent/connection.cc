@@ -1,0 +1,62 @@
+#include "launcher/agent/connection.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ftrun {
+
+Status Connection::Send(MsgType type, const std::string& payload, int pass_fd) {
+  if (broken) return Status::Unavailable("connection already failed");
+  if (outbox_.size() - sent_ + payload.size() > kMaxOutbox) {
+    broken = true;
+    return Status::Unavailable("rank " + std::to_string(rank) + " stopped reading its replies");
+  }
+  if (pass_fd >= 0) {
+    // Only the hello reply carries a descriptor, and it is the first frame.
+    if (sent_ != outbox_.size()) return Status::FailedPrecondition("a descriptor must start the outbox");
+    pass_fd_ = pass_fd;
+  }
+  FrameHeader h{kFrameMagic, static_cast<uint16_t>(type), 0, static_cast<uint32_t>(payload.size())};
+  outbox_.append(reinterpret_cast<const char*>(&h), sizeof(h));
+  outbox_.append(payload);
+  return Flush();
+}
+
+Status Connection::Flush() {
+  while (sent_ < outbox_.size()) {
+    iovec iov{outbox_.data() + sent_, outbox_.size() - sent_};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (pass_fd_ >= 0) {
+      std::memset(control, 0, sizeof(control));
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cm), &pass_fd_, sizeof(int));
+    }
+    ssize_t n = ::sendmsg(fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      broken = true;
+      return Status::FromErrno("send to rank " + std::to_string(rank), errno);
+    }
+    pass_fd_ = -1;
+    sent_ += static_cast<size_t>(n);
+  }
+  if (sent_ == outbox_.size()) {
+    outbox_.clear();
+    sent_ = 0;
+  }
+  want_write = sent_ < outbox_.size();
+  return Status::Ok();
+}
+
+}  // namespace ftrun
