@@ -21,9 +21,6 @@
 namespace ftrun {
 namespace {
 
-constexpr uint64_t kListenTag = 1;
-constexpr uint64_t kSignalTag = 2;
-constexpr uint64_t kTimerTag = 3;
 constexpr auto kTick = std::chrono::milliseconds(20);
 
 double Ms(std::chrono::steady_clock::duration d) {
@@ -153,14 +150,22 @@ void Agent::Accept() {
   while (true) {
     UniqueFd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) {
-      if (errno == EMFILE || errno == ENFILE) {
-        // Out of descriptors: refuse the pending connection (free the spare
-        // fd, accept, close) rather than spin on a readable listen socket.
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd_.valid()) {
+        // Out of descriptors: refuse one pending connection (free the spare
+        // fd, accept, close, take the spare back) rather than spin on a
+        // listen socket that stays readable.
         spare_fd_.Reset();
-        UniqueFd drop(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        bool dropped = UniqueFd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC)).valid();
         spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-        FTRUN_LOG_ERROR("out of file descriptors: refused a connection");
-        continue;
+        if (dropped) {
+          FTRUN_LOG_ERROR("out of file descriptors: refused a connection");
+          continue;
+        }
+      } else if (errno == EMFILE || errno == ENFILE) {
+        // No spare either: stop listening for a while (Tick resumes it).
+        FTRUN_LOG_ERROR("out of file descriptors: not accepting connections for 1 s");
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listen_.get(), nullptr);
+        listen_paused_until_ = Clock::now() + std::chrono::seconds(1);
       }
       return;  // EAGAIN, or a transient error such as ECONNABORTED
     }
@@ -175,6 +180,7 @@ void Agent::Accept() {
     conn->id = next_conn_id_++;
     conn->fd = std::move(fd);
     conn->pid = cred.pid;
+    conn->accepted = Clock::now();
     if (!EpollAdd(epoll_.get(), conn->fd.get(), conn->id, EPOLLIN | EPOLLRDHUP).ok()) continue;
     conns_[conn->id] = std::move(conn);
   }

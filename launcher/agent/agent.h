@@ -82,9 +82,11 @@ class Agent {
   void Tick();
   void SpawnGeneration();
   void BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit);
+  // All rank processes are gone: kill what is left of their groups, then
+  // (ContinueStop, once the groups are empty) restart or end the job.
   void FinishStop();
-  // SIGKILLs what is left of every rank's process group and reaps it.
-  void KillLeftovers();
+  void ContinueStop();
+  void KillFinishedGroup(RankSlot& slot);
   void RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field);
   void WriteStatus();
   RankSlot* SlotByRank(int global_rank);
@@ -104,6 +106,7 @@ class Agent {
   std::unique_ptr<StoreService> service_;
   UniqueFd epoll_, listen_, signal_fd_, timer_fd_;
   UniqueFd spare_fd_;  // given up to refuse a connection when out of fds
+  std::optional<Clock::time_point> listen_paused_until_;
   std::map<uint64_t, std::unique_ptr<Connection>> conns_;
   uint64_t next_conn_id_ = 16;  // ids below are the fixed event sources
   std::vector<RankSlot> slots_;
@@ -114,6 +117,15 @@ class Agent {
   std::optional<ExitInfo> failure_;  // the exit that caused the current stop
   int shutdown_signal_ = 0;
   bool killed_hard_ = false;
+  // Waiting for the stopped ranks' process groups to empty.
+  static constexpr std::chrono::seconds kDrainBound{10};
+  static constexpr std::chrono::seconds kHelloDeadline{10};
+  static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
+  static constexpr uint64_t kSignalTag = 2;
+  static constexpr uint64_t kTimerTag = 3;
+  bool draining_ = false;
+  Clock::time_point drain_deadline_;
+  std::vector<pid_t> stragglers_;  // groups that outlived kDrainBound
   Clock::time_point stop_deadline_;
   int exit_code_ = 0;
   std::vector<Recovery> recoveries_;

@@ -2,11 +2,12 @@
 // stop every rank (SIGTERM, grace, SIGKILL), and restart from the last
 // committed version or end the job.
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <thread>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "launcher/agent/agent.h"
@@ -33,7 +34,7 @@ void Agent::SpawnGeneration() {
     s.last_progress = now;
     s.connected = s.restored = s.first_step = Clock::time_point{};
     Status st = SpawnProcess(spec, &s.pid);
-    s.pgid = s.pid;
+    if (st.ok()) s.pgid = s.pid;
     if (!st.ok()) {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
       s.pid = 0;
@@ -93,7 +94,10 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
   for (RankSlot& s : slots_) {
     if (s.pid == pid) slot = &s;
   }
-  if (slot == nullptr) return;  // an orphaned grandchild, reaped as subreaper
+  if (slot == nullptr) {  // an orphaned grandchild, reaped as subreaper
+    if (draining_) ContinueStop();
+    return;
+  }
   slot->pid = 0;
   // Its socket may still hold frames; nothing of this generation may count
   // after the rank is gone, unless it finished cleanly.
@@ -102,8 +106,8 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
     FTRUN_LOG_INFO("rank {} finished", slot->global_rank);
     bool all = true;
     for (const RankSlot& s : slots_) all &= s.finished;
+    KillFinishedGroup(*slot);
     if (all) {
-      KillLeftovers();
       FTRUN_LOG_INFO("all {} ranks finished; last committed version {}", slots_.size(),
                      service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
       exit_code_ = 0;
@@ -151,7 +155,32 @@ void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<
 }
 
 void Agent::FinishStop() {
-  KillLeftovers();
+  // Every rank process is gone; what is left of their process groups (their
+  // children, reparented to us as subreaper) is killed, and the next
+  // generation starts only once the groups are empty: old processes hold the
+  // old rendezvous, GPU memory and the store mapping.
+  for (RankSlot& s : slots_) SignalGroup(s.pgid, SIGKILL);
+  draining_ = true;
+  drain_deadline_ = Clock::now() + kDrainBound;
+  ContinueStop();
+}
+
+void Agent::ContinueStop() {
+  bool left = false;
+  for (RankSlot& s : slots_) {
+    if (s.pgid != 0 && ::kill(-s.pgid, 0) == 0) left = true;
+    else s.pgid = 0;
+  }
+  if (left && Clock::now() < drain_deadline_) return;  // SIGCHLD or the next tick
+  if (left) {
+    FTRUN_LOG_ERROR("processes of stopped ranks survive SIGKILL after {} s (uninterruptible I/O?); going on "
+                    "and killing them as they can be", std::chrono::duration_cast<std::chrono::seconds>(kDrainBound).count());
+    for (RankSlot& s : slots_) {
+      if (s.pgid != 0) stragglers_.push_back(s.pgid);
+      s.pgid = 0;
+    }
+  }
+  draining_ = false;
   auto now = Clock::now();
   service_->DiscardUncommitted();
   if (stop_cause_ == StopCause::kShutdown) {
@@ -177,32 +206,11 @@ void Agent::FinishStop() {
   SpawnGeneration();
 }
 
-void Agent::KillLeftovers() {
-  // A new generation must not start beside processes of the old one (they
-  // hold the old rendezvous, GPU memory, the store mapping). Children of the
-  // ranks are reparented to us (subreaper), so we can reap them here.
-  auto deadline = Clock::now() + std::chrono::seconds(2);
-  for (RankSlot& s : slots_) SignalGroup(s.pgid, SIGKILL);
-  while (true) {
-    pid_t pid;
-    ExitInfo info;
-    while (ReapOne(&pid, &info)) {
-      for (RankSlot& s : slots_) {
-        if (s.pid == pid) s.pid = 0;
-      }
-    }
-    bool left = false;
-    for (RankSlot& s : slots_) {
-      if (s.pgid != 0 && ::kill(-s.pgid, 0) == 0) left = true;
-      else s.pgid = 0;
-    }
-    if (!left) return;
-    if (Clock::now() > deadline) {
-      FTRUN_LOG_WARN("processes of a stopped rank survive SIGKILL for 2 s (uninterruptible I/O?); going on");
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+void Agent::KillFinishedGroup(RankSlot& slot) {
+  // A finished rank's leftovers (a data-loader worker, say) go now, and the
+  // group id is forgotten: once empty, it may be reused by anyone.
+  SignalGroup(slot.pgid, SIGKILL);
+  slot.pgid = 0;
 }
 
 void Agent::Tick() {
@@ -211,10 +219,33 @@ void Agent::Tick() {
   }
   auto now = Clock::now();
   service_->Tick(now);
+  if (listen_paused_until_ && now >= *listen_paused_until_) {
+    listen_paused_until_.reset();
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenTag;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &ev);
+  }
+  // A connection that never says hello (not a rank, or a stuck one) must
+  // not hold a descriptor forever.
+  std::vector<uint64_t> silent;
+  for (const auto& [id, conn] : conns_) {
+    if (conn->rank < 0 && now - conn->accepted > kHelloDeadline) silent.push_back(id);
+  }
+  for (uint64_t id : silent) Close(id, "no hello within 10 s");
+  for (auto it = stragglers_.begin(); it != stragglers_.end();) {
+    SignalGroup(*it, SIGKILL);
+    it = ::kill(-*it, 0) == 0 ? std::next(it) : stragglers_.erase(it);
+  }
+  if (draining_) ContinueStop();
   if (state_ == State::kRunning) {
+    // A rank blocked in WaitCommitted is waiting, not hanging, as long as
+    // some other rank is still working towards the commit.
+    auto waiting = [&](const RankSlot& s) { return s.conn_id != 0 && service_->Waiting(*conns_.at(s.conn_id)); };
+    bool working = false;
+    for (const RankSlot& s : slots_) working |= s.pid != 0 && !s.finished && !waiting(s);
     for (RankSlot& s : slots_) {
-      // Blocked in WaitCommitted on slower ranks is waiting, not hanging.
-      if (s.conn_id != 0 && service_->Waiting(*conns_.at(s.conn_id))) s.last_progress = now;
+      if (working && waiting(s)) s.last_progress = now;
     }
     for (RankSlot& s : slots_) {
       if (s.pid == 0 || s.finished || now - s.last_progress <= o_.config.job.hang_timeout) continue;
@@ -224,7 +255,7 @@ void Agent::Tick() {
       BeginStop(StopCause::kFailure, reason, ExitInfo{true, SIGKILL});
       break;
     }
-  } else if (state_ == State::kStopping && !killed_hard_ && now >= stop_deadline_) {
+  } else if (state_ == State::kStopping && !draining_ && !killed_hard_ && now >= stop_deadline_) {
     killed_hard_ = true;
     for (RankSlot& s : slots_) {
       if (s.pid != 0) FTRUN_LOG_WARN("rank {} did not stop within job.stop_grace: SIGKILL", s.global_rank);

@@ -9,7 +9,9 @@ namespace ftrun {
 
 Status Connection::Send(MsgType type, const std::string& payload, int pass_fd) {
   if (broken) return Status::Unavailable("connection already failed");
-  if (outbox_.size() - sent_ + payload.size() > kMaxOutbox) {
+  // The cap bounds the backlog a silent peer can build up; one frame of any
+  // size is always queued.
+  if (outbox_.size() - sent_ > kMaxOutbox) {
     broken = true;
     return Status::Unavailable("rank " + std::to_string(rank) + " stopped reading its replies");
   }
@@ -51,8 +53,8 @@ Status Connection::Flush() {
     pass_fd_ = -1;
     sent_ += static_cast<size_t>(n);
   }
-  if (sent_ == outbox_.size()) {
-    outbox_.clear();
+  if (sent_ == outbox_.size() || sent_ > (1u << 20)) {
+    outbox_.erase(0, sent_);
     sent_ = 0;
   }
   want_write = sent_ < outbox_.size();

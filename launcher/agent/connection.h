@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,13 +19,15 @@
 namespace ftrun {
 
 struct Connection {
-  // A rank that stops reading (SIGSTOP) while this much is queued is cut off.
+  // A rank that stops reading (SIGSTOP) while more than this is queued is
+  // cut off when the next frame comes.
   static constexpr size_t kMaxOutbox = 64u << 20;
 
   uint64_t id = 0;
   UniqueFd fd;
   FrameReader reader;
   pid_t pid = 0;
+  std::chrono::steady_clock::time_point accepted;
   int rank = -1;        // global rank, once the hello is accepted
   int generation = -1;  // the rank generation it belongs to
   std::vector<uint64_t> pins;

@@ -45,7 +45,7 @@ void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
   uint32_t n = r.GetCount(8);
   std::vector<uint64_t> lengths(n);
   for (auto& len : lengths) len = r.Get<uint64_t>();
-  if (!r.ok()) {
+  if (!r.ok() || !r.done()) {
     (void)conn.SendError(Status::Corruption("malformed reserve request"));
     return;
   }
@@ -77,6 +77,7 @@ void StoreService::HandleSave(Connection& conn, const std::string& payload) {
   ByteReader r(payload);
   Manifest m;
   Status s = DecodeManifest(&r, "rank " + std::to_string(conn.rank) + " save", &m);
+  if (s.ok() && !r.done()) s = Status::Corruption("rank " + std::to_string(conn.rank) + " save: trailing bytes");
   if (s.ok() && m.rank != conn.rank) {
     s = Status::InvalidArgument("a manifest for rank " + std::to_string(m.rank) + " came from rank " +
                                 std::to_string(conn.rank));

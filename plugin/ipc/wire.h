@@ -31,7 +31,7 @@ enum class MsgType : uint16_t {
 };
 
 inline constexpr uint32_t kFrameMagic = 0x46545231;  // "FTR1"
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr uint32_t kMaxFrameBytes = 512u << 20;
 
 struct FrameHeader {

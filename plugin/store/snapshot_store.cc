@@ -64,7 +64,7 @@ Status SnapshotStore::AddManifest(uint64_t owner, Manifest m) {
   auto& mine = reservations_[owner];
   std::unordered_map<uint64_t, size_t> reserved;  // offset -> index in mine
   for (size_t i = 0; i < mine.size(); ++i) reserved[mine[i].offset] = i;
-  std::unordered_set<ChunkHash, ChunkHashHasher> added;
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> added;  // new in this manifest -> length
   std::unordered_set<uint64_t> used_offsets;
   for (const auto& t : m.tensors) {
     for (const auto& c : t.chunks) {
@@ -74,16 +74,21 @@ Status SnapshotStore::AddManifest(uint64_t owner, Manifest m) {
         return Status::InvalidArgument(who + ": tensor '" + t.info.name +
                                        "' names a chunk extent this rank did not reserve");
       }
-      added.insert(c.hash);
+      if (!added.emplace(c.hash, c.length).second && added[c.hash] != c.length) {
+        return Status::InvalidArgument(who + ": tensor '" + t.info.name + "' gives chunk " + c.hash.ToHex() +
+                                       " two different lengths");
+      }
     }
   }
   for (const auto& t : m.tensors) {
     for (const auto& c : t.chunks) {
       auto held = chunks_.find(c.hash);
-      if (held != chunks_.end() && held->second.length != c.length) {
+      auto fresh = added.find(c.hash);
+      if ((held != chunks_.end() && held->second.length != c.length) ||
+          (fresh != added.end() && fresh->second != c.length)) {
         return Status::InvalidArgument(who + ": tensor '" + t.info.name + "' gives chunk " + c.hash.ToHex() +
-                                       " a length of " + std::to_string(c.length) + ", the store holds " +
-                                       std::to_string(held->second.length) + " bytes under that hash");
+                                       " a length of " + std::to_string(c.length) +
+                                       ", which differs from the chunk already under that hash");
       }
       if (c.offset == kNoOffset && held == chunks_.end() && !added.count(c.hash)) {
         return Status(Code::kChunkMissing, who + ": tensor '" + t.info.name + "' references chunk " +
