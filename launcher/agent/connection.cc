@@ -29,21 +29,7 @@ Status Connection::Send(MsgType type, const std::string& payload, int pass_fd) {
 Status Connection::Flush() {
   while (sent_ < outbox_.size()) {
     iovec iov{outbox_.data() + sent_, outbox_.size() - sent_};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (pass_fd_ >= 0) {
-      std::memset(control, 0, sizeof(control));
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cm), &pass_fd_, sizeof(int));
-    }
-    ssize_t n = ::sendmsg(fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = SendMsgWithFd(fd.get(), &iov, 1, pass_fd_, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;

@@ -47,6 +47,10 @@ struct Client::Impl {
   // The host save path (save.cc), also the building blocks of the CUDA one.
   Status SaveHost(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
                   SaveStats* stats, bool retried);
+  // Makes every cached chunk "unchanged last time", so the next save hashes
+  // before copying and reserves room only for chunks that really changed
+  // (the retry after kResourceExhausted).
+  void ForgetChangeHistory();
   // The cache entry for t, if it describes the same size and chunking.
   const CachedTensor* Cached(const TensorRef& t) const;
   // Sizes p's manifest and cache entries for every tensor (chunk lengths

@@ -199,7 +199,7 @@ Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& te
   Status s = client_->StageHost(tensors, &save_);
   if (s.code() == Code::kResourceExhausted) {
     // As on the host path: hash host chunks first so only changed ones need room.
-    for (auto& [name, entry] : client_->cache) entry.changed_last.assign(entry.changed_last.size(), false);
+    client_->ForgetChangeHistory();
     client_->BeginSave(version, tensors, user_bytes, &save_);
     s = client_->StageHost(tensors, &save_);
   }

@@ -163,6 +163,10 @@ Status Client::Impl::StageHost(const std::vector<TensorRef>& tensors, PendingSav
   return Status::Ok();
 }
 
+void Client::Impl::ForgetChangeHistory() {
+  for (auto& [name, entry] : cache) entry.changed_last.assign(entry.changed_last.size(), false);
+}
+
 Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& tensors,
                               std::string_view user_bytes, SaveStats* stats, bool retried) {
   auto t0 = std::chrono::steady_clock::now();
@@ -174,7 +178,7 @@ Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& te
   if (!retried && s.code() == Code::kResourceExhausted) {
     // Copy-then-hash wants room for every chunk it might copy. Before
     // giving up, hash first so only truly changed chunks need room.
-    for (auto& [name, entry] : cache) entry.changed_last.assign(entry.changed_last.size(), false);
+    ForgetChangeHistory();
     return SaveHost(version, tensors, user_bytes, stats, true);
   }
   if (!retried && s.code() == Code::kChunkMissing) {

@@ -14,6 +14,24 @@ namespace {
 constexpr int kSendStallMs = 5000;
 }  // namespace
 
+ssize_t SendMsgWithFd(int sock, iovec* iov, size_t iovcnt, int pass_fd, int flags) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = iovcnt;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    std::memset(control, 0, sizeof(control));
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+  }
+  return ::sendmsg(sock, &msg, flags | MSG_NOSIGNAL);
+}
+
 Status SendFrame(int fd, MsgType type, std::string_view payload, int pass_fd) {
   if (payload.size() > kMaxFrameBytes) return Status::InvalidArgument("message too large");
   FrameHeader h{kFrameMagic, static_cast<uint16_t>(type), 0, static_cast<uint32_t>(payload.size())};
@@ -32,21 +50,7 @@ Status SendFrame(int fd, MsgType type, std::string_view payload, int pass_fd) {
       size_t p = sent - sizeof(h);
       cur[n++] = {const_cast<char*>(payload.data()) + p, payload.size() - p};
     }
-    msghdr msg{};
-    msg.msg_iov = cur;
-    msg.msg_iovlen = static_cast<size_t>(n);
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (!fd_sent) {
-      std::memset(control, 0, sizeof(control));
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-    }
-    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    ssize_t w = SendMsgWithFd(fd, cur, static_cast<size_t>(n), fd_sent ? -1 : pass_fd, 0);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {

@@ -3,6 +3,9 @@
 // descriptor may ride along a frame (SCM_RIGHTS), used for the memfd.
 #pragma once
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -45,6 +48,10 @@ static_assert(sizeof(FrameHeader) == 12);
 // Sends a whole frame, blocking; EINTR and short writes are retried. On a
 // non-blocking socket it waits for room, but kTimeout after 5 s without any.
 Status SendFrame(int fd, MsgType type, std::string_view payload, int pass_fd = -1);
+
+// One sendmsg() of iov, with pass_fd (if >= 0) attached as SCM_RIGHTS.
+// Returns what sendmsg returns (errno set on -1). MSG_NOSIGNAL is added.
+ssize_t SendMsgWithFd(int sock, iovec* iov, size_t iovcnt, int pass_fd, int flags);
 
 // Receives one whole frame, blocking up to timeout_ms (-1: forever). A
 // passed descriptor, if any, lands in *received_fd.
