@@ -76,4 +76,15 @@ with open(os.path.join(orphan, "child")) as f:
     child = int(f.read())
 alive = os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().split()[2] != "Z"
 check(not alive, f"the crashed rank's child (pid {child}) survived the restart")
+# The agent SIGKILLed: its ranks must not run on without it (PDEATHSIG).
+job = Job(2, ["--state-bytes", "1MiB", "--steps", "100000", "--step-ms", "10"], "")
+st = job.wait_for(lambda s: all(r["pid"] for r in s["ranks"]) and s["committed_version"] is not None)
+pids = [r["pid"] for r in st["ranks"]] if st else []
+check(len(pids) == 2, "both ranks running")
+job.proc.send_signal(signal.SIGKILL)
+job.wait(timeout=30)
+deadline = time.time() + 10
+while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+    time.sleep(0.05)
+check(not any(os.path.exists(f"/proc/{p}") for p in pids), f"ranks {pids} outlived their SIGKILLed agent")
 finish()
