@@ -87,4 +87,12 @@ check(digests(p.stdout) == want, "stale socket run ends in the failure-free stat
 # A rank command that cannot be started.
 rc, out = agent("--config", "/dev/null", "--nproc", "1", "--no_python", "/nonexistent/train")
 check(rc != 0 and "cannot exec '/nonexistent/train'" in out, f"missing command: exit {rc}: {out[-500:]}")
+# A rank of another job (its FTRUN_JOB_ID differs) is refused by name.
+py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+job = Job(1, [], "job:\n  max_restarts: 0\n",
+          command=["/bin/sh", "-c", f'FTRUN_JOB_ID=other-job exec {py} -c "import ftrun; ftrun.Client()"'])
+rc = job.wait(timeout=60)
+check(rc == 1, f"foreign job rank: agent exit {rc}")
+check("client is in job 'other-job', this agent serves job '" + job.job_id + "'" in job.log,
+      f"foreign job not named: {job.log[-1500:]}")
 finish()
