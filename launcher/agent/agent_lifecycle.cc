@@ -34,7 +34,6 @@ void Agent::SpawnGeneration() {
     s.last_progress = now;
     s.connected = s.restored = s.first_step = Clock::time_point{};
     Status st = SpawnProcess(spec, &s.pid);
-    if (st.ok()) s.pgid = s.pid;
     if (!st.ok()) {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
       s.pid = 0;
@@ -42,6 +41,7 @@ void Agent::SpawnGeneration() {
       BeginStop(StopCause::kShutdown, "a rank could not be started", std::nullopt);
       return;
     }
+    s.pgid = s.pid;
   }
   FTRUN_LOG_INFO("generation {}: started {} ranks{}", generation_, slots_.size(),
                  restore_version_ ? ", restoring version " + std::to_string(*restore_version_) : std::string(""));
