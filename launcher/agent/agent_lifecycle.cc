@@ -282,6 +282,7 @@ void Agent::WriteStatus() {
   StoreStats st = store_->Stats();
   reported_prefaulted_ = prefaulted_;
   j["store"] = {{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
+                {"reserved_bytes", st.reserved_bytes},
                 {"chunks", st.chunks}, {"versions", st.versions}, {"prefaulted", reported_prefaulted_}};
   j["ranks"] = json::array();
   for (const RankSlot& s : slots_) {

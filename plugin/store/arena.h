@@ -65,7 +65,6 @@ class Arena {
   uint64_t size() const { return size_; }
   uint64_t data_offset() const { return kArenaHeaderBytes; }
   uint64_t data_bytes() const { return size_ - kArenaHeaderBytes; }
-  const ArenaHeader& header() const { return *reinterpret_cast<const ArenaHeader*>(base_); }
 
  private:
   void Unmap();

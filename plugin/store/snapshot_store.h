@@ -51,7 +51,6 @@ class SnapshotStore {
   Status AddManifest(uint64_t owner, Manifest m);
 
   const Manifest* Find(int rank, uint64_t version) const;
-  bool HasVersion(uint64_t version) const { return versions_.count(version) > 0; }
   std::vector<uint64_t> Versions() const;
   std::vector<uint64_t> RankVersions(int rank) const;
   std::optional<uint64_t> LastSaved(int rank) const;
@@ -68,7 +67,6 @@ class SnapshotStore {
   void Unpin(uint64_t version);
 
   StoreStats Stats() const;
-  const std::string& budget_field() const { return budget_field_; }
 
  private:
   struct Chunk {
