@@ -196,7 +196,6 @@ void Agent::Readable(uint64_t conn_id) {
   // Frames that arrived before a close still count (e.g. a last save).
   while (conns_.count(conn_id) && conn.reader.Next(&type, &payload)) Dispatch(conn, type, payload);
   if (!conns_.count(conn_id)) return;
-  if (conn.broken) return Close(conn_id, "a send to it failed");
   if (!conn.reader.status().ok()) return Close(conn_id, conn.reader.status().message());
   if (!read.ok()) Close(conn_id, read.message());
 }

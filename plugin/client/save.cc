@@ -18,6 +18,7 @@ struct PendingCopy {
   size_t chunk;
   const char* src;
   Work work;
+  const CachedTensor* prev;  // the tensor's cache entry, if any
 };
 
 }  // namespace
@@ -129,11 +130,11 @@ Status Client::Impl::StageHost(const std::vector<TensorRef>& tensors, PendingSav
         if (c.hash == prev->hashes[j]) {
           st.chunks_unchanged++;
         } else {
-          copies.push_back({i, j, src, Work::kCopyKnownHash});
+          copies.push_back({i, j, src, Work::kCopyKnownHash, prev});
           lengths.push_back(c.length);
         }
       } else {
-        copies.push_back({i, j, src, Work::kCopyFused});
+        copies.push_back({i, j, src, Work::kCopyFused, prev});
         lengths.push_back(c.length);
       }
     }
@@ -149,8 +150,7 @@ Status Client::Impl::StageHost(const std::vector<TensorRef>& tensors, PendingSav
     } else {
       c.hash = HashAndCopy(dst, pc.src, c.length);
       st.bytes_hashed += c.length;
-      const CachedTensor* prev = Cached(tensors[pc.tensor]);
-      if (prev != nullptr && prev->hashes[pc.chunk] == c.hash) {
+      if (pc.prev != nullptr && pc.prev->hashes[pc.chunk] == c.hash) {
         st.chunks_unchanged++;  // copied for nothing; the agent frees the extent
         continue;
       }

@@ -9,12 +9,22 @@
 
 using namespace ftrun;
 
-TEST_CASE("a peer that does not read never blocks the agent's sends", "[agent]") {
+namespace {
+
+// The agent's end of a non-blocking socket pair, and the rank's.
+void Pair(Connection* conn, UniqueFd* peer) {
   int sv[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0);
+  conn->fd.Reset(sv[0]);
+  peer->Reset(sv[1]);
+}
+
+}  // namespace
+
+TEST_CASE("a peer that does not read never blocks the agent's sends", "[agent]") {
   Connection conn;
-  conn.fd.Reset(sv[0]);
-  UniqueFd peer(sv[1]);
+  UniqueFd peer;
+  Pair(&conn, &peer);
   int pipefd[2];
   REQUIRE(::pipe(pipefd) == 0);
   UniqueFd pr(pipefd[0]), pw(pipefd[1]);
@@ -52,11 +62,9 @@ TEST_CASE("a peer that does not read never blocks the agent's sends", "[agent]")
 }
 
 TEST_CASE("a peer that stops reading for good is cut off, not buffered forever", "[agent]") {
-  int sv[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0);
   Connection conn;
-  conn.fd.Reset(sv[0]);
-  UniqueFd peer(sv[1]);
+  UniqueFd peer;
+  Pair(&conn, &peer);
   const std::string big(1 << 20, 'x');
   Status s;
   for (size_t i = 0; i <= Connection::kMaxOutbox / big.size() + 1 && s.ok(); ++i) s = conn.Send(MsgType::kLoadOk, big);
