@@ -8,7 +8,7 @@ pkgs=(
   libyaml-cpp-dev libspdlog-dev catch2 libisal-dev libxxhash-dev liburing-dev
   libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev
   python3-torch python3-numpy fio
-  nftables iputils-ping iproute2 procps
+  libssl-dev nftables iputils-ping iproute2 procps
 )
 missing=()
 for p in "${pkgs[@]}"; do
