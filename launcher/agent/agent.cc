@@ -51,11 +51,11 @@ Status Agent::Setup() {
   sigemptyset(&mask);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
   if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return Status::FromErrno("sigprocmask", errno);
-  FTRUN_RETURN_IF_ERROR(InstanceLock::Claim(c.agent.run_dir, o_.job_id, o_.node_rank, &lock_));
+  FTRUN_RETURN_IF_ERROR(InstanceLock::Claim(c.agent.run_dir, o_.job_id, o_.agent_id, &lock_));
   if (lock_.removed_stale_socket()) {
     FTRUN_LOG_WARN("removed a stale socket {} left by an agent that is gone", lock_.socket_path());
   }
-  FTRUN_RETURN_IF_ERROR(Arena::Create(o_.job_id, static_cast<uint32_t>(o_.node_rank), c.store.memory_budget,
+  FTRUN_RETURN_IF_ERROR(Arena::Create(o_.job_id, static_cast<uint32_t>(o_.agent_id), c.store.memory_budget,
                                       c.store.chunk_size, &arena_));
   if (c.store.prefault) {
     // On a thread: ranks start meanwhile; it is joined before the arena goes.
@@ -69,17 +69,24 @@ Status Agent::Setup() {
   store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
                                            FormatLoc(c.store.memory_budget_loc, "store.memory_budget"));
   std::vector<int> ranks;
-  for (int i = 0; i < o_.local_ranks; ++i) {
+  for (int i = 0; i < (o_.spare ? 0 : o_.local_ranks); ++i) {
     RankSlot s;
     s.local_rank = i;
     s.global_rank = o_.first_global_rank + i;
     slots_.push_back(s);
     ranks.push_back(s.global_rank);
   }
-  tracker_ = std::make_unique<LocalCommitTracker>(ranks);
+  if (cluster()) {
+    auto t = std::make_unique<ClusterCommitTracker>();
+    cluster_tracker_ = t.get();
+    tracker_ = std::move(t);
+  } else {
+    tracker_ = std::make_unique<LocalCommitTracker>(ranks);
+  }
   service_ = std::make_unique<StoreService>(store_.get(), tracker_.get(), c.store.chunk_size);
-  service_->on_saved = [this](int rank, uint64_t) {
+  service_->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = SlotByRank(rank)) RankEvent(*s, &RankSlot::first_step);
+    if (cluster()) ClusterRankSaved(rank, version);
   };
   service_->on_committed = [this](uint64_t) { status_dirty_ = true; };
 
@@ -100,6 +107,7 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), listen_.get(), kListenTag));
   FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), signal_fd_.get(), kSignalTag));
   FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), timer_fd_.get(), kTimerTag));
+  if (cluster()) FTRUN_RETURN_IF_ERROR(SetupCluster());
   if (o_.save_pid > 0) {
     std::ofstream(std::string("/tmp/") + std::to_string(o_.save_pid) + ".deepspeed") << ::getpid() << "\n";
   }
@@ -116,7 +124,8 @@ int Agent::Run() {
                  o_.node_rank, o_.local_ranks, o_.first_global_rank, o_.first_global_rank + o_.local_ranks - 1,
                  o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
                  lock_.socket_path());
-  SpawnGeneration();
+  if (cluster()) state_ = State::kIdle;  // the coordinator says when to start
+  else SpawnGeneration();
   Loop();
   WriteStatus();
   return exit_code_;
@@ -137,6 +146,7 @@ void Agent::Loop() {
       if (tag == kListenTag) Accept();
       else if (tag == kSignalTag) Signals();
       else if (tag == kTimerTag) Tick();
+      else if (tag == kTransportTag) TransportEvents();
       else {
         if (events[i].events & EPOLLOUT) Writable(tag);
         if (events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) Readable(tag);

@@ -4,8 +4,10 @@
 // the last committed version, up to job.max_restarts times.
 //
 // One thread runs everything: an epoll loop over the listening socket, the
-// rank connections, a signalfd (SIGCHLD, SIGTERM, SIGINT, SIGHUP) and a
-// timer for hang detection, stop grace periods and commit waits.
+// rank connections, a signalfd (SIGCHLD, SIGTERM, SIGINT, SIGHUP), a timer
+// for hang detection, stop grace periods and commit waits, and in a
+// multi-node job the transport's event fd (agent_cluster.cc): there the
+// coordinator decides restarts and commits, and the agent replicates.
 #pragma once
 
 #include <sys/types.h>
@@ -22,10 +24,14 @@
 #include "launcher/agent/connection.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/options.h"
+#include "launcher/agent/replicator.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/supervisor.h"
 #include "plugin/store/arena.h"
 #include "plugin/store/snapshot_store.h"
+#include "plugin/transport/transport.h"
+#include "recovery/cluster_commit_tracker.h"
+#include "recovery/cluster_messages.h"
 #include "recovery/commit_tracker.h"
 
 namespace ftrun {
@@ -43,7 +49,8 @@ class Agent {
 
  private:
   using Clock = std::chrono::steady_clock;
-  enum class State { kRunning, kStopping, kDone };
+  // kIdle: no ranks running, waiting for the coordinator (multi-node only).
+  enum class State { kRunning, kStopping, kIdle, kDone };
   enum class StopCause { kFailure, kShutdown };
 
   struct RankSlot {
@@ -91,7 +98,27 @@ class Agent {
   void WriteStatus();
   RankSlot* SlotByRank(int global_rank);
 
-  // Constant after construction.
+  // Multi-node (agent_cluster.cc).
+  bool cluster() const { return !o_.coordinator.empty(); }
+  Status SetupCluster();
+  void TransportEvents();
+  void CoordinatorMessage(uint16_t type, const std::string& payload);
+  void RegisterWithCoordinator();
+  void SendToCoordinator(ClusterMsg type, const std::string& payload);
+  void ClusterTick(Clock::time_point now);
+  void ClusterRankSaved(int rank, uint64_t version);
+  void ApplyAssign(const AssignMsg& m);
+  void ApplyMembership(const MembershipMsg& m);
+  void StartPulls(const PullMsg& m);
+  void PullFrom(int rank);
+  void PullEnded(PeerId from, int rank, uint64_t version, const Status& s);
+  void Halt(uint64_t epoch);
+  void Start(const StartMsg& m);
+  void StoppedInCluster();
+  void CoordinatorLost(const std::string& why);
+
+  // Constant after construction, except the node's place in the job, which
+  // the coordinator assigns in a multi-node job.
   AgentOptions o_;
 
   // Guarded by the event loop (single thread).
@@ -131,6 +158,28 @@ class Agent {
   std::vector<Recovery> recoveries_;
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;
+
+  // Multi-node state.
+  static constexpr uint64_t kTransportTag = 4;
+  struct PullState {
+    std::vector<uint32_t> holders;
+    size_t next = 0;
+    uint64_t version = 0;
+  };
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Replicator> replicator_;
+  ClusterCommitTracker* cluster_tracker_ = nullptr;
+  uint64_t epoch_ = 0;
+  bool assigned_ = false;
+  bool coord_up_ = false;
+  bool reply_halted_ = false;
+  bool node_done_sent_ = false;
+  bool stopped_by_coordinator_ = false;
+  Clock::time_point coord_last_heard_, coord_lost_since_, last_heartbeat_, last_connect_try_, pull_started_;
+  std::map<PeerId, std::string> members_;
+  std::optional<StartMsg> pending_start_;
+  std::map<int, PullState> pulls_;
+  uint64_t pull_epoch_ = 0;
 };
 
 }  // namespace ftrun

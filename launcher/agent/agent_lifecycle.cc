@@ -12,6 +12,7 @@
 
 #include "launcher/agent/agent.h"
 #include "launcher/agent/rank_env.h"
+#include "plugin/common/bytes.h"
 #include "plugin/common/log.h"
 
 namespace ftrun {
@@ -23,7 +24,7 @@ double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<
 
 void Agent::SpawnGeneration() {
   auto now = Clock::now();
-  restore_version_ = service_->last_committed();
+  if (!cluster()) restore_version_ = service_->last_committed();  // else the coordinator's start says
   for (RankSlot& s : slots_) {
     RankIdentity id{s.local_rank, s.global_rank, generation_, lock_.socket_path()};
     SpawnSpec spec;
@@ -111,13 +112,28 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
       FTRUN_LOG_INFO("all {} ranks finished; last committed version {}", slots_.size(),
                      service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
       exit_code_ = 0;
-      state_ = State::kDone;
+      if (cluster()) {  // the job ends when the coordinator says every node is done
+        state_ = State::kIdle;
+        ByteWriter w;
+        w.Put<uint64_t>(epoch_);
+        SendToCoordinator(ClusterMsg::kNodeDone, w.data());
+      } else {
+        state_ = State::kDone;
+      }
     }
     return;
   }
   if (state_ == State::kRunning) {
     FTRUN_LOG_ERROR("rank {} (pid {}) {}", slot->global_rank, pid, info.Describe());
-    BeginStop(StopCause::kFailure, "rank " + std::to_string(slot->global_rank) + " " + info.Describe(), info);
+    std::string reason = "rank " + std::to_string(slot->global_rank) + " " + info.Describe();
+    if (cluster()) {  // every node restarts: the coordinator orders it
+      ByteWriter w;
+      w.Put<uint64_t>(epoch_);
+      w.Put<int32_t>(info.ShellCode());
+      w.PutString(reason);
+      SendToCoordinator(ClusterMsg::kRankFailed, w.data());
+    }
+    BeginStop(StopCause::kFailure, reason, info);
     return;
   }
   if (state_ == State::kStopping) {
@@ -190,6 +206,7 @@ void Agent::ContinueStop() {
   }
   Recovery& r = recoveries_.back();
   r.stopped = now;
+  if (cluster()) return StoppedInCluster();  // restarts are the coordinator's call
   if (generation_ >= o_.config.job.max_restarts) {
     FTRUN_LOG_ERROR("giving up after {} restarts (job.max_restarts): {}", generation_, r.reason);
     recoveries_.pop_back();
@@ -262,6 +279,7 @@ void Agent::Tick() {
       SignalGroup(s.pgid, SIGKILL);
     }
   }
+  if (cluster()) ClusterTick(now);
   if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
   if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
 }
@@ -274,7 +292,18 @@ void Agent::WriteStatus() {
   json j;
   j["job_id"] = o_.job_id;
   j["node"] = o_.node_rank;
-  j["state"] = state_ == State::kRunning ? "running" : state_ == State::kStopping ? "stopping" : "done";
+  const char* states[] = {"running", "stopping", "idle", "done"};
+  j["state"] = states[static_cast<int>(state_)];
+  if (cluster()) {
+    j["agent"] = o_.agent_id;
+    j["epoch"] = epoch_;
+    j["coordinator_connected"] = coord_up_;
+    j["holders"] = replicator_->holders();
+    j["address"] = transport_->address();
+    TransportStats ts = transport_->stats();
+    j["bulk_bytes_sent"] = ts.bulk_bytes_sent;
+    j["bulk_bytes_received"] = ts.bulk_bytes_received;
+  }
   j["restarts"] = generation_;
   j["max_restarts"] = o_.config.job.max_restarts;
   auto committed = service_->last_committed();

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
     std::fprintf(help ? stdout : stderr, "%s\n", s.message().c_str());
     return help ? 0 : 2;
   }
-  if (!ftrun::InitLogging("ftrun-agent", options.node_rank, -1, options.config.agent.log_level)) {
+  if (!ftrun::InitLogging("ftrun-agent", options.agent_id, -1, options.config.agent.log_level)) {
     std::fprintf(stderr, "ftrun-agent: agent.log_level '%s' is not one of trace|debug|info|warn|error\n",
                  options.config.agent.log_level.c_str());
     return 2;

@@ -7,7 +7,6 @@
 #include <random>
 
 namespace ftrun {
-namespace {
 
 std::string NewJobId() {
   std::random_device rd;
@@ -15,6 +14,8 @@ std::string NewJobId() {
   std::snprintf(buf, sizeof buf, "job-%08x", rd());
   return buf;
 }
+
+namespace {
 
 int Base64Value(char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -85,6 +86,12 @@ Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
   app.add_flag("--no_local_rank", o.no_local_rank, "do not append --local_rank=N to the script's arguments");
   app.add_option("--save_pid", o.save_pid, "write the agent pid to /tmp/<save_pid>.deepspeed");
   app.add_option("--enable_each_rank_log", o.each_rank_log_dir, "write each rank's output to DIR/rank<N>.log");
+  app.add_option("--coordinator", o.coordinator, "coordinator address IP:PORT (multi-node jobs; set by the ftrun runner)");
+  app.add_option("--agent-id", o.agent_id, "this agent's id in the job (default: --node_rank)")->check(CLI::NonNegativeNumber);
+  app.add_option("--secret-file", o.secret_file, "file holding the job secret (mode 0600; required with --coordinator)");
+  app.add_option("--listen", o.listen_ip, "IPv4 address peer agents reach this agent at (default 127.0.0.1)");
+  app.add_flag("--spare", o.spare, "start without ranks, ready to take over a lost node");
+  app.add_option("--rack", o.rack, "failure domain of this node (placement keeps copies in other racks)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -132,6 +139,12 @@ Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
   o.config.agent.ranks_per_node = o.local_ranks;
   FTRUN_RETURN_IF_ERROR(ValidateConfig(o.config));
 
+  if (o.agent_id < 0) o.agent_id = o.node_rank;
+  if (!o.coordinator.empty() && o.secret_file.empty()) {
+    return Status::InvalidArgument("ftrun-agent: --coordinator needs --secret-file (the job secret is never passed on "
+                                   "the command line)");
+  }
+  if (o.coordinator.empty() && o.spare) return Status::InvalidArgument("ftrun-agent: --spare needs --coordinator");
   o.job_id = job_id;
   if (o.job_id.empty() && !o.config.job.id.empty()) o.job_id = o.config.job.id;
   if (const char* env = std::getenv("FTRUN_JOB_ID"); o.job_id.empty() && env != nullptr) o.job_id = env;

@@ -31,12 +31,23 @@ struct AgentOptions {
   std::string each_rank_log_dir;
   std::string status_file;  // JSON status, rewritten as the job goes
   std::vector<std::string> command;  // script and its arguments
+
+  // Multi-node: set when the agent is part of a cluster run by a coordinator.
+  std::string coordinator;   // --coordinator IP:PORT ("" = a one-node job)
+  int agent_id = -1;         // --agent-id (default: --node_rank); unique in the job
+  std::string secret_file;   // --secret-file: the job secret (mode 0600)
+  std::string listen_ip = "127.0.0.1";  // --listen: address peers reach this agent at
+  bool spare = false;        // --spare: no ranks until the coordinator gives it a lost node's
+  std::string rack;          // --rack: failure domain, for placement
 };
 
 // Parses argv. On --help or a bad command line returns kInvalidArgument
 // whose message is what to print (help text included for --help, with
 // *help set).
 Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help);
+
+// A fresh random job id ("job-1a2b3c4d").
+std::string NewJobId();
 
 // Decodes DeepSpeed's --world_info (urlsafe base64 of {"host": [slots]}).
 // Hosts keep their order. Errors say what was expected.

@@ -38,6 +38,9 @@ class StoreService {
   bool Waiting(const Connection& conn) const;
 
   std::optional<uint64_t> last_committed() const { return tracker_->last_committed(); }
+  // A version committed elsewhere (the cluster coordinator): release older
+  // versions and wake the ranks waiting for it.
+  void OnCommitted(uint64_t version) { Committed(version); }
   // Called after each accepted save: (rank, version).
   std::function<void(int, uint64_t)> on_saved;
   // Called when a version commits.

@@ -124,6 +124,30 @@ const Key kKeys[] = {
     {"store", "prefault", "true or false",
      [](const std::string& t, Config* c) { return ParseBool(t, &c->store.prefault); }, nullptr,
      [](const Config& c) { return std::string(c.store.prefault ? "true" : "false"); }},
+    {"cluster", "replicas", "an integer >= 0",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->cluster.replicas); },
+     [](const Config& c) -> const char* { return c.cluster.replicas >= 0 ? nullptr : "an integer >= 0"; },
+     [](const Config& c) { return std::to_string(c.cluster.replicas); }},
+    {"cluster", "spares", "an integer >= 0",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->cluster.spares); },
+     [](const Config& c) -> const char* { return c.cluster.spares >= 0 ? nullptr : "an integer >= 0"; },
+     [](const Config& c) { return std::to_string(c.cluster.spares); }},
+    {"cluster", "heartbeat_interval", "a duration like 200ms",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->cluster.heartbeat_interval); },
+     [](const Config& c) -> const char* {
+       return c.cluster.heartbeat_interval.count() > 0 ? nullptr : "a duration > 0 like 200ms";
+     },
+     [](const Config& c) { return Millis(c.cluster.heartbeat_interval); }},
+    {"cluster", "heartbeat_misses", "an integer >= 1",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 1", &c->cluster.heartbeat_misses); },
+     [](const Config& c) -> const char* { return c.cluster.heartbeat_misses >= 1 ? nullptr : "an integer >= 1"; },
+     [](const Config& c) { return std::to_string(c.cluster.heartbeat_misses); }},
+    {"cluster", "lost_node_timeout", "a duration like 60s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->cluster.lost_node_timeout); },
+     [](const Config& c) -> const char* {
+       return c.cluster.lost_node_timeout.count() > 0 ? nullptr : "a duration > 0 like 60s";
+     },
+     [](const Config& c) { return Millis(c.cluster.lost_node_timeout); }},
     {"agent", "run_dir", "a directory path",
      [](const std::string& t, Config* c) { return c->agent.run_dir = t, Status::Ok(); },
      [](const Config& c) -> const char* {
@@ -147,7 +171,7 @@ const Key kKeys[] = {
      [](const Config& c) { return std::to_string(c.agent.ranks_per_node); }},
 };
 
-const char* const kSections[] = {"job", "store", "agent"};
+const char* const kSections[] = {"job", "store", "agent", "cluster"};
 
 std::string KnownKeys(const std::string& section) {
   std::string out;
@@ -325,6 +349,25 @@ Status ValidateConfig(const Config& c) {
     return Error(s.memory_budget_loc, "store.memory_budget",
                  FormatSize(s.memory_budget) + " is smaller than one chunk (store.chunk_size = " +
                      FormatSize(s.chunk_size) + "); raise it or lower store.chunk_size");
+  }
+  return Status::Ok();
+}
+
+Status ValidateClusterConfig(const Config& c, int num_nodes) {
+  SourceLoc no_line{c.source, 0, 0};
+  if (c.cluster.replicas >= num_nodes && num_nodes > 1) {
+    return Error(no_line, "cluster.replicas",
+                 "expected fewer copies than nodes: " + std::to_string(c.cluster.replicas) + " replicas need at least " +
+                     std::to_string(c.cluster.replicas + 1) + " nodes, the job has " + std::to_string(num_nodes));
+  }
+  const StoreConfig& s = c.store;
+  uint64_t copies = 2ull * static_cast<uint64_t>(c.agent.ranks_per_node) * (1 + static_cast<uint64_t>(c.cluster.replicas));
+  if (num_nodes > 1 && s.snapshot_bytes > 0 && s.memory_budget / copies < s.snapshot_bytes) {
+    return Error(s.memory_budget_loc, "store.memory_budget",
+                 FormatSize(s.memory_budget) + " cannot hold this node's snapshots and " +
+                     std::to_string(c.cluster.replicas) + " other nodes' copies, each plus one in flight (2 x " +
+                     std::to_string(c.agent.ranks_per_node) + " ranks x " + std::to_string(1 + c.cluster.replicas) +
+                     " copies x " + FormatSize(s.snapshot_bytes) + "); raise it or lower cluster.replicas");
   }
   return Status::Ok();
 }

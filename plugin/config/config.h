@@ -5,6 +5,7 @@
 //   job:   { id, max_restarts, hang_timeout, stop_grace }
 //   store: { memory_budget, chunk_size, snapshot_bytes, prefault }
 //   agent: { run_dir, log_level, ranks_per_node }
+//   cluster: { replicas, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout }
 // Missing keys and sections take the defaults below; unknown keys, wrong node
 // types and out-of-range values are errors.
 //
@@ -59,11 +60,21 @@ struct AgentConfig {
   int ranks_per_node = 1;              // agent.ranks_per_node, >= 1 (the CLI may override)
 };
 
+// Multi-node jobs (read by the runner's coordinator and every agent).
+struct ClusterConfig {
+  int replicas = 1;                                      // cluster.replicas: copies on other nodes, >= 0
+  int spares = 0;                                        // cluster.spares: agents without ranks, >= 0
+  std::chrono::milliseconds heartbeat_interval{200};     // cluster.heartbeat_interval, > 0
+  int heartbeat_misses = 5;                              // cluster.heartbeat_misses, >= 1
+  std::chrono::milliseconds lost_node_timeout{60000};    // cluster.lost_node_timeout, > 0
+};
+
 struct Config {
   std::string source;  // file path, or "<default>"
   JobConfig job;
   StoreConfig store;
   AgentConfig agent;
+  ClusterConfig cluster;
 };
 
 // Parses and validates `yaml_text`; `source_name` is used in messages and as
@@ -82,5 +93,9 @@ Config DefaultConfig();
 // snapshots of every rank; the budget holds at least one chunk). Call it again
 // after overriding fields, e.g. ranks_per_node from the command line.
 Status ValidateConfig(const Config& config);
+
+// The rules of a multi-node job: fewer replicas than nodes, and a budget
+// that holds the node's own snapshots and the copies it keeps for others.
+Status ValidateClusterConfig(const Config& config, int num_nodes);
 
 }  // namespace ftrun

@@ -160,6 +160,15 @@ std::vector<uint64_t> SnapshotStore::RankVersions(int rank) const {
   return out;
 }
 
+std::vector<int> SnapshotStore::RanksAt(uint64_t version) const {
+  std::vector<int> out;
+  auto it = versions_.find(version);
+  if (it != versions_.end()) {
+    for (const auto& [rank, m] : it->second) out.push_back(rank);
+  }
+  return out;
+}
+
 std::optional<uint64_t> SnapshotStore::LastSaved(int rank) const {
   for (auto it = versions_.rbegin(); it != versions_.rend(); ++it) {
     if (it->second.count(rank)) return it->first;

@@ -71,6 +71,10 @@ class Transport {
   // Cancelled (kBulkDone with an error) if the peer goes down first.
   virtual void PostRecv(PeerId peer, uint64_t tag, void* data, uint64_t length, uint64_t token) = 0;
 
+  // Cancels a posted receive; its kBulkDone still follows (with an error,
+  // or OK if the bytes had already landed).
+  virtual void CancelRecv(uint64_t token) = 0;
+
   // Readable while events are waiting.
   virtual int event_fd() const = 0;
   // Takes the waiting events (may be empty).

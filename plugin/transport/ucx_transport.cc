@@ -117,6 +117,12 @@ class UcxTransport : public Transport {
   void PostRecv(PeerId peer, uint64_t tag, void* data, uint64_t length, uint64_t token) override {
     Post([=] { DoPostRecv(peer, tag, data, length, token); });
   }
+  void CancelRecv(uint64_t token) override {
+    Post([this, token] {
+      auto it = recvs_.find(token);
+      if (it != recvs_.end()) ucp_request_cancel(worker_, it->second->request);
+    });
+  }
   int event_fd() const override { return event_fd_.get(); }
   std::vector<TransportEvent> Poll() override;
   TransportStats stats() const override {

@@ -18,12 +18,25 @@ Tensors are any objects with the buffer protocol (numpy arrays, bytearray,
 memoryview); see help(Client.save) and help(Client.load), including how
 bfloat16 is passed in and comes back.
 
+PyTorch users save and load whole training states (nested dicts, lists and
+tuples of CPU/CUDA tensors of any dtype, optimizer state, RNG states, any
+picklable object) with the functions of ftrun.state, re-exported here::
+
+    resumed = ftrun.load()                  # None at a fresh start, else (step, state)
+    ...
+    ftrun.save(step, {"model": model.state_dict(), "optim": opt.state_dict(),
+                      "rng": ftrun.rng_state(), "data_pos": pos})
+
+ftrun.save, load, wait, rng_state and set_rng_state (and the submodules
+ftrun.state and ftrun.deepspeed, a DeepSpeed checkpoint engine) import torch on
+first use only: `import ftrun` alone needs just numpy.
+
 Errors: a failed call raises Error (a RuntimeError) with .code, the status
 code name ('TIMEOUT', 'RESOURCE_EXHAUSTED', ...), and .message; a code of
 INVALID_ARGUMENT raises InvalidArgumentError, which is also a ValueError.
 
-This package only re-exports the compiled extension ``_ftrun``, found next to
-this file or, failing that, on sys.path.
+The low-level names re-export the compiled extension ``_ftrun``, found next
+to this file or, failing that, on sys.path.
 """
 
 try:
@@ -44,3 +57,23 @@ LoadResult = _ftrun.LoadResult
 LATEST = _ftrun.LATEST
 
 __all__ = ["Client", "Error", "InvalidArgumentError", "LoadResult", "LATEST"]
+
+# The torch layer, imported on first use so that `import ftrun` needs no torch.
+_STATE_NAMES = ("save", "load", "wait", "rng_state", "set_rng_state")
+_SUBMODULES = ("state", "deepspeed")
+
+
+def __getattr__(name):
+    if name in _STATE_NAMES:
+        from . import state
+
+        return getattr(state, name)
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_STATE_NAMES) | set(_SUBMODULES))

@@ -1,0 +1,355 @@
+// The agent in a multi-node job: registers with the coordinator, reports
+// held manifests, replicates saves to its holders, obeys halt/start/commit/
+// stop, pulls a lost node's shards when it replaces it, and fences its own
+// ranks when it loses the coordinator.
+#include <sys/epoll.h>
+
+#include "launcher/agent/agent.h"
+#include "plugin/common/log.h"
+#include "plugin/transport/secret.h"
+#include "plugin/transport/ucx_transport.h"
+
+namespace ftrun {
+namespace {
+
+std::string U64(uint64_t v) {
+  ByteWriter w;
+  w.Put<uint64_t>(v);
+  return w.data();
+}
+
+}  // namespace
+
+Status Agent::SetupCluster() {
+  UcxTransportOptions t;
+  t.self = static_cast<PeerId>(o_.agent_id);
+  t.listen_ip = o_.listen_ip;
+  FTRUN_RETURN_IF_ERROR(ReadSecretFile(o_.secret_file, &t.secret));
+  FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
+  replicator_ = std::make_unique<Replicator>(transport_.get(), store_.get(), arena_.base(), o_.config.store.chunk_size);
+  replicator_->on_stored = [this](int rank, uint64_t version) {
+    ByteWriter w;
+    w.Put<uint64_t>(epoch_);
+    PutRankVersions({{rank, version}}, &w);
+    SendToCoordinator(ClusterMsg::kHeld, w.data());
+  };
+  replicator_->on_pulled = [this](PeerId from, int rank, uint64_t version, const Status& s) {
+    PullEnded(from, rank, version, s);
+  };
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTransportTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, transport_->event_fd(), &ev) != 0) {
+    return Status::FromErrno("epoll_ctl", errno);
+  }
+  coord_lost_since_ = Clock::now();
+  last_connect_try_ = Clock::now();
+  transport_->Connect(kCoordinatorPeer, o_.coordinator);
+  FTRUN_LOG_INFO("agent {} listening for peers at {}; coordinator {}", o_.agent_id, transport_->address(),
+                 o_.coordinator);
+  return Status::Ok();
+}
+
+void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
+  if (coord_up_) transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
+}
+
+void Agent::RegisterWithCoordinator() {
+  RegisterMsg m;
+  m.slot = assigned_ ? o_.node_rank : (o_.spare ? -1 : o_.node_rank);
+  m.address = transport_->address();
+  m.rack = o_.rack;
+  m.epoch = epoch_;
+  m.committed = service_->last_committed();
+  if (m.committed) {
+    for (int rank : store_->RanksAt(*m.committed)) m.catalog.push_back({rank, *m.committed});
+  }
+  transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(ClusterMsg::kRegister), Encode(m));
+}
+
+void Agent::TransportEvents() {
+  auto now = Clock::now();
+  for (TransportEvent& e : transport_->Poll()) {
+    const bool coord = e.peer == kCoordinatorPeer;
+    switch (e.kind) {
+      case TransportEvent::Kind::kPeerUp:
+        if (coord) {
+          coord_up_ = true;
+          coord_last_heard_ = now;
+          FTRUN_LOG_INFO("connected to the coordinator at {}", o_.coordinator);
+          RegisterWithCoordinator();
+        }
+        break;
+      case TransportEvent::Kind::kPeerDown:
+        if (coord) {
+          if (coord_up_) CoordinatorLost(e.status.message());
+        } else {
+          FTRUN_LOG_WARN("agent {} down: {}", e.peer, e.status.message());
+          replicator_->PeerDown(e.peer);
+        }
+        break;
+      case TransportEvent::Kind::kMessage:
+        if (coord) {
+          coord_last_heard_ = now;
+          CoordinatorMessage(e.type, e.payload);
+        } else if (!replicator_->Handle(e.peer, e.type, e.payload)) {
+          FTRUN_LOG_WARN("agent {} sent an unexpected {}", e.peer, ClusterMsgName(e.type));
+        }
+        break;
+      case TransportEvent::Kind::kBulkDone: replicator_->BulkDone(e.token, e.status); break;
+    }
+    if (state_ == State::kDone) return;
+  }
+}
+
+void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
+  ByteReader r(payload);
+  Status s;
+  switch (static_cast<ClusterMsg>(type)) {
+    case ClusterMsg::kCoordHeartbeat: return;
+    case ClusterMsg::kAssign: {
+      AssignMsg m;
+      s = Decode(payload, &m);
+      if (s.ok()) return ApplyAssign(m);
+      break;
+    }
+    case ClusterMsg::kMembership: {
+      MembershipMsg m;
+      s = Decode(payload, &m);
+      if (s.ok()) return ApplyMembership(m);
+      break;
+    }
+    case ClusterMsg::kPull: {
+      PullMsg m;
+      s = Decode(payload, &m);
+      if (s.ok()) return StartPulls(m);
+      break;
+    }
+    case ClusterMsg::kStart: {
+      StartMsg m;
+      s = Decode(payload, &m);
+      if (s.ok()) return Start(m);
+      break;
+    }
+    case ClusterMsg::kHalt: return Halt(r.Get<uint64_t>());
+    case ClusterMsg::kCommit: {
+      uint64_t v = r.Get<uint64_t>();
+      if (!r.ok()) break;
+      cluster_tracker_->Committed(v);
+      service_->OnCommitted(v);
+      status_dirty_ = true;
+      return;
+    }
+    case ClusterMsg::kStop:
+    case ClusterMsg::kFenced: {
+      bool fenced = static_cast<ClusterMsg>(type) == ClusterMsg::kFenced;
+      int32_t code = fenced ? 1 : r.Get<int32_t>();
+      std::string msg = fenced ? payload : r.GetString();
+      if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
+      else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
+      else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
+      exit_code_ = code;
+      stopped_by_coordinator_ = true;
+      if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, msg, std::nullopt);
+      else if (state_ != State::kStopping) state_ = State::kDone;
+      else stop_cause_ = StopCause::kShutdown;
+      return;
+    }
+    default: break;
+  }
+  FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.ok() ? "unexpected" : s.message());
+}
+
+void Agent::ApplyAssign(const AssignMsg& m) {
+  if (state_ == State::kRunning || state_ == State::kStopping) {
+    FTRUN_LOG_ERROR("coordinator assigned node {} while ranks run; ignored", m.slot);
+    return;
+  }
+  assigned_ = true;
+  o_.node_rank = m.slot;
+  o_.first_global_rank = m.first_rank;
+  o_.local_ranks = m.local_ranks;
+  o_.world_size = m.world_size;
+  o_.num_nodes = m.num_slots;
+  if (static_cast<int>(o_.slots.size()) != m.local_ranks) {
+    o_.slots.clear();
+    for (int i = 0; i < m.local_ranks; ++i) o_.slots.push_back(i);
+  }
+  slots_.clear();
+  for (int i = 0; i < m.local_ranks; ++i) {
+    RankSlot s;
+    s.local_rank = i;
+    s.global_rank = m.first_rank + i;
+    slots_.push_back(s);
+  }
+  FTRUN_LOG_INFO("this agent is node {}: ranks {}..{} of {}", m.slot, m.first_rank, m.first_rank + m.local_ranks - 1,
+                 m.world_size);
+  status_dirty_ = true;
+}
+
+void Agent::ApplyMembership(const MembershipMsg& m) {
+  members_.clear();
+  for (const MemberInfo& x : m.members) members_[x.agent] = x.address;
+  for (uint32_t h : m.my_holders) {
+    auto it = members_.find(h);
+    if (it != members_.end()) transport_->Connect(h, it->second);
+  }
+  replicator_->SetHolders(m.my_holders);
+  status_dirty_ = true;
+}
+
+void Agent::StartPulls(const PullMsg& m) {
+  epoch_ = std::max(epoch_, m.epoch);
+  replicator_->SetEpoch(epoch_);
+  pulls_.clear();
+  pull_epoch_ = m.epoch;
+  pull_started_ = Clock::now();
+  for (const auto& [rank, holders] : m.ranks) {
+    if (store_->Find(rank, m.version)) continue;  // already here
+    if (holders.empty()) {
+      ByteWriter w;
+      w.Put<uint64_t>(m.epoch);
+      w.PutString("rank " + std::to_string(rank) + " version " + std::to_string(m.version) + ": no live holder");
+      return SendToCoordinator(ClusterMsg::kFatal, w.data());
+    }
+    PullState& p = pulls_[rank];
+    p.holders = holders;
+    p.version = m.version;
+    PullFrom(rank);
+  }
+  if (pulls_.empty()) SendToCoordinator(ClusterMsg::kReady, U64(m.epoch));
+}
+
+void Agent::PullFrom(int rank) {
+  PullState& p = pulls_.at(rank);
+  PeerId h = p.holders[p.next];
+  auto it = members_.find(h);
+  if (it != members_.end()) transport_->Connect(h, it->second);
+  FTRUN_LOG_INFO("pulling rank {} version {} from agent {}", rank, p.version, h);
+  replicator_->Pull(h, rank, p.version);
+}
+
+void Agent::PullEnded(PeerId from, int rank, uint64_t version, const Status& s) {
+  auto it = pulls_.find(rank);
+  if (it == pulls_.end() || it->second.version != version) return;
+  if (!s.ok()) {
+    FTRUN_LOG_WARN("pull of rank {} version {} from agent {} failed: {}", rank, version, from, s.message());
+    if (++it->second.next < it->second.holders.size()) return PullFrom(rank);
+    ByteWriter w;
+    w.Put<uint64_t>(pull_epoch_);
+    w.PutString("rank " + std::to_string(rank) + " version " + std::to_string(version) +
+                ": every holder failed; last: " + s.message());
+    pulls_.erase(it);
+    return SendToCoordinator(ClusterMsg::kFatal, w.data());
+  }
+  pulls_.erase(it);
+  if (pulls_.empty()) {
+    FTRUN_LOG_INFO("pulled every shard of version {} in {:.0f} ms", version,
+                   std::chrono::duration<double, std::milli>(Clock::now() - pull_started_).count());
+    SendToCoordinator(ClusterMsg::kReady, U64(pull_epoch_));
+  }
+}
+
+void Agent::Halt(uint64_t epoch) {
+  epoch_ = std::max(epoch_, epoch);
+  replicator_->SetEpoch(epoch_);
+  pending_start_.reset();
+  if (state_ == State::kRunning) {
+    reply_halted_ = true;
+    BeginStop(StopCause::kFailure, "halted by the coordinator (epoch " + std::to_string(epoch) + ")", std::nullopt);
+  } else if (state_ == State::kStopping) {
+    reply_halted_ = true;
+  } else if (state_ == State::kIdle) {
+    service_->DiscardUncommitted();
+    SendToCoordinator(ClusterMsg::kHalted, U64(epoch_));
+  }
+}
+
+void Agent::StoppedInCluster() {
+  state_ = State::kIdle;
+  status_dirty_ = true;
+  if (reply_halted_) {
+    reply_halted_ = false;
+    SendToCoordinator(ClusterMsg::kHalted, U64(epoch_));
+  }
+  if (pending_start_) {
+    StartMsg m = *pending_start_;
+    pending_start_.reset();
+    Start(m);
+  }
+}
+
+void Agent::Start(const StartMsg& m) {
+  if (state_ == State::kRunning || state_ == State::kStopping) {
+    pending_start_ = m;  // the coordinator restarted: stop first
+    if (state_ == State::kRunning) BeginStop(StopCause::kFailure, "restart ordered by the coordinator", std::nullopt);
+    return;
+  }
+  if (state_ != State::kIdle) return;
+  epoch_ = std::max(epoch_, m.epoch);
+  replicator_->SetEpoch(epoch_);
+  generation_ = static_cast<int>(m.epoch);
+  restore_version_ = m.version;
+  if (m.version) {
+    cluster_tracker_->Committed(*m.version);
+    service_->OnCommitted(*m.version);
+  }
+  o_.master_addr = m.master_addr;
+  o_.master_port = m.master_port;
+  if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) {
+    recoveries_.back().restart = generation_;
+    recoveries_.back().version = m.version;
+  }
+  node_done_sent_ = false;
+  state_ = State::kRunning;
+  if (!slots_.empty()) SpawnGeneration();
+}
+
+void Agent::CoordinatorLost(const std::string& why) {
+  coord_up_ = false;
+  coord_lost_since_ = Clock::now();
+  transport_->Disconnect(kCoordinatorPeer);
+  FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);
+  reply_halted_ = false;
+  pending_start_.reset();
+  if (state_ == State::kRunning) {
+    BeginStop(StopCause::kFailure, "lost the coordinator: " + why, std::nullopt);
+  }
+}
+
+void Agent::ClusterTick(Clock::time_point now) {
+  const auto interval = o_.config.cluster.heartbeat_interval;
+  if (coord_up_) {
+    if (now - last_heartbeat_ >= interval) {
+      last_heartbeat_ = now;
+      SendToCoordinator(ClusterMsg::kHeartbeat, U64(epoch_));
+    }
+    if (now - coord_last_heard_ > interval * o_.config.cluster.heartbeat_misses) {
+      CoordinatorLost("no message for " + std::to_string((interval * o_.config.cluster.heartbeat_misses).count()) +
+                      " ms (cluster.heartbeat_misses x cluster.heartbeat_interval)");
+    }
+    return;
+  }
+  if (now - coord_lost_since_ > o_.config.cluster.lost_node_timeout) {
+    FTRUN_LOG_ERROR("no coordinator at {} for {} ms (cluster.lost_node_timeout): giving up", o_.coordinator,
+                    o_.config.cluster.lost_node_timeout.count());
+    exit_code_ = 1;
+    if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, "no coordinator", std::nullopt);
+    else if (state_ != State::kStopping) state_ = State::kDone;
+    return;
+  }
+  if (now - last_connect_try_ >= interval) {
+    last_connect_try_ = now;
+    transport_->Connect(kCoordinatorPeer, o_.coordinator);
+  }
+}
+
+void Agent::ClusterRankSaved(int rank, uint64_t version) {
+  ByteWriter w;
+  w.Put<uint64_t>(epoch_);
+  PutRankVersions({{rank, version}}, &w);
+  SendToCoordinator(ClusterMsg::kHeld, w.data());
+  replicator_->Saved(rank, version);
+}
+
+}  // namespace ftrun

@@ -1,0 +1,342 @@
+#include "launcher/agent/replicator.h"
+
+#include <algorithm>
+
+#include "plugin/common/bytes.h"
+#include "plugin/common/hash.h"
+#include "plugin/common/log.h"
+#include "recovery/cluster_messages.h"
+
+namespace ftrun {
+namespace {
+
+constexpr uint64_t kSendTokenBit = 1ull << 63;
+constexpr uint64_t kPullBit = 1ull << 62;
+constexpr uint64_t kOwnerBase = 1ull << 62;  // store reservation owners, above any rank connection id
+
+uint16_t T(ClusterMsg m) { return static_cast<uint16_t>(m); }
+
+}  // namespace
+
+Replicator::Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size)
+    : t_(transport), store_(store), base_(arena_base), chunk_size_(chunk_size) {}
+
+void Replicator::SetEpoch(uint64_t epoch) {
+  if (epoch <= epoch_) return;
+  epoch_ = epoch;
+  for (auto& [peer, q] : queue_) {
+    q.erase(std::remove_if(q.begin(), q.end(), [&](const Job& j) { return j.epoch < epoch; }), q.end());
+  }
+  std::vector<PeerId> stale;
+  for (auto& [peer, out] : out_) {
+    if (out.job.epoch < epoch) stale.push_back(peer);
+  }
+  for (PeerId p : stale) FinishOut(p, Status::Unavailable("epoch moved on"));
+  for (auto& [key, in] : in_) {
+    if (in.epoch >= epoch) continue;
+    in.error = Status::Unavailable("epoch moved on");
+    for (auto& [chunk, token] : in.received) t_->CancelRecv(token);
+  }
+}
+
+void Replicator::SetHolders(std::vector<PeerId> holders) { holders_ = std::move(holders); }
+
+void Replicator::Saved(int rank, uint64_t version) {
+  for (PeerId h : holders_) Enqueue(h, Job{rank, version, epoch_, 0});
+}
+
+void Replicator::Enqueue(PeerId to, Job job) {
+  auto& q = queue_[to];
+  if (job.xfer == 0) {  // coalesce: an older queued version of the rank never needs to go
+    q.erase(std::remove_if(q.begin(), q.end(),
+                           [&](const Job& j) { return j.xfer == 0 && j.rank == job.rank && j.version < job.version; }),
+            q.end());
+  }
+  q.push_back(job);
+  StartNext(to);
+}
+
+void Replicator::StartNext(PeerId to) {
+  if (out_.count(to)) return;
+  auto& q = queue_[to];
+  while (!q.empty()) {
+    Job job = q.front();
+    q.pop_front();
+    const Manifest* m = store_->Find(job.rank, job.version);
+    if (m == nullptr) {  // released (a newer commit) or discarded meanwhile
+      if (job.xfer & kPullBit) Reply(to, T(ClusterMsg::kOfferFailed), job.xfer, "this agent does not hold rank " +
+                                         std::to_string(job.rank) + " version " + std::to_string(job.version));
+      continue;
+    }
+    if (job.xfer == 0) job.xfer = next_xfer_++;
+    Out& out = out_[to];
+    out.job = job;
+    out.to = to;
+    for (const auto& t : m->tensors) {
+      for (const auto& c : t.chunks) out.chunks.push_back({c.offset, c.length});
+    }
+    store_->Pin(job.version);
+    ByteWriter w;
+    w.Put<uint64_t>(job.xfer);
+    w.Put<uint64_t>(job.epoch);
+    EncodeManifest(*m, &w);
+    t_->Send(to, T(ClusterMsg::kOffer), w.data());
+    return;
+  }
+}
+
+void Replicator::Pump(Out& out) {
+  while (!out.todo.empty() && (out.inflight == 0 || out.inflight_bytes + out.todo.front().second <= kWindowBytes)) {
+    auto [index, tag] = out.todo.front();
+    out.todo.pop_front();
+    auto [offset, length] = out.chunks[index];
+    uint64_t token = kSendTokenBit | next_xfer_++;
+    send_tokens_[token] = {out.to, length};
+    out.inflight++;
+    out.inflight_bytes += length;
+    t_->SendBulk(out.to, tag, base_ + offset, length, token);
+  }
+}
+
+void Replicator::FinishOut(PeerId to, const Status& s) {
+  auto it = out_.find(to);
+  if (it == out_.end()) return;
+  if (!s.ok()) {
+    FTRUN_LOG_WARN("copy of rank {} version {} to agent {} failed: {}", it->second.job.rank, it->second.job.version, to,
+                   s.message());
+  }
+  store_->Unpin(it->second.job.version);
+  // Sends still in flight complete on their own; their tokens are forgotten.
+  for (auto t = send_tokens_.begin(); t != send_tokens_.end();) t = t->second.first == to ? send_tokens_.erase(t) : std::next(t);
+  out_.erase(it);
+  StartNext(to);
+}
+
+bool Replicator::Handle(PeerId from, uint16_t type, const std::string& payload) {
+  ByteReader r(payload);
+  switch (static_cast<ClusterMsg>(type)) {
+    case ClusterMsg::kOffer: Offer(from, &r); return true;
+    case ClusterMsg::kWant: Want(from, &r); return true;
+    case ClusterMsg::kStored: Stored(from, &r); return true;
+    case ClusterMsg::kOfferFailed: OfferFailed(from, &r); return true;
+    case ClusterMsg::kPullRequest: PullRequest(from, &r); return true;
+    default: return false;
+  }
+}
+
+void Replicator::Reply(PeerId to, uint16_t type, uint64_t xfer, const std::string& message) {
+  ByteWriter w;
+  w.Put<uint64_t>(xfer);
+  if (type == T(ClusterMsg::kOfferFailed)) w.PutString(message);
+  t_->Send(to, type, w.data());
+}
+
+void Replicator::Offer(PeerId from, ByteReader* r) {
+  uint64_t xfer = r->Get<uint64_t>();
+  uint64_t epoch = r->Get<uint64_t>();
+  Manifest m;
+  Status s = DecodeManifest(r, "offer from agent " + std::to_string(from), &m);
+  if (s.ok() && !r->done()) s = Status::Corruption("offer from agent " + std::to_string(from) + ": trailing bytes");
+  if (s.ok() && epoch < epoch_ && !(xfer & kPullBit)) {
+    s = Status::FailedPrecondition("offer from epoch " + std::to_string(epoch) + ", this agent is at " +
+                                   std::to_string(epoch_));
+  }
+  if (s.ok() && in_.count({from, xfer})) s = Status::AlreadyExists("transfer already in progress");
+  if (!s.ok()) return Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
+  const int rank = m.rank;
+  const uint64_t version = m.version;
+  if (store_->Find(rank, version) != nullptr) {  // already here (e.g. pulled before)
+    Reply(from, T(ClusterMsg::kStored), xfer);
+    if (on_stored) on_stored(rank, version);
+    return;
+  }
+  In& in = in_[{from, xfer}];
+  in.from = from;
+  in.xfer = xfer;
+  in.epoch = epoch;
+  in.manifest = std::move(m);
+  in.owner = kOwnerBase + next_owner_++;
+  // Which chunks do we lack? Each distinct missing hash is received once.
+  std::vector<ChunkRef*> want;
+  std::vector<uint64_t> lengths;
+  std::vector<size_t> index;
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  size_t i = 0;
+  for (auto& t : in.manifest.tensors) {
+    for (auto& c : t.chunks) {
+      c.offset = kNoOffset;
+      if (c.length == 0 || c.length > chunk_size_) {
+        in_.erase({from, xfer});
+        return Reply(from, T(ClusterMsg::kOfferFailed), xfer, "a chunk of " + std::to_string(c.length) + " bytes");
+      }
+      if (!store_->HasChunk(c.hash) && seen.insert({c.hash.lo, c.hash.hi}).second) {
+        want.push_back(&c);
+        lengths.push_back(c.length);
+        index.push_back(i);
+      }
+      ++i;
+    }
+  }
+  std::vector<uint64_t> offsets;
+  s = store_->Reserve(in.owner, lengths, &offsets);
+  if (!s.ok()) {
+    FTRUN_LOG_ERROR("cannot keep a copy of rank {} version {} for agent {}: {}", rank, version, from, s.message());
+    in_.erase({from, xfer});
+    return Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
+  }
+  ByteWriter w;
+  w.Put<uint64_t>(xfer);
+  w.Put<uint32_t>(static_cast<uint32_t>(want.size()));
+  for (size_t k = 0; k < want.size(); ++k) {
+    want[k]->offset = offsets[k];
+    uint64_t tag = next_tag_++;
+    in.received.push_back({want[k], tag});
+    recv_tokens_[tag] = {from, xfer};
+    in.outstanding++;
+    t_->PostRecv(from, tag, base_ + offsets[k], want[k]->length, tag);
+    w.Put<uint64_t>(index[k]);
+    w.Put<uint64_t>(tag);
+  }
+  t_->Send(from, T(ClusterMsg::kWant), w.data());
+  if (in.outstanding == 0) FinishIn({from, xfer});
+}
+
+void Replicator::Want(PeerId from, ByteReader* r) {
+  uint64_t xfer = r->Get<uint64_t>();
+  auto it = out_.find(from);
+  if (it == out_.end() || it->second.job.xfer != xfer) return;  // a transfer we gave up
+  Out& out = it->second;
+  uint32_t n = r->GetCount(16);
+  for (uint32_t k = 0; k < n; ++k) {
+    uint64_t index = r->Get<uint64_t>();
+    uint64_t tag = r->Get<uint64_t>();
+    if (!r->ok() || index >= out.chunks.size()) return FinishOut(from, Status::Corruption("bad want list"));
+    out.todo.push_back({static_cast<size_t>(index), tag});
+  }
+  out.wanted = true;
+  Pump(out);
+}
+
+bool Replicator::BulkDone(uint64_t token, const Status& status) {
+  if (token & kSendTokenBit) {
+    auto it = send_tokens_.find(token);
+    if (it == send_tokens_.end()) return true;
+    auto [to, length] = it->second;
+    send_tokens_.erase(it);
+    auto o = out_.find(to);
+    if (o == out_.end()) return true;
+    if (!status.ok()) {
+      FinishOut(to, status);
+      return true;
+    }
+    o->second.inflight--;
+    o->second.inflight_bytes -= length;
+    Pump(o->second);
+    return true;
+  }
+  auto it = recv_tokens_.find(token);
+  if (it == recv_tokens_.end()) return false;
+  auto key = it->second;
+  recv_tokens_.erase(it);
+  auto in = in_.find(key);
+  if (in == in_.end()) return true;
+  if (!status.ok() && in->second.error.ok()) in->second.error = status;
+  if (--in->second.outstanding == 0) FinishIn(key);
+  return true;
+}
+
+void Replicator::FinishIn(std::pair<PeerId, uint64_t> key) {
+  auto it = in_.find(key);
+  if (it == in_.end()) return;
+  const uint64_t xfer = key.second;
+  In& in = it->second;
+  Status s = in.error;
+  for (size_t k = 0; s.ok() && k < in.received.size(); ++k) {
+    ChunkRef* c = in.received[k].first;
+    if (HashBytes(base_ + c->offset, c->length) != c->hash) {
+      s = Status::Corruption("chunk " + c->hash.ToHex() + " of rank " + std::to_string(in.manifest.rank) +
+                             " version " + std::to_string(in.manifest.version) + " from agent " +
+                             std::to_string(in.from) + " arrived with different bytes (hash mismatch)");
+    }
+  }
+  const int rank = in.manifest.rank;
+  const uint64_t version = in.manifest.version;
+  const PeerId from = in.from;
+  if (s.ok() && store_->Find(rank, version) == nullptr) s = store_->AddManifest(in.owner, std::move(in.manifest));
+  store_->ReleaseReservations(in.owner);
+  in_.erase(it);
+  if (!s.ok()) {
+    FTRUN_LOG_WARN("copy of rank {} version {} from agent {} not kept: {}", rank, version, from, s.message());
+    Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
+  } else {
+    Reply(from, T(ClusterMsg::kStored), xfer);
+    if (on_stored) on_stored(rank, version);
+  }
+  if (xfer & kPullBit) {
+    auto p = pulls_.find(xfer);
+    if (p != pulls_.end()) {
+      PendingPull pull = p->second;
+      pulls_.erase(p);
+      if (on_pulled) on_pulled(from, pull.rank, pull.version, s);
+    }
+  }
+}
+
+void Replicator::Stored(PeerId from, ByteReader* r) {
+  uint64_t xfer = r->Get<uint64_t>();
+  auto it = out_.find(from);
+  if (it != out_.end() && it->second.job.xfer == xfer) FinishOut(from, Status::Ok());
+}
+
+void Replicator::OfferFailed(PeerId from, ByteReader* r) {
+  uint64_t xfer = r->Get<uint64_t>();
+  std::string message = r->GetString();
+  auto it = out_.find(from);
+  if (it != out_.end() && it->second.job.xfer == xfer) FinishOut(from, Status::Unavailable("agent " + std::to_string(from) + " refused: " + message));
+  auto p = pulls_.find(xfer);
+  if (p != pulls_.end() && p->second.from == from && !in_.count({from, xfer})) {
+    PendingPull pull = p->second;
+    pulls_.erase(p);
+    if (on_pulled) on_pulled(from, pull.rank, pull.version, Status::Unavailable(message));
+  }
+}
+
+void Replicator::Pull(PeerId from, int rank, uint64_t version) {
+  uint64_t xfer = kPullBit | next_xfer_++;
+  pulls_[xfer] = {rank, version, from};
+  ByteWriter w;
+  w.Put<uint64_t>(xfer);
+  w.Put<int32_t>(rank);
+  w.Put<uint64_t>(version);
+  t_->Send(from, T(ClusterMsg::kPullRequest), w.data());
+}
+
+void Replicator::PullRequest(PeerId from, ByteReader* r) {
+  uint64_t xfer = r->Get<uint64_t>();
+  int32_t rank = r->Get<int32_t>();
+  uint64_t version = r->Get<uint64_t>();
+  if (!r->ok() || !(xfer & kPullBit)) return;
+  // Served ahead of routine replication to that peer.
+  queue_[from].push_front(Job{rank, version, epoch_, xfer});
+  StartNext(from);
+}
+
+void Replicator::PeerDown(PeerId peer) {
+  queue_.erase(peer);
+  FinishOut(peer, Status::Unavailable("agent " + std::to_string(peer) + " is down"));
+  for (auto& [key, in] : in_) {
+    if (key.first == peer && in.error.ok()) in.error = Status::Unavailable("agent " + std::to_string(peer) + " is down");
+  }
+  // Receives from it are cancelled by the transport; each ends in BulkDone.
+  // A pull it never started an offer for fails now.
+  std::vector<std::pair<uint64_t, PendingPull>> failed;
+  for (const auto& [xfer, pull] : pulls_) {
+    if (pull.from == peer && !in_.count({peer, xfer})) failed.push_back({xfer, pull});
+  }
+  for (const auto& [xfer, pull] : failed) {
+    pulls_.erase(xfer);
+    if (on_pulled) on_pulled(peer, pull.rank, pull.version, Status::Unavailable("agent " + std::to_string(peer) + " is down"));
+  }
+}
+
+}  // namespace ftrun

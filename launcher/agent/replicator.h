@@ -1,0 +1,126 @@
+// Replicator: copies (rank, version) snapshots between agents' stores.
+//
+// Source side: after a rank's save, the manifest is offered to each holder
+// of this node's shards. The holder answers with the chunks it lacks (its
+// store deduplicates by content hash, so an incremental save sends only the
+// changed chunks), having reserved arena extents for them and posted
+// receives straight into them; the source then sends those chunks from its
+// own arena, at most kWindowBytes in flight per holder. The version stays
+// pinned in the source store until the holder says it is stored. One
+// transfer per holder at a time; a queued (not started) older version of a
+// rank is dropped when a newer one is queued, so a slow holder never makes
+// the queue or the memory grow, and a rank's save never waits.
+//
+// Holder side: verifies every received chunk's hash before the manifest
+// enters its store. Pulls (a spare rebuilding a lost node) are the same
+// transfer, started by the puller's request.
+//
+// Not thread-safe: driven by the agent's event loop.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "plugin/store/snapshot_store.h"
+#include "plugin/transport/transport.h"
+
+namespace ftrun {
+
+class Replicator {
+ public:
+  static constexpr uint64_t kWindowBytes = 64ull << 20;
+
+  Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size);
+
+  // Transfers of older epochs stop (their reservations go once their
+  // receives end); offers from older epochs are refused.
+  void SetEpoch(uint64_t epoch);
+  void SetHolders(std::vector<PeerId> holders);
+  const std::vector<PeerId>& holders() const { return holders_; }
+
+  // A local rank's manifest is in the store: copy it to every holder.
+  void Saved(int rank, uint64_t version);
+  // Asks `from` to send us (rank, version).
+  void Pull(PeerId from, int rank, uint64_t version);
+
+  // Replication messages; false for a type it does not own.
+  bool Handle(PeerId from, uint16_t type, const std::string& payload);
+  // Transport completions and failures.
+  bool BulkDone(uint64_t token, const Status& status);
+  void PeerDown(PeerId peer);
+
+  // Holder side: a copy of (rank, version) is complete in our store.
+  std::function<void(int rank, uint64_t version)> on_stored;
+  // Puller side: a pull ended (OK: stored).
+  std::function<void(PeerId from, int rank, uint64_t version, const Status&)> on_pulled;
+
+  size_t busy_transfers() const { return out_.size() + in_.size(); }
+
+ private:
+  struct Job {
+    int rank;
+    uint64_t version;
+    uint64_t epoch;
+    uint64_t xfer;  // the puller's id for pulls, else assigned at start
+  };
+  struct Out {  // one active transfer to a peer
+    Job job;
+    PeerId to;
+    std::vector<std::pair<uint64_t, uint64_t>> chunks;  // (arena offset, length) of the store's manifest
+    std::deque<std::pair<size_t, uint64_t>> todo;       // (chunk index, tag) still to send
+    uint64_t inflight_bytes = 0;
+    int inflight = 0;
+    bool wanted = false;  // the holder answered
+  };
+  struct In {  // one transfer into our store
+    PeerId from;
+    uint64_t xfer;
+    uint64_t epoch;
+    Manifest manifest;
+    uint64_t owner;  // reservation owner in the store
+    std::vector<std::pair<ChunkRef*, uint64_t>> received;  // chunk, token
+    int outstanding = 0;
+    Status error;
+  };
+
+  void Enqueue(PeerId to, Job job);
+  void StartNext(PeerId to);
+  void Pump(Out& out);
+  void FinishOut(PeerId to, const Status& s);
+  void Offer(PeerId from, ByteReader* r);
+  void Want(PeerId from, ByteReader* r);
+  void Stored(PeerId from, ByteReader* r);
+  void OfferFailed(PeerId from, ByteReader* r);
+  void PullRequest(PeerId from, ByteReader* r);
+  void FinishIn(std::pair<PeerId, uint64_t> key);
+  void Reply(PeerId to, uint16_t type, uint64_t xfer, const std::string& message = {});
+
+  Transport* t_;
+  SnapshotStore* store_;
+  char* base_;
+  uint64_t chunk_size_;
+  uint64_t epoch_ = 0;
+  std::vector<PeerId> holders_;
+  uint64_t next_xfer_ = 1;
+  uint64_t next_tag_ = 1;
+  uint64_t next_owner_ = 1;
+  std::map<PeerId, std::deque<Job>> queue_;
+  std::map<PeerId, Out> out_;                    // active, one per peer
+  std::map<uint64_t, std::pair<PeerId, uint64_t>> send_tokens_;  // send token -> (peer, length)
+  std::map<std::pair<PeerId, uint64_t>, In> in_;  // (from, xfer) ->
+  std::map<uint64_t, std::pair<PeerId, uint64_t>> recv_tokens_;  // token -> in_ key
+  struct PendingPull {
+    int rank;
+    uint64_t version;
+    PeerId from;
+  };
+  std::map<uint64_t, PendingPull> pulls_;  // pull xfer ->
+};
+
+}  // namespace ftrun

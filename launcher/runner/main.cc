@@ -1,0 +1,18 @@
+// ftrun: the drop-in for the `deepspeed` command. See launcher/runner/runner.h.
+#include <cstdio>
+
+#include "launcher/runner/runner.h"
+#include "launcher/runner/runner_options.h"
+#include "plugin/common/log.h"
+
+int main(int argc, char** argv) {
+  ftrun::RunnerOptions options;
+  bool help = false;
+  ftrun::Status s = ftrun::ParseRunnerOptions(argc, argv, &options, &help);
+  if (!s.ok()) {
+    std::fprintf(help ? stdout : stderr, "%s\n", s.message().c_str());
+    return help ? 0 : 2;
+  }
+  ftrun::InitLogging("ftrun", -1, -1, options.quiet ? "warn" : options.log_level);
+  return ftrun::RunJob(options);
+}

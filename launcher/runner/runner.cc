@@ -1,0 +1,329 @@
+#include "launcher/runner/runner.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "launcher/agent/options.h"
+#include "launcher/agent/supervisor.h"
+#include "launcher/runner/hostfile.h"
+#include "plugin/common/fd.h"
+#include "plugin/common/log.h"
+#include "plugin/config/config.h"
+#include "plugin/transport/secret.h"
+#include "plugin/transport/ucx_transport.h"
+#include "recovery/coordinator.h"
+
+extern char** environ;
+
+namespace ftrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class TransportOutbox : public Coordinator::Outbox {
+ public:
+  explicit TransportOutbox(Transport* t) : t_(t) {}
+  void Send(PeerId to, ClusterMsg type, std::string payload) override {
+    t_->Send(to, static_cast<uint16_t>(type), std::move(payload));
+  }
+  void Disconnect(PeerId peer) override { t_->Disconnect(peer); }
+
+ private:
+  Transport* t_;
+};
+
+struct AgentProc {
+  int id = 0;
+  int slot = -1;  // as started; -1 = spare
+  pid_t pid = 0;
+  int respawns = 0;
+};
+
+std::string SelfDir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+Status MakeDirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      cur = path.substr(0, i);
+      if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno("cannot create " + cur, errno);
+    }
+  }
+  return Status::Ok();
+}
+
+class Runner {
+ public:
+  explicit Runner(const RunnerOptions& o) : o_(o) {}
+  int Run();
+
+ private:
+  Status Setup();
+  Status SelectJobNodes();
+  Status SpawnAgent(AgentProc& a, bool as_spare);
+  void Loop();
+  void Reaped(pid_t pid, const ExitInfo& info);
+  void WriteStatus();
+
+  RunnerOptions o_;
+  Config config_;
+  std::vector<NodeSlots> nodes_;
+  int spares_ = 0;
+  std::string job_id_, job_dir_, secret_file_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<TransportOutbox> outbox_;
+  std::unique_ptr<Coordinator> coord_;
+  std::vector<AgentProc> agents_;
+  UniqueFd epoll_, signal_fd_, timer_fd_;
+  int signal_ = 0;
+  std::optional<Clock::time_point> ending_since_;
+  Clock::time_point last_status_;
+};
+
+Status Runner::SelectJobNodes() {
+  std::vector<HostEntry> hosts;
+  FTRUN_RETURN_IF_ERROR(LoadHosts(o_, &hosts));
+  const bool implicit_local = hosts.size() == 1 && hosts[0].host == "localhost" && !o_.hostfile_given;
+  if (implicit_local && o_.num_nodes > 1) {
+    // No hostfile and --num_nodes N: N nodes on this machine.
+    hosts.clear();
+    for (int i = 0; i < o_.num_nodes; ++i) {
+      hosts.push_back({"node" + std::to_string(i), o_.num_gpus > 0 ? o_.num_gpus : 1, "", 0});
+    }
+  }
+  return SelectNodes(hosts, o_.include, o_.exclude, o_.num_nodes, o_.num_gpus, &nodes_);
+}
+
+Status Runner::Setup() {
+  if (o_.launcher != "local") {
+    return Status::Unimplemented("--launcher " + o_.launcher + ": only 'local' is available in this build");
+  }
+  if (o_.config.empty()) config_ = DefaultConfig();
+  else FTRUN_RETURN_IF_ERROR(LoadConfigFile(o_.config, &config_));
+  FTRUN_RETURN_IF_ERROR(SelectJobNodes());
+  int max_slots = 1;
+  for (const auto& n : nodes_) max_slots = std::max(max_slots, static_cast<int>(n.slots.size()));
+  config_.agent.ranks_per_node = max_slots;
+  FTRUN_RETURN_IF_ERROR(ValidateConfig(config_));
+  FTRUN_RETURN_IF_ERROR(ValidateClusterConfig(config_, static_cast<int>(nodes_.size())));
+  spares_ = o_.spares >= 0 ? o_.spares : config_.cluster.spares;
+  if (nodes_.size() == 1 && config_.cluster.replicas > 0) {
+    FTRUN_LOG_INFO("one node: no peer to copy snapshots to (cluster.replicas ignored)");
+    config_.cluster.replicas = 0;
+  }
+
+  job_id_ = config_.job.id.empty() ? NewJobId() : config_.job.id;
+  job_dir_ = config_.agent.run_dir + "/" + job_id_;
+  FTRUN_RETURN_IF_ERROR(MakeDirs(job_dir_));
+  secret_file_ = job_dir_ + "/secret";
+  ::unlink(secret_file_.c_str());
+  FTRUN_RETURN_IF_ERROR(WriteNewSecretFile(secret_file_));
+
+  UcxTransportOptions t;
+  t.self = kCoordinatorPeer;
+  t.listen_ip = o_.coordinator_addr;
+  FTRUN_RETURN_IF_ERROR(ReadSecretFile(secret_file_, &t.secret));
+  FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
+  outbox_ = std::make_unique<TransportOutbox>(transport_.get());
+  Coordinator::Options co;
+  for (const auto& n : nodes_) {
+    co.ranks_per_slot.push_back(static_cast<int>(n.slots.size()));
+    co.racks.push_back(n.rack);
+  }
+  co.replicas = config_.cluster.replicas;
+  co.heartbeat_interval = config_.cluster.heartbeat_interval;
+  co.heartbeat_misses = config_.cluster.heartbeat_misses;
+  co.lost_node_timeout = config_.cluster.lost_node_timeout;
+  co.max_restarts = config_.job.max_restarts;
+  co.master_port = o_.master_port;
+  coord_ = std::make_unique<Coordinator>(co, outbox_.get());
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  signal_fd_.Reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  timer_fd_.Reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  itimerspec its{};
+  its.it_interval.tv_nsec = 20'000'000;
+  its.it_value = its.it_interval;
+  ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr);
+  epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
+  int i = 0;
+  for (int fd : {signal_fd_.get(), timer_fd_.get(), transport_->event_fd()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(i++);
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return Status::FromErrno("epoll_ctl", errno);
+  }
+  FTRUN_LOG_INFO("job {}: {} nodes + {} spares, {} ranks, replicas {}; coordinator at {}", job_id_, nodes_.size(),
+                 spares_, [&] {
+                   int r = 0;
+                   for (const auto& n : nodes_) r += static_cast<int>(n.slots.size());
+                   return r;
+                 }(),
+                 config_.cluster.replicas, transport_->address());
+  for (int a = 0; a < static_cast<int>(nodes_.size()) + spares_; ++a) {
+    AgentProc p;
+    p.id = a;
+    p.slot = a < static_cast<int>(nodes_.size()) ? a : -1;
+    agents_.push_back(p);
+    FTRUN_RETURN_IF_ERROR(SpawnAgent(agents_.back(), p.slot < 0));
+  }
+  return Status::Ok();
+}
+
+Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
+  SpawnSpec spec;
+  if (!o_.agent_exec_prefix.empty()) {
+    FTRUN_RETURN_IF_ERROR(ShellSplit(ExpandNodeTemplate(o_.agent_exec_prefix, a.id), &spec.argv));
+  }
+  const NodeSlots& node = nodes_[static_cast<size_t>(a.slot >= 0 ? a.slot : 0)];
+  auto& v = spec.argv;
+  v.push_back(SelfDir() + "/ftrun-agent");
+  v.insert(v.end(), {"--coordinator", transport_->address(), "--agent-id", std::to_string(a.id), "--node_rank",
+                     std::to_string(a.slot >= 0 ? a.slot : 0), "--secret-file", secret_file_, "--job-id", job_id_,
+                     "--listen", ExpandNodeTemplate(o_.agent_addr, a.id), "--nproc",
+                     std::to_string(node.slots.size()), "--master_addr", ResolveMasterAddr(o_, nodes_),
+                     "--master_port", std::to_string(o_.master_port), "--log-level", o_.log_level, "--status-file",
+                     job_dir_ + "/agent" + std::to_string(a.id) + ".json"});
+  if (!o_.config.empty()) v.insert(v.end(), {"--config", o_.config});
+  if (as_spare) v.push_back("--spare");
+  if (!node.rack.empty() && !as_spare) v.insert(v.end(), {"--rack", node.rack});
+  if (o_.module) v.push_back("--module");
+  if (o_.no_python) v.push_back("--no_python");
+  if (o_.no_local_rank) v.push_back("--no_local_rank");
+  if (!o_.enable_each_rank_log.empty()) v.insert(v.end(), {"--enable_each_rank_log", o_.enable_each_rank_log});
+  v.push_back("--");
+  v.insert(v.end(), o_.command.begin(), o_.command.end());
+  for (char** e = environ; *e; ++e) spec.env.push_back(*e);
+  spec.env.push_back("FTRUN_JOB_ID=" + job_id_);
+  FTRUN_RETURN_IF_ERROR(SpawnProcess(spec, &a.pid));
+  FTRUN_LOG_INFO("started agent {} ({}) as pid {}", a.id, as_spare ? std::string("spare") : "node " + std::to_string(a.slot),
+                 a.pid);
+  return Status::Ok();
+}
+
+void Runner::Reaped(pid_t pid, const ExitInfo& info) {
+  for (AgentProc& a : agents_) {
+    if (a.pid != pid) continue;
+    a.pid = 0;
+    if (coord_->done() || signal_ != 0) return;
+    FTRUN_LOG_ERROR("agent {} (pid {}) {}", a.id, pid, info.Describe());
+    // A local "node" came back after a crash: as a spare when the job keeps
+    // spares (its node has likely been taken over), else as its node.
+    if (a.respawns >= config_.job.max_restarts + 1) return;
+    a.respawns++;
+    bool as_spare = spares_ > 0;
+    if (as_spare) a.slot = -1;
+    Status s = SpawnAgent(a, as_spare);
+    if (!s.ok()) FTRUN_LOG_ERROR("cannot restart agent {}: {}", a.id, s.message());
+    return;
+  }
+}
+
+void Runner::WriteStatus() {
+  last_status_ = Clock::now();
+  if (o_.status_file.empty()) return;
+  nlohmann::json j = coord_->StatusJson(Clock::now());
+  j["job_id"] = job_id_;
+  j["job_dir"] = job_dir_;
+  j["coordinator"] = transport_->address();
+  j["agents"] = nlohmann::json::array();
+  for (const AgentProc& a : agents_) {
+    j["agents"].push_back({{"agent", a.id}, {"pid", a.pid}, {"status_file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"}});
+  }
+  std::ofstream(o_.status_file + ".tmp") << j.dump(2) << "\n";
+  ::rename((o_.status_file + ".tmp").c_str(), o_.status_file.c_str());
+}
+
+void Runner::Loop() {
+  epoll_event evs[8];
+  while (true) {
+    int n = ::epoll_wait(epoll_.get(), evs, 8, -1);
+    auto now = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.u64 == 0) {
+        signalfd_siginfo si;
+        while (::read(signal_fd_.get(), &si, sizeof(si)) == sizeof(si)) {
+          if (si.ssi_signo == SIGCHLD) {
+            pid_t pid;
+            ExitInfo info;
+            while (ReapOne(&pid, &info)) Reaped(pid, info);
+          } else if (signal_ == 0) {
+            signal_ = static_cast<int>(si.ssi_signo);
+            FTRUN_LOG_WARN("received signal {}: stopping the job", signal_);
+            coord_->Shutdown(128 + signal_, "the runner received signal " + std::to_string(signal_));
+          }
+        }
+      } else if (evs[i].data.u64 == 1) {
+        uint64_t x;
+        while (::read(timer_fd_.get(), &x, sizeof(x)) > 0) {
+        }
+        coord_->Tick(now);
+      } else {
+        for (TransportEvent& e : transport_->Poll()) {
+          if (e.kind == TransportEvent::Kind::kMessage) coord_->OnMessage(e.peer, e.type, e.payload, now);
+          else if (e.kind == TransportEvent::Kind::kPeerDown) coord_->OnPeerDown(e.peer, e.status.message(), now);
+        }
+      }
+    }
+    if (now - last_status_ > std::chrono::milliseconds(200)) WriteStatus();
+    bool any = false;
+    for (const AgentProc& a : agents_) any |= a.pid != 0;
+    if (!any) {
+      if (!coord_->done()) coord_->Shutdown(1, "every agent is gone");
+      return;
+    }
+    if (coord_->done()) {
+      if (!ending_since_) ending_since_ = now;
+      if (now - *ending_since_ > config_.job.stop_grace + std::chrono::seconds(10)) {
+        for (const AgentProc& a : agents_) {
+          if (a.pid) {
+            FTRUN_LOG_WARN("agent {} did not exit: SIGKILL", a.id);
+            SignalGroup(a.pid, SIGKILL);
+          }
+        }
+        ending_since_ = now;  // reaped soon
+      }
+    }
+  }
+}
+
+int Runner::Run() {
+  Status s = Setup();
+  if (!s.ok()) {
+    FTRUN_LOG_ERROR("{}", s.message());
+    for (const AgentProc& a : agents_) {
+      if (a.pid) SignalGroup(a.pid, SIGKILL);
+    }
+    return 2;
+  }
+  Loop();
+  WriteStatus();
+  ::unlink(secret_file_.c_str());
+  if (signal_ != 0) return 128 + signal_;
+  if (coord_->exit_code() != 0) FTRUN_LOG_ERROR("job failed: {}", coord_->exit_message());
+  return coord_->exit_code();
+}
+
+}  // namespace
+
+int RunJob(const RunnerOptions& options) { return Runner(options).Run(); }
+
+}  // namespace ftrun

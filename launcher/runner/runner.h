@@ -1,0 +1,24 @@
+// Runner: the `ftrun` command's job. Selects the nodes (hostfile, --include,
+// --num_nodes ...), generates the job id and the job secret, hosts the
+// coordinator on a UCX transport, starts one ftrun-agent per node plus the
+// spares, and runs until the coordinator ends the job.
+//
+// Launchers: `local` starts every agent on this machine (each its own
+// "node": own store, own listen address, optionally wrapped by
+// --agent_exec_prefix, e.g. `ip netns exec ns{node}`). A local agent that
+// dies while the job runs is started again, as a spare when the job has
+// spares (a spare took its node) or as its node otherwise (a rebooted node).
+//
+// Signals: SIGINT/SIGTERM stop the job (the coordinator tells every agent
+// to stop its ranks), bounded by job.stop_grace plus 10 s; exit 128+signal.
+// Otherwise the exit code is the coordinator's: 0, the failing rank's code,
+// or 1 for a job that cannot go on (the message says why).
+#pragma once
+
+#include "launcher/runner/runner_options.h"
+
+namespace ftrun {
+
+int RunJob(const RunnerOptions& options);
+
+}  // namespace ftrun

@@ -1,0 +1,176 @@
+#include "recovery/cluster_messages.h"
+
+namespace ftrun {
+namespace {
+
+void PutOptional(const std::optional<uint64_t>& v, ByteWriter* w) {
+  w->Put<uint8_t>(v.has_value());
+  w->Put<uint64_t>(v.value_or(0));
+}
+
+std::optional<uint64_t> GetOptional(ByteReader* r) {
+  bool has = r->Get<uint8_t>() != 0;
+  uint64_t v = r->Get<uint64_t>();
+  return has ? std::optional<uint64_t>(v) : std::nullopt;
+}
+
+Status Done(const ByteReader& r, const char* what) {
+  if (!r.ok() || !r.done()) return Status::Corruption(std::string("malformed ") + what + " message");
+  return Status::Ok();
+}
+
+}  // namespace
+
+void PutRankVersions(const std::vector<RankVersion>& v, ByteWriter* w) {
+  w->Put<uint32_t>(static_cast<uint32_t>(v.size()));
+  for (const auto& [rank, version] : v) {
+    w->Put<int32_t>(rank);
+    w->Put<uint64_t>(version);
+  }
+}
+
+std::vector<RankVersion> GetRankVersions(ByteReader* r) {
+  uint32_t n = r->GetCount(12);
+  std::vector<RankVersion> v(n);
+  for (auto& [rank, version] : v) {
+    rank = r->Get<int32_t>();
+    version = r->Get<uint64_t>();
+  }
+  return v;
+}
+
+std::string Encode(const RegisterMsg& m) {
+  ByteWriter w;
+  w.Put<int32_t>(m.slot);
+  w.PutString(m.address);
+  w.PutString(m.rack);
+  w.Put<uint64_t>(m.epoch);
+  PutOptional(m.committed, &w);
+  PutRankVersions(m.catalog, &w);
+  return w.data();
+}
+
+Status Decode(const std::string& payload, RegisterMsg* m) {
+  ByteReader r(payload);
+  m->slot = r.Get<int32_t>();
+  m->address = r.GetString();
+  m->rack = r.GetString();
+  m->epoch = r.Get<uint64_t>();
+  m->committed = GetOptional(&r);
+  m->catalog = GetRankVersions(&r);
+  return Done(r, "register");
+}
+
+std::string Encode(const AssignMsg& m) {
+  ByteWriter w;
+  for (int32_t v : {m.slot, m.first_rank, m.local_ranks, m.world_size, m.num_slots}) w.Put<int32_t>(v);
+  return w.data();
+}
+
+Status Decode(const std::string& payload, AssignMsg* m) {
+  ByteReader r(payload);
+  for (int32_t* v : {&m->slot, &m->first_rank, &m->local_ranks, &m->world_size, &m->num_slots}) *v = r.Get<int32_t>();
+  return Done(r, "assign");
+}
+
+std::string Encode(const MembershipMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.members.size()));
+  for (const auto& x : m.members) {
+    w.Put<uint32_t>(x.agent);
+    w.Put<int32_t>(x.slot);
+    w.PutString(x.address);
+  }
+  w.Put<uint32_t>(static_cast<uint32_t>(m.my_holders.size()));
+  for (uint32_t h : m.my_holders) w.Put<uint32_t>(h);
+  return w.data();
+}
+
+Status Decode(const std::string& payload, MembershipMsg* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  m->members.resize(r.GetCount(12));
+  for (auto& x : m->members) {
+    x.agent = r.Get<uint32_t>();
+    x.slot = r.Get<int32_t>();
+    x.address = r.GetString();
+  }
+  m->my_holders.resize(r.GetCount(4));
+  for (auto& h : m->my_holders) h = r.Get<uint32_t>();
+  return Done(r, "membership");
+}
+
+std::string Encode(const PullMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  w.Put<uint64_t>(m.version);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.ranks.size()));
+  for (const auto& [rank, holders] : m.ranks) {
+    w.Put<int32_t>(rank);
+    w.Put<uint32_t>(static_cast<uint32_t>(holders.size()));
+    for (uint32_t h : holders) w.Put<uint32_t>(h);
+  }
+  return w.data();
+}
+
+Status Decode(const std::string& payload, PullMsg* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  m->version = r.Get<uint64_t>();
+  m->ranks.resize(r.GetCount(8));
+  for (auto& [rank, holders] : m->ranks) {
+    rank = r.Get<int32_t>();
+    holders.resize(r.GetCount(4));
+    for (auto& h : holders) h = r.Get<uint32_t>();
+  }
+  return Done(r, "pull");
+}
+
+std::string Encode(const StartMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  PutOptional(m.version, &w);
+  w.PutString(m.master_addr);
+  w.Put<int32_t>(m.master_port);
+  return w.data();
+}
+
+Status Decode(const std::string& payload, StartMsg* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  m->version = GetOptional(&r);
+  m->master_addr = r.GetString();
+  m->master_port = r.Get<int32_t>();
+  return Done(r, "start");
+}
+
+std::string ClusterMsgName(uint16_t type) {
+  switch (static_cast<ClusterMsg>(type)) {
+    case ClusterMsg::kRegister: return "register";
+    case ClusterMsg::kHeartbeat: return "heartbeat";
+    case ClusterMsg::kHeld: return "held";
+    case ClusterMsg::kRankFailed: return "rank-failed";
+    case ClusterMsg::kHalted: return "halted";
+    case ClusterMsg::kReady: return "ready";
+    case ClusterMsg::kNodeDone: return "node-done";
+    case ClusterMsg::kFatal: return "fatal";
+    case ClusterMsg::kAssign: return "assign";
+    case ClusterMsg::kMembership: return "membership";
+    case ClusterMsg::kHalt: return "halt";
+    case ClusterMsg::kPull: return "pull";
+    case ClusterMsg::kStart: return "start";
+    case ClusterMsg::kCommit: return "commit";
+    case ClusterMsg::kStop: return "stop";
+    case ClusterMsg::kFenced: return "fenced";
+    case ClusterMsg::kCoordHeartbeat: return "coordinator-heartbeat";
+    case ClusterMsg::kOffer: return "offer";
+    case ClusterMsg::kWant: return "want";
+    case ClusterMsg::kOfferFailed: return "offer-failed";
+    case ClusterMsg::kStored: return "stored";
+    case ClusterMsg::kPullRequest: return "pull-request";
+  }
+  return "message " + std::to_string(type);
+}
+
+}  // namespace ftrun

@@ -1,0 +1,110 @@
+// The control protocol between agents and the coordinator, and between
+// agents (replication), carried as Transport messages. Payloads are
+// ByteWriter encodings; each decoder checks sizes and says what was
+// malformed.
+//
+// Epochs fence generations: every restart of the job's ranks bumps the
+// epoch, and a report from an older epoch about a version above the last
+// committed one is ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ftrun/status.h"
+#include "plugin/common/bytes.h"
+
+namespace ftrun {
+
+enum class ClusterMsg : uint16_t {
+  // agent -> coordinator
+  kRegister = 1,  // RegisterMsg
+  kHeartbeat,     // epoch
+  kHeld,          // epoch, [(rank, version)]: manifests complete in the sender's store
+  kRankFailed,    // epoch, exit code (shell convention), reason
+  kHalted,        // epoch: the sender's ranks are gone, uncommitted versions dropped
+  kReady,         // epoch: a replacement pulled every shard it was told to
+  kNodeDone,      // epoch: every rank of the sender finished with 0
+  kFatal,         // epoch, message: the sender cannot go on (e.g. no holder had a shard)
+  // coordinator -> agent
+  kAssign = 32,    // AssignMsg: the slot (node) this agent now is
+  kMembership,     // MembershipMsg
+  kHalt,           // epoch: stop the ranks, drop uncommitted versions, answer kHalted
+  kPull,           // PullMsg
+  kStart,          // StartMsg
+  kCommit,         // version
+  kStop,           // exit code, message: the job ends
+  kFenced,         // message: this agent is out of the job
+  kCoordHeartbeat, // epoch
+  // agent <-> agent
+  kOffer = 64,   // xfer, epoch, manifest: "store this (rank, version)"
+  kWant,         // xfer, [(chunk index, tag)]: the chunks the holder lacks
+  kOfferFailed,  // xfer, message
+  kStored,       // xfer: the holder has the manifest and every chunk
+  kPullRequest,  // epoch, rank, version: "offer me this (rank, version)"
+};
+
+using RankVersion = std::pair<int32_t, uint64_t>;
+
+struct RegisterMsg {
+  int32_t slot = -1;  // the slot this agent was started for; -1: a spare
+  std::string address;
+  std::string rack;
+  uint64_t epoch = 0;
+  std::optional<uint64_t> committed;
+  std::vector<RankVersion> catalog;  // committed manifests it holds
+};
+
+struct AssignMsg {
+  int32_t slot = 0;
+  int32_t first_rank = 0;
+  int32_t local_ranks = 0;
+  int32_t world_size = 0;
+  int32_t num_slots = 0;
+};
+
+struct MemberInfo {
+  uint32_t agent = 0;
+  int32_t slot = -1;
+  std::string address;
+};
+
+struct MembershipMsg {
+  uint64_t epoch = 0;
+  std::vector<MemberInfo> members;   // every live agent
+  std::vector<uint32_t> my_holders;  // agents that keep copies of the receiver's shards
+};
+
+struct PullMsg {
+  uint64_t epoch = 0;
+  uint64_t version = 0;
+  std::vector<std::pair<int32_t, std::vector<uint32_t>>> ranks;  // rank -> agents holding it
+};
+
+struct StartMsg {
+  uint64_t epoch = 0;
+  std::optional<uint64_t> version;  // to restore; none: fresh start
+  std::string master_addr;
+  int32_t master_port = 0;
+};
+
+std::string Encode(const RegisterMsg& m);
+std::string Encode(const AssignMsg& m);
+std::string Encode(const MembershipMsg& m);
+std::string Encode(const PullMsg& m);
+std::string Encode(const StartMsg& m);
+Status Decode(const std::string& payload, RegisterMsg* m);
+Status Decode(const std::string& payload, AssignMsg* m);
+Status Decode(const std::string& payload, MembershipMsg* m);
+Status Decode(const std::string& payload, PullMsg* m);
+Status Decode(const std::string& payload, StartMsg* m);
+
+void PutRankVersions(const std::vector<RankVersion>& v, ByteWriter* w);
+std::vector<RankVersion> GetRankVersions(ByteReader* r);
+
+std::string ClusterMsgName(uint16_t type);
+
+}  // namespace ftrun

@@ -1,0 +1,441 @@
+#include "recovery/coordinator.h"
+
+#include <algorithm>
+
+#include "plugin/common/log.h"
+#include "recovery/placement.h"
+
+namespace ftrun {
+namespace {
+
+std::string U64(uint64_t v) {
+  ByteWriter w;
+  w.Put<uint64_t>(v);
+  return w.data();
+}
+
+std::string Join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+}  // namespace
+
+Coordinator::Coordinator(Options options, Outbox* out)
+    : o_(std::move(options)), out_(out), slots_(o_.ranks_per_slot.size()) {
+  o_.racks.resize(o_.ranks_per_slot.size());
+  placement_ = PlaceReplicas(o_.racks, o_.replicas);
+}
+
+int Coordinator::FirstRank(int slot) const {
+  int r = 0;
+  for (int i = 0; i < slot; ++i) r += o_.ranks_per_slot[static_cast<size_t>(i)];
+  return r;
+}
+
+int Coordinator::WorldSize() const { return FirstRank(static_cast<int>(o_.ranks_per_slot.size())); }
+
+std::vector<int> Coordinator::SlotRanks(int slot) const {
+  std::vector<int> v;
+  for (int i = 0; i < o_.ranks_per_slot[static_cast<size_t>(slot)]; ++i) v.push_back(FirstRank(slot) + i);
+  return v;
+}
+
+Coordinator::AgentInfo* Coordinator::SlotAgent(int slot) {
+  auto& id = slots_[static_cast<size_t>(slot)];
+  return id ? &agents_.at(*id) : nullptr;
+}
+
+std::vector<PeerId> Coordinator::HoldersAlive(int rank, uint64_t version) const {
+  std::vector<PeerId> v;
+  auto it = held_.find(version);
+  if (it == held_.end()) return v;
+  auto jt = it->second.find(rank);
+  if (jt == it->second.end()) return v;
+  for (PeerId p : jt->second) {
+    auto a = agents_.find(p);
+    if (a != agents_.end() && a->second.alive) v.push_back(p);
+  }
+  return v;
+}
+
+void Coordinator::SendAll(ClusterMsg type, const std::string& payload) {
+  for (auto& [id, a] : agents_) {
+    if (a.alive) out_->Send(id, type, payload);
+  }
+}
+
+void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& payload, Time now) {
+  ByteReader r(payload);
+  auto it = agents_.find(from);
+  if (static_cast<ClusterMsg>(type) == ClusterMsg::kRegister) {
+    RegisterMsg m;
+    Status s = Decode(payload, &m);
+    if (!s.ok()) {
+      FTRUN_LOG_WARN("agent {}: {}", from, s.message());
+      return;
+    }
+    return Register(from, m, now);
+  }
+  if (it == agents_.end() || !it->second.alive) return;  // not registered (or declared lost): ignored
+  AgentInfo& a = it->second;
+  a.last_heard = now;
+  uint64_t epoch = r.Get<uint64_t>();
+  switch (static_cast<ClusterMsg>(type)) {
+    case ClusterMsg::kHeartbeat: return;
+    case ClusterMsg::kHeld:
+      if (epoch != epoch_) return;  // a stopped generation's saves never count
+      for (const auto& [rank, version] : GetRankVersions(&r)) {
+        if (r.ok() && (!committed_ || version >= *committed_)) held_[version][rank].insert(from);
+      }
+      return MaybeCommit();
+    case ClusterMsg::kRankFailed: {
+      int32_t code = r.Get<int32_t>();
+      std::string reason = r.GetString();
+      if (epoch == epoch_ && phase_ == Phase::kRunning) BeginRecovery(reason, code, now);
+      return;
+    }
+    case ClusterMsg::kHalted:
+      if (epoch == epoch_) a.halted = true;
+      return MaybeStart(now);
+    case ClusterMsg::kReady:
+      if (epoch == epoch_) a.ready = true;
+      return MaybeStart(now);
+    case ClusterMsg::kNodeDone: {
+      if (epoch != epoch_ || a.slot < 0) return;
+      a.done = true;
+      bool all = true;
+      for (size_t i = 0; i < slots_.size(); ++i) all &= SlotAgent(static_cast<int>(i)) && SlotAgent(static_cast<int>(i))->done;
+      if (all) {
+        Stop(0, "every rank finished; last committed version " +
+                    (committed_ ? std::to_string(*committed_) : std::string("none")));
+      }
+      return;
+    }
+    case ClusterMsg::kFatal: {
+      std::string msg = r.GetString();
+      return Stop(1, "agent " + std::to_string(from) + ": " + msg);
+    }
+    default: FTRUN_LOG_WARN("agent {} sent an unexpected {}", from, ClusterMsgName(type));
+  }
+}
+
+void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
+  if (phase_ == Phase::kStopped) {
+    ByteWriter w;
+    w.Put<int32_t>(exit_code_);
+    w.PutString(exit_message_);
+    out_->Send(from, ClusterMsg::kStop, w.data());
+    return;
+  }
+  if (m.slot >= static_cast<int>(slots_.size())) {
+    out_->Send(from, ClusterMsg::kFenced, "slot " + std::to_string(m.slot) + " does not exist (the job has " +
+                                               std::to_string(slots_.size()) + " nodes)");
+    return;
+  }
+  const bool same_slot = m.slot >= 0 && slots_[static_cast<size_t>(m.slot)] == from;
+  if (m.slot >= 0 && slots_[static_cast<size_t>(m.slot)] && *slots_[static_cast<size_t>(m.slot)] != from) {
+    PeerId holder = *slots_[static_cast<size_t>(m.slot)];
+    FTRUN_LOG_WARN("fenced agent {} at {}: node {} is agent {} now", from, m.address, m.slot, holder);
+    out_->Send(from, ClusterMsg::kFenced, "node " + std::to_string(m.slot) + " was given to agent " +
+                                              std::to_string(holder) + " while this agent was unreachable");
+    return;
+  }
+  // What it knows: a restarted coordinator re-learns commits and epochs.
+  if (m.committed && (!committed_ || *m.committed > *committed_)) {
+    committed_ = m.committed;
+    FTRUN_LOG_INFO("learned committed version {} from agent {}", *committed_, from);
+  }
+  epoch_ = std::max(epoch_, m.epoch);
+  for (auto& [v, ranks] : held_) {
+    for (auto& [rank, holders] : ranks) holders.erase(from);  // its old reports are void
+  }
+  for (const auto& [rank, version] : m.catalog) {
+    if (committed_ && version == *committed_) held_[version][rank].insert(from);
+  }
+  AgentInfo& a = agents_[from];
+  a = AgentInfo{};
+  a.id = from;
+  a.address = m.address;
+  a.rack = m.rack;
+  a.last_heard = now;
+  FTRUN_LOG_INFO("agent {} registered from {} ({}), holding {} committed shards", from, m.address,
+                 m.slot >= 0 ? "node " + std::to_string(m.slot) : std::string("spare"), m.catalog.size());
+  if (phase_ == Phase::kForming) {
+    if (m.slot >= 0) Assign(a, m.slot);
+    bool full = std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s.has_value(); });
+    if (!full) return;
+    // Everyone is here: start the first generation (or the committed
+    // version a restarted coordinator learned).
+    phase_ = Phase::kRecovering;
+    for (auto& [id, x] : agents_) x.halted = x.ready = true;
+    recoveries_.push_back({epoch_, "job start", now, std::nullopt});
+    return MaybeStart(now);
+  }
+  if (same_slot) {
+    // Same agent, same node, and it was never declared lost: it lost the
+    // coordinator for a moment and fenced its own ranks. Resync everyone.
+    Assign(a, m.slot);
+    return BeginRecovery("agent " + std::to_string(from) + " (node " + std::to_string(m.slot) + ") reconnected", 1, now);
+  }
+  if (phase_ == Phase::kRunning && m.slot >= 0 && !slots_[static_cast<size_t>(m.slot)]) {
+    Assign(a, m.slot);
+    return BeginRecovery("agent " + std::to_string(from) + " rejoined as node " + std::to_string(m.slot), 1, now);
+  }
+  if (phase_ == Phase::kRecovering) {
+    if (m.slot >= 0 && !slots_[static_cast<size_t>(m.slot)]) {
+      // The lost node's agent is back (restarted, or its link healed).
+      Assign(a, m.slot);
+      a.halted = true;
+      a.ready = false;
+      std::vector<int> missing;
+      for (int rank : SlotRanks(m.slot)) {
+        bool has = std::find(m.catalog.begin(), m.catalog.end(), RankVersion{rank, committed_.value_or(0)}) !=
+                   m.catalog.end();
+        if (committed_ && !has) missing.push_back(rank);
+      }
+      PullMsg p{epoch_, committed_.value_or(0), {}};
+      for (int rank : missing) {
+        auto h = HoldersAlive(rank, *committed_);
+        p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+      }
+      BroadcastMembership();
+      out_->Send(from, ClusterMsg::kPull, Encode(p));  // it answers kReady, even with nothing to pull
+    }
+    AssignReplacements(now);
+    MaybeStart(now);
+  }
+}
+
+void Coordinator::Assign(AgentInfo& a, int slot) {
+  a.slot = slot;
+  slots_[static_cast<size_t>(slot)] = a.id;
+  AssignMsg m{slot, FirstRank(slot), o_.ranks_per_slot[static_cast<size_t>(slot)], WorldSize(),
+              static_cast<int32_t>(slots_.size())};
+  out_->Send(a.id, ClusterMsg::kAssign, Encode(m));
+}
+
+void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time now) {
+  if (phase_ == Phase::kStopped) return;
+  last_failure_code_ = exit_code == 0 ? 1 : exit_code;
+  if (restarts_ >= o_.max_restarts) {
+    return Stop(last_failure_code_, "giving up after " + std::to_string(restarts_) + " restarts (job.max_restarts): " + reason);
+  }
+  restarts_++;
+  epoch_++;
+  if (committed_) held_.erase(held_.upper_bound(*committed_), held_.end());
+  else held_.clear();
+  recoveries_.push_back({epoch_, reason, now, std::nullopt});
+  FTRUN_LOG_WARN("epoch {}: {}; restoring {}", epoch_, reason,
+                 committed_ ? "version " + std::to_string(*committed_) : std::string("nothing (no committed version)"));
+  phase_ = Phase::kRecovering;
+  for (auto& [id, a] : agents_) {
+    a.halted = a.slot < 0;
+    a.ready = true;
+    a.done = false;
+    if (a.alive && a.slot >= 0) out_->Send(id, ClusterMsg::kHalt, U64(epoch_));
+  }
+  // Every rank needs a live copy of the committed version.
+  if (committed_) {
+    std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
+    for (int rank = 0; rank < WorldSize(); ++rank) {
+      if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
+    }
+    if (!uncovered.empty()) {
+      return Stop(1, "ranks " + Join(uncovered) + " have no complete copy of committed version " +
+                         std::to_string(*committed_) + " on any live node (cluster.replicas: " +
+                         std::to_string(o_.replicas) + "; more nodes were lost than that covers)");
+    }
+  }
+  waiting_since_ = now;
+  AssignReplacements(now);
+  MaybeStart(now);
+}
+
+void Coordinator::AssignReplacements(Time now) {
+  (void)now;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s]) continue;
+    AgentInfo* spare = nullptr;
+    for (auto& [id, a] : agents_) {
+      if (a.alive && a.slot < 0) {
+        spare = &a;
+        break;
+      }
+    }
+    if (spare == nullptr) {
+      FTRUN_LOG_WARN("node {} has no agent and there is no spare: waiting up to {} ms (cluster.lost_node_timeout) "
+                     "for its agent to come back", s, o_.lost_node_timeout.count());
+      return;
+    }
+    FTRUN_LOG_INFO("spare agent {} takes over node {}", spare->id, s);
+    Assign(*spare, static_cast<int>(s));
+    spare->halted = true;
+    spare->ready = false;
+    BroadcastMembership();
+    {
+      PullMsg p{epoch_, committed_.value_or(0), {}};
+      for (int rank : SlotRanks(static_cast<int>(s))) {
+        auto h = HoldersAlive(rank, committed_.value_or(0));
+        // Spread the pulls: start each rank at a different holder.
+        if (!h.empty()) std::rotate(h.begin(), h.begin() + (rank % static_cast<int>(h.size())), h.end());
+        if (committed_) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+      }
+      out_->Send(spare->id, ClusterMsg::kPull, Encode(p));  // answered by kReady
+    }
+  }
+}
+
+void Coordinator::MaybeStart(Time now) {
+  if (phase_ != Phase::kRecovering) return;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    AgentInfo* a = SlotAgent(static_cast<int>(s));
+    if (a == nullptr || !a->alive || !a->halted || !a->ready) return;
+  }
+  BroadcastMembership();
+  StartMsg m;
+  m.epoch = epoch_;
+  m.version = committed_;
+  m.master_addr = SlotAgent(0)->address.substr(0, SlotAgent(0)->address.rfind(':'));
+  m.master_port = o_.master_port;
+  for (size_t s = 0; s < slots_.size(); ++s) out_->Send(SlotAgent(static_cast<int>(s))->id, ClusterMsg::kStart, Encode(m));
+  phase_ = Phase::kRunning;
+  waiting_since_.reset();
+  if (!recoveries_.empty()) recoveries_.back().started = now;
+  FTRUN_LOG_INFO("epoch {}: started {} nodes from {}", epoch_, slots_.size(),
+                 committed_ ? "version " + std::to_string(*committed_) : std::string("scratch"));
+}
+
+void Coordinator::BroadcastMembership() {
+  MembershipMsg m;
+  m.epoch = epoch_;
+  for (auto& [id, a] : agents_) {
+    if (a.alive) m.members.push_back({id, a.slot, a.address});
+  }
+  for (auto& [id, a] : agents_) {
+    if (!a.alive) continue;
+    m.my_holders.clear();
+    if (a.slot >= 0) {
+      for (int h : placement_[static_cast<size_t>(a.slot)]) {
+        if (AgentInfo* x = SlotAgent(h)) m.my_holders.push_back(x->id);
+      }
+    }
+    out_->Send(id, ClusterMsg::kMembership, Encode(m));
+  }
+}
+
+void Coordinator::MaybeCommit() {
+  const int need = 1 + o_.replicas;
+  const int world = WorldSize();
+  std::optional<uint64_t> newest;
+  for (auto& [version, ranks] : held_) {
+    if (committed_ && version <= *committed_) continue;
+    if (static_cast<int>(ranks.size()) < world) continue;
+    bool all = true;
+    for (int r = 0; r < world && all; ++r) all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
+    if (all) newest = version;
+  }
+  if (!newest) return;
+  committed_ = newest;
+  held_.erase(held_.begin(), held_.lower_bound(*newest));
+  FTRUN_LOG_DEBUG("version {} committed", *newest);
+  SendAll(ClusterMsg::kCommit, U64(*newest));
+}
+
+void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) { Lost(peer, why, now); }
+
+void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
+  auto it = agents_.find(peer);
+  if (it == agents_.end() || !it->second.alive) return;
+  AgentInfo& a = it->second;
+  a.alive = false;
+  out_->Disconnect(peer);
+  int slot = a.slot;
+  a.slot = -1;
+  FTRUN_LOG_ERROR("agent {} ({}) lost: {}", peer, slot >= 0 ? "node " + std::to_string(slot) : std::string("spare"), why);
+  if (slot < 0 || phase_ == Phase::kStopped) return;
+  slots_[static_cast<size_t>(slot)].reset();
+  if (phase_ == Phase::kForming) return;
+  BeginRecovery("node " + std::to_string(slot) + " (agent " + std::to_string(peer) + ") lost: " + why, 1, now);
+}
+
+void Coordinator::Tick(Time now) {
+  if (phase_ == Phase::kStopped) return;
+  if (now - last_heartbeat_sent_ >= o_.heartbeat_interval) {
+    last_heartbeat_sent_ = now;
+    SendAll(ClusterMsg::kCoordHeartbeat, U64(epoch_));
+  }
+  const auto limit = o_.heartbeat_interval * o_.heartbeat_misses;
+  std::vector<PeerId> silent;
+  for (auto& [id, a] : agents_) {
+    if (a.alive && now - a.last_heard > limit) silent.push_back(id);
+  }
+  for (PeerId p : silent) {
+    Lost(p, "no heartbeat for " + std::to_string(static_cast<long>(Ms(limit))) +
+                " ms (cluster.heartbeat_misses x cluster.heartbeat_interval)", now);
+  }
+  if (phase_ == Phase::kRecovering && waiting_since_ && now - *waiting_since_ > o_.lost_node_timeout) {
+    std::vector<int> vacant;
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (!slots_[s]) vacant.push_back(static_cast<int>(s));
+    }
+    if (!vacant.empty()) {
+      Stop(last_failure_code_, "node(s) " + Join(vacant) + " lost, and no spare or returning agent within " +
+                                   std::to_string(o_.lost_node_timeout.count()) + " ms (cluster.lost_node_timeout)");
+    }
+  }
+}
+
+void Coordinator::Stop(int code, const std::string& message) {
+  if (phase_ == Phase::kStopped) return;
+  phase_ = Phase::kStopped;
+  done_ = true;
+  exit_code_ = code;
+  exit_message_ = message;
+  if (code == 0) FTRUN_LOG_INFO("job ends: {}", message);
+  else FTRUN_LOG_ERROR("job stops: {}", message);
+  ByteWriter w;
+  w.Put<int32_t>(code);
+  w.PutString(message);
+  SendAll(ClusterMsg::kStop, w.data());
+}
+
+nlohmann::json Coordinator::StatusJson(Time now) const {
+  using nlohmann::json;
+  json j;
+  const char* phases[] = {"forming", "running", "recovering", "stopped"};
+  j["phase"] = phases[static_cast<int>(phase_)];
+  j["epoch"] = epoch_;
+  j["committed_version"] = committed_ ? json(*committed_) : json(nullptr);
+  j["replicas"] = o_.replicas;
+  j["restarts"] = restarts_;
+  j["nodes"] = json::array();
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    json n = {{"node", s}, {"ranks", o_.ranks_per_slot[s]}, {"rack", o_.racks[s]}};
+    n["agent"] = slots_[s] ? json(*slots_[s]) : json(nullptr);
+    if (slots_[s]) n["address"] = agents_.at(*slots_[s]).address;
+    j["nodes"].push_back(n);
+  }
+  j["spares"] = json::array();
+  for (const auto& [id, a] : agents_) {
+    if (a.alive && a.slot < 0) j["spares"].push_back({{"agent", id}, {"address", a.address}});
+  }
+  j["recoveries"] = json::array();
+  for (const auto& r : recoveries_) {
+    json x = {{"epoch", r.epoch}, {"reason", r.reason}};
+    x["detect_to_start_ms"] = r.started ? json(Ms(*r.started - r.detected)) : json(nullptr);
+    x["detected_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
+    j["recoveries"].push_back(x);
+  }
+  if (done_) {
+    j["exit_code"] = exit_code_;
+    j["exit_message"] = exit_message_;
+  }
+  (void)now;
+  return j;
+}
+
+}  // namespace ftrun

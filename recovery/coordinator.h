@@ -1,0 +1,132 @@
+// Coordinator: the job's control plane. Holds membership (which agent is
+// which slot, which are spares), watches heartbeats, commits versions and
+// orchestrates restarts. A pure state machine: messages and time come in as
+// calls (time as an argument, so tests drive it with a manual clock),
+// messages go out through an Outbox. The runner hosts it over a Transport.
+//
+// Commit: version v is committed when, for every rank of the job, at least
+// 1 + replicas live agents hold (rank, v). Agents report what they hold; the
+// commit is broadcast, and agents then release older versions.
+//
+// Recovery: a rank failure or a lost agent (endpoint error, or no message
+// for heartbeat_misses x heartbeat_interval) bumps the epoch and halts every
+// agent's ranks. A lost slot gets a spare (or waits up to lost_node_timeout
+// for an agent to register for it); the replacement pulls the slot's shards
+// of the last committed version from their holders, and then every slot
+// starts again from that version. If some rank has no live copy, the job
+// stops and the error names those ranks.
+//
+// State is rebuilt from the agents' registrations (their catalogs and last
+// committed version), so a restarted coordinator does not lose committed
+// versions.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plugin/transport/transport.h"
+#include "recovery/cluster_messages.h"
+
+namespace ftrun {
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Time = Clock::time_point;
+
+  struct Options {
+    std::vector<int> ranks_per_slot;  // one entry per slot (node)
+    std::vector<std::string> racks;   // per slot; "" = none
+    int replicas = 1;
+    std::chrono::milliseconds heartbeat_interval{200};
+    int heartbeat_misses = 5;
+    std::chrono::milliseconds lost_node_timeout{60000};
+    int max_restarts = 3;
+    int master_port = 29500;
+  };
+
+  class Outbox {
+   public:
+    virtual ~Outbox() = default;
+    virtual void Send(PeerId to, ClusterMsg type, std::string payload) = 0;
+    virtual void Disconnect(PeerId peer) = 0;
+  };
+
+  Coordinator(Options options, Outbox* out);
+
+  void OnMessage(PeerId from, uint16_t type, const std::string& payload, Time now);
+  void OnPeerDown(PeerId peer, const std::string& why, Time now);
+  void Tick(Time now);
+  // Ends the job: every agent stops its ranks and exits with `code`.
+  void Shutdown(int code, const std::string& message) { Stop(code, message); }
+
+  bool done() const { return done_; }
+  int exit_code() const { return exit_code_; }
+  const std::string& exit_message() const { return exit_message_; }
+  std::optional<uint64_t> committed() const { return committed_; }
+  uint64_t epoch() const { return epoch_; }
+  nlohmann::json StatusJson(Time now) const;
+
+ private:
+  enum class Phase { kForming, kRunning, kRecovering, kStopped };
+  struct AgentInfo {
+    PeerId id = 0;
+    std::string address;
+    std::string rack;
+    int slot = -1;  // -1: spare
+    bool alive = true;
+    Time last_heard;
+    bool halted = false;  // this epoch
+    bool ready = true;    // this epoch: pulled what it had to
+    bool done = false;    // its ranks finished
+  };
+  struct RecoveryRecord {
+    uint64_t epoch;
+    std::string reason;
+    Time detected;
+    std::optional<Time> started;  // kStart sent
+  };
+
+  void Register(PeerId from, const RegisterMsg& m, Time now);
+  void Held(PeerId from, ByteReader* r);
+  void BeginRecovery(const std::string& reason, int exit_code, Time now);
+  void AssignReplacements(Time now);
+  void Assign(AgentInfo& a, int slot);
+  void MaybeStart(Time now);
+  void MaybeCommit();
+  void Lost(PeerId peer, const std::string& why, Time now);
+  void Stop(int code, const std::string& message);
+  void BroadcastMembership();
+  int FirstRank(int slot) const;
+  int WorldSize() const;
+  std::vector<int> SlotRanks(int slot) const;
+  AgentInfo* SlotAgent(int slot);
+  std::vector<PeerId> HoldersAlive(int rank, uint64_t version) const;
+  void SendAll(ClusterMsg type, const std::string& payload);
+
+  Options o_;
+  Outbox* out_;
+  std::vector<std::vector<int>> placement_;  // slot -> holder slots
+  std::map<PeerId, AgentInfo> agents_;
+  std::vector<std::optional<PeerId>> slots_;  // slot -> agent
+  Phase phase_ = Phase::kForming;
+  uint64_t epoch_ = 0;
+  int restarts_ = 0;
+  int last_failure_code_ = 1;
+  std::optional<uint64_t> committed_;
+  std::map<uint64_t, std::map<int, std::set<PeerId>>> held_;  // version -> rank -> agents
+  std::optional<Time> waiting_since_;  // for a lost slot's agent
+  std::vector<RecoveryRecord> recoveries_;
+  Time last_heartbeat_sent_{};
+  bool done_ = false;
+  int exit_code_ = 0;
+  std::string exit_message_;
+};
+
+}  // namespace ftrun

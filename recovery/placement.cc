@@ -1,0 +1,30 @@
+#include "recovery/placement.h"
+
+#include <algorithm>
+#include <map>
+
+namespace ftrun {
+
+std::vector<std::vector<int>> PlaceReplicas(const std::vector<std::string>& racks, int k) {
+  const int n = static_cast<int>(racks.size());
+  // Group slots by rack (a slot without a rack is a domain of its own), then
+  // deal them round-robin, largest racks first, so neighbours differ.
+  std::map<std::string, std::vector<int>> by_rack;
+  for (int i = 0; i < n; ++i) by_rack[racks[i].empty() ? "\x01slot" + std::to_string(i) : racks[i]].push_back(i);
+  std::vector<std::vector<int>> groups;
+  for (auto& [rack, slots] : by_rack) groups.push_back(slots);
+  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::vector<int> ring;
+  for (size_t round = 0; ring.size() < static_cast<size_t>(n); ++round) {
+    for (const auto& g : groups) {
+      if (round < g.size()) ring.push_back(g[round]);
+    }
+  }
+  std::vector<std::vector<int>> holders(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    for (int j = 1; j <= k && j < n; ++j) holders[static_cast<size_t>(ring[static_cast<size_t>(p)])].push_back(ring[static_cast<size_t>((p + j) % n)]);
+  }
+  return holders;
+}
+
+}  // namespace ftrun

@@ -1,0 +1,183 @@
+// The coordinator's state machine, driven by hand: messages in, a manual
+// clock, and a recording outbox.
+#include <catch2/catch.hpp>
+
+#include "recovery/coordinator.h"
+
+namespace ftrun {
+namespace {
+
+using Time = Coordinator::Time;
+using std::chrono::milliseconds;
+
+struct Recorder : Coordinator::Outbox {
+  std::vector<std::tuple<PeerId, ClusterMsg, std::string>> sent;
+  std::vector<PeerId> disconnected;
+  void Send(PeerId to, ClusterMsg type, std::string payload) override { sent.emplace_back(to, type, payload); }
+  void Disconnect(PeerId p) override { disconnected.push_back(p); }
+  int Count(PeerId to, ClusterMsg type) const {
+    int n = 0;
+    for (const auto& [p, t, s] : sent) n += p == to && t == type;
+    return n;
+  }
+  std::string Last(PeerId to, ClusterMsg type) const {
+    for (auto it = sent.rbegin(); it != sent.rend(); ++it) {
+      if (std::get<0>(*it) == to && std::get<1>(*it) == type) return std::get<2>(*it);
+    }
+    return {};
+  }
+};
+
+std::string U64(uint64_t v) {
+  ByteWriter w;
+  w.Put<uint64_t>(v);
+  return w.data();
+}
+
+std::string HeldMsg(uint64_t epoch, std::vector<RankVersion> v) {
+  ByteWriter w;
+  w.Put<uint64_t>(epoch);
+  PutRankVersions(v, &w);
+  return w.data();
+}
+
+struct Fixture {
+  Recorder out;
+  Time now{};
+  std::unique_ptr<Coordinator> c;
+
+  // 3 nodes x 1 rank, replicas 1, plus `spares` spares (agents 3, 4, ...).
+  explicit Fixture(int spares, int replicas = 1) {
+    Coordinator::Options o;
+    o.ranks_per_slot = {1, 1, 1};
+    o.replicas = replicas;
+    o.heartbeat_interval = milliseconds(100);
+    o.heartbeat_misses = 3;
+    o.lost_node_timeout = milliseconds(2000);
+    c = std::make_unique<Coordinator>(o, &out);
+    for (int a = 0; a < 3 + spares; ++a) {
+      RegisterMsg m;
+      m.slot = a < 3 ? a : -1;
+      m.address = "127.0.0.1:" + std::to_string(5000 + a);
+      c->OnMessage(static_cast<PeerId>(a), static_cast<uint16_t>(ClusterMsg::kRegister), Encode(m), now);
+    }
+  }
+  void Msg(PeerId from, ClusterMsg t, const std::string& p) { c->OnMessage(from, static_cast<uint16_t>(t), p, now); }
+  // Every node saves `v` and its holder (the next node) keeps a copy.
+  void SaveEverywhere(uint64_t v, uint64_t epoch) {
+    for (int a = 0; a < 3; ++a) {
+      Msg(static_cast<PeerId>(a), ClusterMsg::kHeld, HeldMsg(epoch, {{a, v}}));
+      Msg(static_cast<PeerId>((a + 1) % 3), ClusterMsg::kHeld, HeldMsg(epoch, {{a, v}}));
+    }
+  }
+};
+
+TEST_CASE("coordinator: starts once every node registered, commits only at full redundancy") {
+  Fixture f(0);
+  for (PeerId a = 0; a < 3; ++a) REQUIRE(f.out.Count(a, ClusterMsg::kStart) == 1);
+  // Every rank held once: not committed (replicas 1 needs 2 copies).
+  for (int a = 0; a < 3; ++a) f.Msg(static_cast<PeerId>(a), ClusterMsg::kHeld, HeldMsg(0, {{a, 5}}));
+  REQUIRE(!f.c->committed());
+  f.SaveEverywhere(5, 0);
+  REQUIRE(f.c->committed() == 5u);
+  REQUIRE(f.out.Count(2, ClusterMsg::kCommit) == 1);
+  // A report from a stopped epoch never counts.
+  f.Msg(0, ClusterMsg::kHeld, HeldMsg(7, {{0, 6}}));
+  REQUIRE(f.c->committed() == 5u);
+}
+
+TEST_CASE("coordinator: a lost node is replaced by a spare that pulls from the holders, then all restart") {
+  Fixture f(1);
+  f.SaveEverywhere(3, 0);
+  REQUIRE(f.c->committed() == 3u);
+  f.c->OnPeerDown(1, "endpoint error", f.now);
+  REQUIRE(f.c->epoch() == 1);
+  REQUIRE(f.out.Count(0, ClusterMsg::kHalt) == 1);
+  REQUIRE(f.out.Count(3, ClusterMsg::kAssign) == 1);
+  PullMsg pull;
+  REQUIRE(Decode(f.out.Last(3, ClusterMsg::kPull), &pull).ok());
+  REQUIRE(pull.version == 3);
+  REQUIRE(pull.ranks.size() == 1);
+  REQUIRE(pull.ranks[0].first == 1);
+  REQUIRE(pull.ranks[0].second == std::vector<uint32_t>{2});  // node 2 held node 1's copy
+  // Nobody starts before every node halted and the spare is ready.
+  f.Msg(0, ClusterMsg::kHalted, U64(1));
+  f.Msg(2, ClusterMsg::kHalted, U64(1));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
+  f.Msg(3, ClusterMsg::kReady, U64(1));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);
+  StartMsg start;
+  REQUIRE(Decode(f.out.Last(3, ClusterMsg::kStart), &start).ok());
+  REQUIRE(start.version == 3u);
+  REQUIRE(start.epoch == 1);
+}
+
+TEST_CASE("coordinator: losing more nodes than the replicas cover stops the job naming the ranks") {
+  Fixture f(1);
+  f.SaveEverywhere(4, 0);
+  f.c->OnPeerDown(1, "gone", f.now);
+  f.c->OnPeerDown(2, "gone", f.now);  // node 2 held node 1's only copy
+  REQUIRE(f.c->done());
+  REQUIRE(f.c->exit_code() != 0);
+  INFO(f.c->exit_message());
+  REQUIRE(f.c->exit_message().find("ranks 1") != std::string::npos);
+  REQUIRE(f.c->exit_message().find("cluster.replicas") != std::string::npos);
+}
+
+TEST_CASE("coordinator: missed heartbeats make a node lost; with no spare the job waits, then gives up") {
+  Fixture f(0);
+  f.SaveEverywhere(2, 0);
+  for (int i = 0; i < 5; ++i) {
+    f.now += milliseconds(100);
+    f.Msg(0, ClusterMsg::kHeartbeat, U64(0));
+    f.Msg(1, ClusterMsg::kHeartbeat, U64(0));
+    f.c->Tick(f.now);
+  }
+  REQUIRE(f.c->epoch() == 1);  // node 2 went silent
+  REQUIRE(std::find(f.out.disconnected.begin(), f.out.disconnected.end(), 2u) != f.out.disconnected.end());
+  REQUIRE(!f.c->done());
+  for (int i = 0; i < 25; ++i) {
+    f.now += milliseconds(100);
+    f.Msg(0, ClusterMsg::kHeartbeat, U64(1));
+    f.Msg(1, ClusterMsg::kHeartbeat, U64(1));
+    f.c->Tick(f.now);
+  }
+  REQUIRE(f.c->done());
+  REQUIRE(f.c->exit_message().find("cluster.lost_node_timeout") != std::string::npos);
+}
+
+TEST_CASE("coordinator: a node's agent that comes back is fenced if a spare took its place") {
+  Fixture f(1);
+  f.SaveEverywhere(1, 0);
+  f.c->OnPeerDown(0, "partitioned", f.now);
+  REQUIRE(f.out.Count(3, ClusterMsg::kAssign) == 1);
+  RegisterMsg m;
+  m.slot = 0;
+  m.address = "127.0.0.1:5000";
+  f.Msg(0, ClusterMsg::kRegister, Encode(m));
+  REQUIRE(f.out.Count(0, ClusterMsg::kFenced) == 1);
+}
+
+TEST_CASE("coordinator: a restarted coordinator re-learns the committed version from the agents") {
+  Recorder out;
+  Coordinator::Options o;
+  o.ranks_per_slot = {1, 1};
+  Coordinator c(o, &out);
+  for (int a = 0; a < 2; ++a) {
+    RegisterMsg m;
+    m.slot = a;
+    m.address = "127.0.0.1:1";
+    m.epoch = 4;
+    m.committed = 9;
+    m.catalog = {{a, 9}, {1 - a, 9}};
+    c.OnMessage(static_cast<PeerId>(a), static_cast<uint16_t>(ClusterMsg::kRegister), Encode(m), Time{});
+  }
+  REQUIRE(c.committed() == 9u);
+  StartMsg start;
+  REQUIRE(Decode(out.Last(1, ClusterMsg::kStart), &start).ok());
+  REQUIRE(start.version == 9u);
+  REQUIRE(start.epoch >= 4);
+}
+
+}  // namespace
+}  // namespace ftrun
