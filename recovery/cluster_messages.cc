@@ -164,6 +164,7 @@ std::string ClusterMsgName(uint16_t type) {
     case ClusterMsg::kStop: return "stop";
     case ClusterMsg::kFenced: return "fenced";
     case ClusterMsg::kCoordHeartbeat: return "coordinator-heartbeat";
+    case ClusterMsg::kReplicate: return "replicate";
     case ClusterMsg::kOffer: return "offer";
     case ClusterMsg::kWant: return "want";
     case ClusterMsg::kOfferFailed: return "offer-failed";

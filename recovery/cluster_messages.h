@@ -3,6 +3,12 @@
 // ByteWriter encodings; each decoder checks sizes and says what was
 // malformed.
 //
+// Commit rounds: the coordinator picks the newest version every rank holds
+// locally and tells every agent to replicate that one (kReplicate); once it
+// commits, the next round picks the newest again. Every rank's copy is thus
+// of the same version, whatever the speed of saves and links, and versions
+// skipped between rounds are released at once.
+//
 // Epochs fence generations: every restart of the job's ranks bumps the
 // epoch, and a report from an older epoch about a version above the last
 // committed one is ignored.
@@ -39,6 +45,7 @@ enum class ClusterMsg : uint16_t {
   kStop,           // exit code, message: the job ends
   kFenced,         // message: this agent is out of the job
   kCoordHeartbeat, // epoch
+  kReplicate,      // epoch, version: copy this version of your ranks to your holders
   // agent <-> agent
   kOffer = 64,   // xfer, epoch, manifest: "store this (rank, version)"
   kWant,         // xfer, [(chunk index, tag)]: the chunks the holder lacks

@@ -91,7 +91,8 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       for (const auto& [rank, version] : GetRankVersions(&r)) {
         if (r.ok() && (!committed_ || version >= *committed_)) held_[version][rank].insert(from);
       }
-      return MaybeCommit();
+      MaybeCommit(now);
+      return MaybeTarget(now);
     case ClusterMsg::kRankFailed: {
       int32_t code = r.Get<int32_t>();
       std::string reason = r.GetString();
@@ -228,6 +229,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   epoch_++;
   if (committed_) held_.erase(held_.upper_bound(*committed_), held_.end());
   else held_.clear();
+  target_.reset();
   recoveries_.push_back({epoch_, reason, now, std::nullopt});
   FTRUN_LOG_WARN("epoch {}: {}; restoring {}", epoch_, reason,
                  committed_ ? "version " + std::to_string(*committed_) : std::string("nothing (no committed version)"));
@@ -327,7 +329,30 @@ void Coordinator::BroadcastMembership() {
   }
 }
 
-void Coordinator::MaybeCommit() {
+void Coordinator::MaybeTarget(Time now) {
+  if (phase_ != Phase::kRunning || o_.replicas == 0) return;
+  if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < std::chrono::seconds(5)) return;
+  const int world = WorldSize();
+  std::optional<uint64_t> newest;
+  for (auto it = held_.rbegin(); it != held_.rend() && !newest; ++it) {
+    if ((committed_ && it->first <= *committed_) || static_cast<int>(it->second.size()) < world) continue;
+    bool all = true;
+    for (int r = 0; r < world && all; ++r) all = !HoldersAlive(r, it->first).empty();
+    if (all) newest = it->first;
+  }
+  if (!newest || newest == target_) return;
+  target_ = newest;
+  target_since_ = now;
+  ByteWriter w;
+  w.Put<uint64_t>(epoch_);
+  w.Put<uint64_t>(*newest);
+  SendAll(ClusterMsg::kReplicate, w.data());
+  // Older versions not committed will never be: forget them.
+  held_.erase(committed_ ? held_.upper_bound(*committed_) : held_.begin(), held_.lower_bound(*newest));
+}
+
+void Coordinator::MaybeCommit(Time now) {
+  (void)now;
   const int need = 1 + o_.replicas;
   const int world = WorldSize();
   std::optional<uint64_t> newest;
@@ -353,6 +378,7 @@ void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
   AgentInfo& a = it->second;
   a.alive = false;
   out_->Disconnect(peer);
+  if (phase_ == Phase::kStopped) return;  // agents leave at the end
   int slot = a.slot;
   a.slot = -1;
   FTRUN_LOG_ERROR("agent {} ({}) lost: {}", peer, slot >= 0 ? "node " + std::to_string(slot) : std::string("spare"), why);
@@ -377,6 +403,7 @@ void Coordinator::Tick(Time now) {
     Lost(p, "no heartbeat for " + std::to_string(static_cast<long>(Ms(limit))) +
                 " ms (cluster.heartbeat_misses x cluster.heartbeat_interval)", now);
   }
+  MaybeTarget(now);  // a round that stalled (a refused copy) gives way to a newer one
   if (phase_ == Phase::kRecovering && waiting_since_ && now - *waiting_since_ > o_.lost_node_timeout) {
     std::vector<int> vacant;
     for (size_t s = 0; s < slots_.size(); ++s) {

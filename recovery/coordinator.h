@@ -6,7 +6,9 @@
 //
 // Commit: version v is committed when, for every rank of the job, at least
 // 1 + replicas live agents hold (rank, v). Agents report what they hold; the
-// commit is broadcast, and agents then release older versions.
+// coordinator runs commit rounds (see cluster_messages.h: one target
+// version at a time, the newest every rank holds locally); the commit is
+// broadcast, and agents then release older versions.
 //
 // Recovery: a rank failure or a lost agent (endpoint error, or no message
 // for heartbeat_misses x heartbeat_interval) bumps the epoch and halts every
@@ -99,7 +101,9 @@ class Coordinator {
   void AssignReplacements(Time now);
   void Assign(AgentInfo& a, int slot);
   void MaybeStart(Time now);
-  void MaybeCommit();
+  void MaybeCommit(Time now);
+  // Starts a commit round on the newest version every rank holds locally.
+  void MaybeTarget(Time now);
   void Lost(PeerId peer, const std::string& why, Time now);
   void Stop(int code, const std::string& message);
   void BroadcastMembership();
@@ -122,6 +126,8 @@ class Coordinator {
   std::optional<uint64_t> committed_;
   std::map<uint64_t, std::map<int, std::set<PeerId>>> held_;  // version -> rank -> agents
   std::optional<Time> waiting_since_;  // for a lost slot's agent
+  std::optional<uint64_t> target_;     // the version being replicated
+  Time target_since_{};
   std::vector<RecoveryRecord> recoveries_;
   Time last_heartbeat_sent_{};
   bool done_ = false;

@@ -132,6 +132,16 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       break;
     }
     case ClusterMsg::kHalt: return Halt(r.Get<uint64_t>());
+    case ClusterMsg::kReplicate: {
+      uint64_t epoch = r.Get<uint64_t>();
+      uint64_t v = r.Get<uint64_t>();
+      if (!r.ok() || epoch != epoch_) return;
+      store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed
+      for (const RankSlot& slot : slots_) {
+        if (store_->Find(slot.global_rank, v)) replicator_->Saved(slot.global_rank, v);
+      }
+      return;
+    }
     case ClusterMsg::kCommit: {
       uint64_t v = r.Get<uint64_t>();
       if (!r.ok()) break;
@@ -348,8 +358,7 @@ void Agent::ClusterRankSaved(int rank, uint64_t version) {
   ByteWriter w;
   w.Put<uint64_t>(epoch_);
   PutRankVersions({{rank, version}}, &w);
-  SendToCoordinator(ClusterMsg::kHeld, w.data());
-  replicator_->Saved(rank, version);
+  SendToCoordinator(ClusterMsg::kHeld, w.data());  // replication waits for the round (kReplicate)
 }
 
 }  // namespace ftrun

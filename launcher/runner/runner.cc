@@ -110,6 +110,12 @@ Status Runner::SelectJobNodes() {
 }
 
 Status Runner::Setup() {
+  // Block first: the transport's thread (started below) inherits the mask,
+  // so these signals only ever arrive through the signalfd.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   if (o_.launcher != "local") {
     return Status::Unimplemented("--launcher " + o_.launcher + ": only 'local' is available in this build");
   }
@@ -153,10 +159,6 @@ Status Runner::Setup() {
   co.master_port = o_.master_port;
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
 
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
-  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   signal_fd_.Reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   timer_fd_.Reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
   itimerspec its{};
@@ -188,8 +190,33 @@ Status Runner::Setup() {
   return Status::Ok();
 }
 
+// --agent_addr: a template ("10.0.0.{node}") or one address per agent,
+// comma-separated.
+Status AgentAddress(const std::string& spec, int agent, std::string* out) {
+  if (spec.find(',') == std::string::npos) {
+    *out = ExpandNodeTemplate(spec, agent);
+    return Status::Ok();
+  }
+  std::vector<std::string> list;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    list.push_back(spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (agent >= static_cast<int>(list.size())) {
+    return Status::InvalidArgument("--agent_addr lists " + std::to_string(list.size()) + " addresses, agent " +
+                                   std::to_string(agent) + " needs one (nodes + spares)");
+  }
+  *out = list[static_cast<size_t>(agent)];
+  return Status::Ok();
+}
+
 Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   SpawnSpec spec;
+  std::string listen;
+  FTRUN_RETURN_IF_ERROR(AgentAddress(o_.agent_addr, a.id, &listen));
   if (!o_.agent_exec_prefix.empty()) {
     FTRUN_RETURN_IF_ERROR(ShellSplit(ExpandNodeTemplate(o_.agent_exec_prefix, a.id), &spec.argv));
   }
@@ -198,7 +225,7 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   v.push_back(SelfDir() + "/ftrun-agent");
   v.insert(v.end(), {"--coordinator", transport_->address(), "--agent-id", std::to_string(a.id), "--node_rank",
                      std::to_string(a.slot >= 0 ? a.slot : 0), "--secret-file", secret_file_, "--job-id", job_id_,
-                     "--listen", ExpandNodeTemplate(o_.agent_addr, a.id), "--nproc",
+                     "--listen", listen, "--nproc",
                      std::to_string(node.slots.size()), "--master_addr", ResolveMasterAddr(o_, nodes_),
                      "--master_port", std::to_string(o_.master_port), "--log-level", o_.log_level, "--status-file",
                      job_dir_ + "/agent" + std::to_string(a.id) + ".json"});

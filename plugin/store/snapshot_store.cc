@@ -206,6 +206,15 @@ void SnapshotStore::ReleaseBelow(uint64_t version) {
   for (uint64_t v : drop) ReleaseVersion(v);
 }
 
+void SnapshotStore::ReleaseBetween(std::optional<uint64_t> low, uint64_t high) {
+  std::vector<uint64_t> drop;
+  for (const auto& [v, ranks] : versions_) {
+    if (v >= high) break;
+    if ((!low || v > *low) && !pins_.count(v)) drop.push_back(v);
+  }
+  for (uint64_t v : drop) ReleaseVersion(v);
+}
+
 void SnapshotStore::DiscardAbove(std::optional<uint64_t> version) {
   std::vector<uint64_t> drop;
   for (const auto& [v, ranks] : versions_) {

@@ -60,6 +60,9 @@ class SnapshotStore {
   // Drops every manifest of versions below `version`, except pinned ones
   // (those go when unpinned, if still below the floor).
   void ReleaseBelow(uint64_t version);
+  // Drops the unpinned manifests of versions in (low, high): versions that
+  // will never be committed (low: the last committed one, kept).
+  void ReleaseBetween(std::optional<uint64_t> low, uint64_t high);
   // Drops every manifest of versions above `version` (nullopt: all), e.g.
   // the uncommitted saves of a failed generation; resets each rank's last
   // saved version accordingly.

@@ -112,3 +112,91 @@ class Job:
                 return False
             return True
         return False
+
+
+RUNNER = os.path.join(BUILD, "ftrun")
+
+
+class ClusterJob:
+    """An `ftrun` runner with N local nodes (agents) and their ranks."""
+
+    def __init__(self, nodes, ranks_per_node, trainer_args, config="", spares=0, extra=(), env=None):
+        self.dir = tempfile.mkdtemp(prefix="ftrun-cl-")
+        self.config = os.path.join(self.dir, "ftrun.yaml")
+        self.status = os.path.join(self.dir, "status.json")
+        with open(self.config, "w") as f:
+            f.write("agent:\n  run_dir: %s/run\n" % self.dir + config)
+        self.argv = [RUNNER, "--num_nodes", str(nodes), "--num_gpus", str(ranks_per_node), "--spares", str(spares),
+                     "--config", self.config, "--status_file", self.status, "--no_python", "--no_local_rank",
+                     *extra, TRAINER, *trainer_args]
+        self.out = open(os.path.join(self.dir, "out.log"), "w+")
+        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
+                                     env=env or os.environ.copy())
+        self.log = ""
+
+    def state(self):
+        try:
+            with open(self.status) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def agent_state(self, agent):
+        st = self.state()
+        if not st:
+            return None
+        try:
+            with open(st["agents"][agent]["status_file"]) as f:
+                return json.load(f)
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def wait_for(self, pred, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.state()
+            if st is not None and pred(st):
+                return st
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.02)
+        return None
+
+    def node_agent(self, node):
+        st = self.state()
+        return st["nodes"][node]["agent"] if st else None
+
+    def kill_node(self, node, sig=signal.SIGKILL):
+        """Kills a node whole: its agent and its ranks (the store goes with them)."""
+        st = self.state()
+        agent = st["nodes"][node]["agent"]
+        if agent is None:
+            return False
+        ast = self.agent_state(agent) or {}
+        pids = [r["pid"] for r in ast.get("ranks", []) if r.get("pid")]
+        pids.append(st["agents"][agent]["pid"])
+        killed = False
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                killed = True
+            except ProcessLookupError:
+                pass
+        return killed
+
+    def wait(self, timeout=300):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait()
+            print("runner timed out", flush=True)
+            rc = "timeout"
+        self.out.flush()
+        self.out.seek(0)
+        self.log = self.out.read()
+        return rc

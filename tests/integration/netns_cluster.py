@@ -320,6 +320,8 @@ class NetnsCluster:
         self._torn_down = False
         self._state_file = None
         self._owner = os.getpid()
+        if prefix is not None:
+            cleanup_stale(prefix)  # a crashed earlier run with the same fixed prefix
         with _Lock():
             self.prefix = self._choose_prefix(prefix)
             self.octet = self._choose_octet(subnet_octet)
@@ -529,7 +531,6 @@ class NetnsCluster:
         self._apply_nft(i)
 
     def _apply_nft(self, i):
-        ns = self.netns(i)
         rules = []
         if self._part[i]:
             rules.append('counter drop comment "partition"')
@@ -613,7 +614,7 @@ class NetnsCluster:
 
 
 def _netns_pids(ns):
-    p = _ip("netns", "pids", ns, check=False)
+    p = _ip("netns", "pids", ns, check=False)  # same as comparing /proc/PID/ns/net with the netns
     if p.returncode != 0:
         return []
     me = os.getpid()
@@ -686,6 +687,10 @@ def cleanup_stale(prefix_glob="ftr", verbose=False):
             e["links"].update(st.get("host_veths", []))
             e["links"].add(st.get("bridge", prefix + "br"))
             e["files"].add(st["_file"])
+        for ns in _netns_list():  # an available() probe killed half-way
+            m = re.fullmatch(r"ftrprobe(\d+)", ns)
+            if m and _prefix_matches(ns, prefix_glob) and not _pid_alive(int(m.group(1))):
+                _ip("netns", "del", ns, check=False)
         for prefix, e in stale.items():
             for ns in sorted(e["netns"]):
                 if _netns_exists(ns):

@@ -7,9 +7,11 @@ cannot be built.
 """
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +63,8 @@ import os, subprocess, sys, time
 sys.path.insert(0, %(here)r)
 import netns_cluster as nc
 c = nc.NetnsCluster(2, prefix=%(prefix)r)
-p = subprocess.Popen(c.exec_prefix(0) + ["sleep", "1000"])
+p = subprocess.Popen(c.exec_prefix(0) + ["sleep", "1000"], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 while p.pid not in c.pids(0):
     time.sleep(0.01)
 print("READY", p.pid, flush=True)
@@ -69,11 +72,27 @@ time.sleep(1000)
 """
 
 
+def read_line(f, timeout):
+    """One line from pipe f, or '' after `timeout` seconds or at EOF."""
+    buf = b""
+    deadline = time.time() + timeout
+    while b"\n" not in buf:
+        left = deadline - time.time()
+        if left <= 0 or not select.select([f], [], [], left)[0]:
+            break
+        chunk = os.read(f.fileno(), 4096)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode(errors="replace")
+
+
 def child_dies(prefix, sig):
     """Starts a child that builds a cluster, sends it `sig`; returns (returncode, sleep pid)."""
+    err = tempfile.TemporaryFile("w+")  # not a pipe: an orphan must not be able to block us
     p = subprocess.Popen([sys.executable, "-c", CHILD % {"here": HERE, "prefix": prefix}],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = p.stdout.readline().split()
+                         stdout=subprocess.PIPE, stderr=err)
+    line = read_line(p.stdout, 20).split()
     if not check(line[:1] == ["READY"], "child with cluster %s got ready" % prefix):
         p.kill()
         p.wait()
@@ -84,9 +103,10 @@ def child_dies(prefix, sig):
     except subprocess.TimeoutExpired:
         p.kill()
         rc = p.wait()
-    err = p.stderr.read()
-    if sig != signal.SIGINT or "KeyboardInterrupt" not in err:  # SIGINT's traceback is expected
-        sys.stderr.write(err)
+    err.seek(0)
+    text = err.read()
+    if sig != signal.SIGINT or "KeyboardInterrupt" not in text:  # SIGINT's traceback is expected
+        sys.stderr.write(text)
     return rc, int(line[1])
 
 
@@ -228,11 +248,11 @@ def main():
 
     # the creator is SIGKILLed: leftovers stay, cleanup_stale removes them, not a live cluster's
     prefix = "ftrst%sk" % tag
-    with nc.NetnsCluster(1) as live:
+    with nc.NetnsCluster(1, prefix="ftrst%sl" % tag) as live:
         rc, spid = child_dies(prefix, signal.SIGKILL)
         check(rc == -signal.SIGKILL, "child SIGKILLed (rc %s)" % rc)
         check(os.path.exists("/run/netns/%s0" % prefix), "SIGKILL leaves the namespace behind")
-        removed = nc.cleanup_stale("ftr")
+        removed = nc.cleanup_stale("ftrst" + tag)
         check(prefix in removed, "cleanup_stale removed %s (removed %s)" % (prefix, removed))
         check(live.prefix not in removed and os.path.exists("/run/netns/%s0" % live.prefix),
               "cleanup_stale leaves the live cluster alone")

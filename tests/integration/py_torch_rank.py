@@ -31,8 +31,14 @@ class Thing:
         self.tensor = tensor
 
 
+def say(line):
+    """One write per line: ranks share the agent's stdout, unbuffered (PYTHONUNBUFFERED=1),
+    and print() writes its pieces separately, so lines of two ranks could interleave."""
+    os.write(1, (line + "\n").encode())
+
+
 def fail(what):
-    print(f"PYTORCH FAILED rank {RANK}: {what}", flush=True)
+    say(f"PYTORCH FAILED rank {RANK}: {what}")
     sys.exit(1)
 
 
@@ -144,7 +150,7 @@ def run_checks():
             "0dim": torch.tensor(2.0, device="cuda"),
         }
     else:
-        print(f"rank {RANK}: CUDA not available: CUDA round trips skipped", flush=True)
+        say(f"rank {RANK}: CUDA not available: CUDA round trips skipped")
 
     stats = ftrun.save(1, state, wait=True)
     expect(stats["bytes_total"] > 0, f"save stats {stats}")
@@ -215,7 +221,7 @@ def run_checks():
     except ftrun.Error as e:
         expect(e.code == "FAILED_PRECONDITION", f"layout change: code {e.code}")
         expect("same structure" in e.message and "extra" in e.message, f"layout change message: {e.message}")
-        print(f"rank {RANK}: layout change refused: {e.message[:160]}...", flush=True)
+        say(f"rank {RANK}: layout change refused: {e.message[:160]}...")
     del state["nested"]["extra"]
     # A step that does not increase is refused.
     try:
@@ -225,7 +231,7 @@ def run_checks():
         expect(e.code == "FAILED_PRECONDITION", f"old step: code {e.code}")
     ftrun.save(3, state)
     ftrun.wait()
-    print("PYTORCH OK", RANK, flush=True)
+    say(f"PYTORCH OK {RANK}")
 
 
 # --------------------------------------------------------------------------
@@ -258,7 +264,7 @@ def train(steps, sleep, use_ftrun):
             ftrun.set_rng_state(st["rng"])
             pos = st["data_pos"]
             start = step + 1
-            print(f"RESUMED {RANK} at step {start}", flush=True)
+            say(f"RESUMED {RANK} at step {start}")
     for step in range(start, steps):
         idx = perm[torch.arange(pos, pos + 4) % DATASET]
         pos = (pos + 4) % DATASET
@@ -270,7 +276,7 @@ def train(steps, sleep, use_ftrun):
         if use_ftrun:
             ftrun.save(step, {"model": model.state_dict(), "optim": opt.state_dict(),
                               "rng": ftrun.rng_state(), "data_pos": pos})
-            print(f"STEP {RANK} {step}", flush=True)
+            say(f"STEP {RANK} {step}")
             time.sleep(sleep)
     if use_ftrun:
         ftrun.wait()
@@ -280,7 +286,7 @@ def train(steps, sleep, use_ftrun):
     for s in opt.state_dict()["state"].values():
         h.update(s["exp_avg"].numpy().tobytes())
         h.update(s["exp_avg_sq"].numpy().tobytes())
-    print(f"DIGEST {RANK} {h.hexdigest()}", flush=True)
+    say(f"DIGEST {RANK} {h.hexdigest()}")
 
 
 if MODE == "checks":

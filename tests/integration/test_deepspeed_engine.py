@@ -198,8 +198,14 @@ def restore(eng, checkpoint, zero_sd):
     eng.global_steps = checkpoint["global_steps"]
 
 
+def say(line):
+    """One write per line: ranks share the agent's stdout, unbuffered (PYTHONUNBUFFERED=1),
+    and print() writes its pieces separately, so lines of two ranks could interleave."""
+    os.write(1, (line + "\n").encode())
+
+
 def rank_fail(rank, what):
-    print(f"DSRANK FAILED rank {rank}: {what}", flush=True)
+    say(f"DSRANK FAILED rank {rank}: {what}")
     sys.exit(1)
 
 
@@ -277,7 +283,7 @@ def rank_checks(save_dir):
     same(saved_zero, zero_sd, "zero optimizer states", rank)
     if ckpt["module"]["0.weight"].dtype != torch.bfloat16:
         rank_fail(rank, "bf16 module states come back as bfloat16")
-    print(f"rank {rank}: new-style tag {tag} saved and loaded back equal", flush=True)
+    say(f"rank {rank}: new-style tag {tag} saved and loaded back equal")
 
     # Old call style (DeepSpeed <= 0.16): a plain tag; DeepSpeed writes `latest`.
     for _ in range(2):
@@ -295,7 +301,7 @@ def rank_checks(save_dir):
     load_path, ckpt, zero_sd = ds_load_checkpoint(eng, save_dir)
     same(saved, ckpt, "model states (old style)", rank)
     same(saved_zero, zero_sd, "zero optimizer states (old style)", rank)
-    print(f"rank {rank}: old-style tag global_step20 saved and loaded back equal", flush=True)
+    say(f"rank {rank}: old-style tag global_step20 saved and loaded back equal")
 
     # Tags without usable digits take the next version; the placeholders say which.
     ds_save_checkpoint(eng, save_dir, tag="best")
@@ -333,7 +339,7 @@ def rank_checks(save_dir):
     torch.save({"module": eng.module.state_dict()}, real)
     same({"module": eng.module.state_dict()}, ce2.load(real, map_location="cpu"), "torch file fallback", rank)
     ce2.cleanup()
-    print("DSRANK OK", rank, flush=True)
+    say(f"DSRANK OK {rank}")
 
 
 def rank_train(save_dir, steps, sleep, use_ftrun):
@@ -349,8 +355,7 @@ def rank_train(save_dir, steps, sleep, use_ftrun):
         load_path, ckpt, zero_sd = ds_load_checkpoint(eng, save_dir)
         if load_path is not None:
             restore(eng, ckpt, zero_sd)
-            print(f"RESUMED {rank} at step {eng.global_steps} from {os.path.relpath(load_path, save_dir)}",
-                  flush=True)
+            say(f"RESUMED {rank} at step {eng.global_steps} from {os.path.relpath(load_path, save_dir)}")
     while eng.global_steps < steps:
         eng.step(rank)
         if use_ftrun:
@@ -361,7 +366,7 @@ def rank_train(save_dir, steps, sleep, use_ftrun):
         h.update(t.numpy().tobytes())
     for s in eng.optimizer.state_dict()["state"].values():
         h.update(s["exp_avg"].numpy().tobytes() + s["exp_avg_sq"].numpy().tobytes())
-    print(f"DIGEST {rank} {h.hexdigest()}", flush=True)
+    say(f"DIGEST {rank} {h.hexdigest()}")
 
 
 # --------------------------------------------------------------------------
@@ -410,6 +415,10 @@ def main():
     check(got == want, f"digests after the restart {got} != failure-free run {want}")
     if got == want:
         print(f"resumed DeepSpeed-style training ends bit-identical to the failure-free run: {got}")
+    import shutil
+
+    for d in (save_dir, train_dir):
+        shutil.rmtree(d, ignore_errors=True)
     finish()
 
 

@@ -29,7 +29,7 @@ picklable object) with the functions of ftrun.state, re-exported here::
 
 ftrun.save, load, wait, rng_state and set_rng_state (and the submodules
 ftrun.state and ftrun.deepspeed, a DeepSpeed checkpoint engine) import torch on
-first use only: `import ftrun` alone needs just numpy.
+first use only: `import ftrun` alone does not need torch.
 
 Errors: a failed call raises Error (a RuntimeError) with .code, the status
 code name ('TIMEOUT', 'RESOURCE_EXHAUSTED', ...), and .message; a code of
