@@ -40,6 +40,8 @@ inline int64_t MonoNs() {
 
 // Path of a sibling binary (ftrun-agent, ftrun-synthetic) of this one.
 std::string SiblingBinary(const std::string& name);
+// Starts path with args (output to log, if given); returns its pid.
+pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log);
 // Starts ftrun-agent with args; returns its pid.
 pid_t StartAgent(const std::vector<std::string>& args);
 // Waits for pid to exit; returns its shell-style exit code.
@@ -50,5 +52,7 @@ bool ReadJson(const std::string& path, nlohmann::json* out);
 int RunSave(int argc, char** argv, Result* out);
 int RunSaveWorker(int argc, char** argv);
 int RunRestartLocal(int argc, char** argv, Result* out);
+int RunReplicate(int argc, char** argv, Result* out);
+int RunRestartNode(int argc, char** argv, Result* out);
 
 }  // namespace ftrun::bench

@@ -2,6 +2,7 @@
 //
 // Prints a table of figures, each a ratio against a ceiling measured in the
 // same run (memcpy) or a measured time, and writes them as JSON.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,20 +25,29 @@ std::string SiblingBinary(const std::string& name) {
   return slash == std::string::npos ? name : self.substr(0, slash + 1) + name;
 }
 
-pid_t StartAgent(const std::vector<std::string>& args) {
+pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;
-  std::string agent = SiblingBinary("ftrun-agent");
-  argv.push_back(agent.data());
+  std::string exe = path;
+  argv.push_back(exe.data());
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::execv(agent.c_str(), argv.data());
-    std::perror("exec ftrun-agent");
+    if (!log.empty()) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+    }
+    ::execv(exe.c_str(), argv.data());
+    std::perror(("exec " + exe).c_str());
     ::_exit(127);
   }
   return pid;
 }
+
+pid_t StartAgent(const std::vector<std::string>& args) { return StartProgram(SiblingBinary("ftrun-agent"), args, ""); }
 
 int WaitExit(pid_t pid) {
   int st = 0;
@@ -84,6 +94,8 @@ int main(int argc, char** argv) {
     std::printf("usage: ftrun-bench SCENARIO [--json FILE] [flags]\nscenarios:\n"
                 "  save            save stall vs memcpy, incremental saves (1 GiB per rank by default)\n"
                 "  restart-local   kill a rank of 4, time until every rank completed a step after restore\n"
+                "  replicate       replication to a holder over UCX vs ucx_perftest; incremental bytes on the wire\n"
+                "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
                 "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;
   }
@@ -100,8 +112,10 @@ int main(int argc, char** argv) {
   int rc;
   if (scenario == "save") rc = RunSave(static_cast<int>(rest.size()), rest.data(), &r);
   else if (scenario == "restart-local") rc = RunRestartLocal(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "replicate") rc = RunReplicate(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "restart-node") rc = RunRestartNode(static_cast<int>(rest.size()), rest.data(), &r);
   else {
-    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local)\n", scenario.c_str());
+    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node)\n", scenario.c_str());
     return 2;
   }
   if (rc != 0) return rc;

@@ -155,6 +155,7 @@ std::string ClusterMsgName(uint16_t type) {
     case ClusterMsg::kReady: return "ready";
     case ClusterMsg::kNodeDone: return "node-done";
     case ClusterMsg::kFatal: return "fatal";
+    case ClusterMsg::kRoundFailed: return "round-failed";
     case ClusterMsg::kAssign: return "assign";
     case ClusterMsg::kMembership: return "membership";
     case ClusterMsg::kHalt: return "halt";

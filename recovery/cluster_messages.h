@@ -35,6 +35,7 @@ enum class ClusterMsg : uint16_t {
   kReady,         // epoch: a replacement pulled every shard it was told to
   kNodeDone,      // epoch: every rank of the sender finished with 0
   kFatal,         // epoch, message: the sender cannot go on (e.g. no holder had a shard)
+  kRoundFailed,   // epoch, version: the sender cannot copy that round's version (released, refused)
   // coordinator -> agent
   kAssign = 32,    // AssignMsg: the slot (node) this agent now is
   kMembership,     // MembershipMsg

@@ -22,6 +22,8 @@ std::string Join(const std::vector<int>& v) {
 
 double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+constexpr auto kRoundTimeout = std::chrono::seconds(30);
+
 }  // namespace
 
 Coordinator::Coordinator(Options options, Outbox* out)
@@ -115,6 +117,14 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
                     (committed_ ? std::to_string(*committed_) : std::string("none")));
       }
       return;
+    }
+    case ClusterMsg::kRoundFailed: {
+      uint64_t v = r.Get<uint64_t>();
+      if (epoch != epoch_ || !r.ok() || target_ != v) return;
+      FTRUN_LOG_DEBUG("commit round of version {} failed at agent {}: picking a newer version", v, from);
+      held_.erase(v);
+      target_.reset();
+      return MaybeTarget(now);
     }
     case ClusterMsg::kFatal: {
       std::string msg = r.GetString();
@@ -331,7 +341,10 @@ void Coordinator::BroadcastMembership() {
 
 void Coordinator::MaybeTarget(Time now) {
   if (phase_ != Phase::kRunning || o_.replicas == 0) return;
-  if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < std::chrono::seconds(5)) return;
+  // A round in progress runs to its end (the first one copies whole
+  // shards); only one stuck for kRoundTimeout (a holder refused the copy)
+  // gives way to a newer version.
+  if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < kRoundTimeout) return;
   const int world = WorldSize();
   std::optional<uint64_t> newest;
   for (auto it = held_.rbegin(); it != held_.rend() && !newest; ++it) {
@@ -455,6 +468,9 @@ nlohmann::json Coordinator::StatusJson(Time now) const {
     json x = {{"epoch", r.epoch}, {"reason", r.reason}};
     x["detect_to_start_ms"] = r.started ? json(Ms(*r.started - r.detected)) : json(nullptr);
     x["detected_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
+    if (r.started) {
+      x["started_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.started->time_since_epoch()).count();
+    }
     j["recoveries"].push_back(x);
   }
   if (done_) {

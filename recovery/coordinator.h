@@ -47,7 +47,7 @@ class Coordinator {
     std::vector<std::string> racks;   // per slot; "" = none
     int replicas = 1;
     std::chrono::milliseconds heartbeat_interval{200};
-    int heartbeat_misses = 5;
+    int heartbeat_misses = 10;
     std::chrono::milliseconds lost_node_timeout{60000};
     int max_restarts = 3;
     int master_port = 29500;

@@ -116,6 +116,7 @@ class Agent {
   void Start(const StartMsg& m);
   void StoppedInCluster();
   void CoordinatorLost(const std::string& why);
+  void RoundFailed(uint64_t version);
 
   // Constant after construction, except the node's place in the job, which
   // the coordinator assigns in a multi-node job.
@@ -180,6 +181,8 @@ class Agent {
   std::optional<StartMsg> pending_start_;
   std::map<int, PullState> pulls_;
   uint64_t pull_epoch_ = 0;
+  std::optional<uint64_t> round_;  // the version the current commit round copies
+  static constexpr uint64_t kKeepVersions = 4;
 };
 
 }  // namespace ftrun

@@ -36,6 +36,7 @@ Status Agent::SetupCluster() {
   replicator_->on_pulled = [this](PeerId from, int rank, uint64_t version, const Status& s) {
     PullEnded(from, rank, version, s);
   };
+  replicator_->on_copy_failed = [this](int, uint64_t version, const Status&) { RoundFailed(version); };
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kTransportTag;
@@ -136,10 +137,12 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       uint64_t epoch = r.Get<uint64_t>();
       uint64_t v = r.Get<uint64_t>();
       if (!r.ok() || epoch != epoch_) return;
-      store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed
+      store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed (every rank has saved v)
+      round_ = v;
       for (const RankSlot& slot : slots_) {
-        if (store_->Find(slot.global_rank, v)) replicator_->Saved(slot.global_rank, v);
+        if (!store_->Find(slot.global_rank, v)) return RoundFailed(v);  // released meanwhile
       }
+      for (const RankSlot& slot : slots_) replicator_->Saved(slot.global_rank, v);
       return;
     }
     case ClusterMsg::kCommit: {
@@ -309,6 +312,15 @@ void Agent::Start(const StartMsg& m) {
   if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) {
     recoveries_.back().restart = generation_;
     recoveries_.back().version = m.version;
+  } else if (generation_ > 0 && !slots_.empty()) {
+    // A replacement (or a node back from a loss): its ranks are part of the
+    // recovery too; its record starts when it is told to start.
+    Recovery r;
+    r.restart = generation_;
+    r.reason = "taking over node " + std::to_string(o_.node_rank);
+    r.version = m.version;
+    r.detected = r.stopped = Clock::now();
+    recoveries_.push_back(r);
   }
   node_done_sent_ = false;
   state_ = State::kRunning;
@@ -359,6 +371,25 @@ void Agent::ClusterRankSaved(int rank, uint64_t version) {
   w.Put<uint64_t>(epoch_);
   PutRankVersions({{rank, version}}, &w);
   SendToCoordinator(ClusterMsg::kHeld, w.data());  // replication waits for the round (kReplicate)
+  // Bounded memory while a round runs: keep the committed version, the
+  // round's, and the newest kKeepVersions saves (slack for ranks a few
+  // steps apart); the rest can never be committed.
+  // Never a rank's last save: its next save references that one's chunks.
+  uint64_t high = version > kKeepVersions ? version - kKeepVersions + 1 : 0;
+  for (const RankSlot& slot : slots_) {
+    auto last = store_->LastSaved(slot.global_rank);
+    high = std::min(high, last.value_or(0));
+  }
+  auto low = service_->last_committed();
+  if (round_ && (!low || *round_ > *low)) low = round_;
+  if (high > 0) store_->ReleaseBetween(low, high);
+}
+
+void Agent::RoundFailed(uint64_t version) {
+  ByteWriter w;
+  w.Put<uint64_t>(epoch_);
+  w.Put<uint64_t>(version);
+  SendToCoordinator(ClusterMsg::kRoundFailed, w.data());
 }
 
 }  // namespace ftrun

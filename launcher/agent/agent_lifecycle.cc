@@ -303,6 +303,11 @@ void Agent::WriteStatus() {
     TransportStats ts = transport_->stats();
     j["bulk_bytes_sent"] = ts.bulk_bytes_sent;
     j["bulk_bytes_received"] = ts.bulk_bytes_received;
+    j["replication"] = json::array();
+    for (const auto& r : replicator_->history()) {
+      j["replication"].push_back({{"to", r.to}, {"rank", r.rank}, {"version", r.version},
+                                  {"state_bytes", r.state_bytes}, {"bytes_sent", r.bytes_sent}, {"seconds", r.seconds}});
+    }
   }
   j["restarts"] = generation_;
   j["max_restarts"] = o_.config.job.max_restarts;

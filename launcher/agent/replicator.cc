@@ -76,6 +76,8 @@ void Replicator::StartNext(PeerId to) {
       for (const auto& c : t.chunks) out.chunks.push_back({c.offset, c.length});
     }
     store_->Pin(job.version);
+    out.state_bytes = m->state_bytes();
+    out.started = std::chrono::steady_clock::now();
     ByteWriter w;
     w.Put<uint64_t>(job.xfer);
     w.Put<uint64_t>(job.epoch);
@@ -101,9 +103,16 @@ void Replicator::Pump(Out& out) {
 void Replicator::FinishOut(PeerId to, const Status& s) {
   auto it = out_.find(to);
   if (it == out_.end()) return;
+  const Out& out = it->second;
   if (!s.ok()) {
-    FTRUN_LOG_WARN("copy of rank {} version {} to agent {} failed: {}", it->second.job.rank, it->second.job.version, to,
-                   s.message());
+    FTRUN_LOG_WARN("copy of rank {} version {} to agent {} failed: {}", out.job.rank, out.job.version, to, s.message());
+    if (out.job.epoch == epoch_ && !(out.job.xfer & kPullBit) && on_copy_failed) {
+      on_copy_failed(out.job.rank, out.job.version, s);
+    }
+  } else {
+    history_.push_back({to, out.job.rank, out.job.version, out.state_bytes, out.bytes_sent,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - out.started).count()});
+    if (history_.size() > 32) history_.pop_front();
   }
   store_->Unpin(it->second.job.version);
   // Sends still in flight complete on their own; their tokens are forgotten.
@@ -166,10 +175,15 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
     for (auto& c : t.chunks) {
       c.offset = kNoOffset;
       if (c.length == 0 || c.length > chunk_size_) {
+        store_->ReleaseReservations(in.owner);  // the holds taken so far
         in_.erase({from, xfer});
         return Reply(from, T(ClusterMsg::kOfferFailed), xfer, "a chunk of " + std::to_string(c.length) + " bytes");
       }
-      if (!store_->HasChunk(c.hash) && seen.insert({c.hash.lo, c.hash.hi}).second) {
+      if (!seen.insert({c.hash.lo, c.hash.hi}).second) {  // a duplicate within the manifest
+        ++i;
+        continue;
+      }
+      if (!store_->HoldChunk(in.owner, c.hash)) {
         want.push_back(&c);
         lengths.push_back(c.length);
         index.push_back(i);
@@ -181,6 +195,7 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
   s = store_->Reserve(in.owner, lengths, &offsets);
   if (!s.ok()) {
     FTRUN_LOG_ERROR("cannot keep a copy of rank {} version {} for agent {}: {}", rank, version, from, s.message());
+    store_->ReleaseReservations(in.owner);
     in_.erase({from, xfer});
     return Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
   }
@@ -231,6 +246,7 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
     }
     o->second.inflight--;
     o->second.inflight_bytes -= length;
+    o->second.bytes_sent += length;
     Pump(o->second);
     return true;
   }

@@ -18,6 +18,7 @@
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -57,10 +58,24 @@ class Replicator {
 
   // Holder side: a copy of (rank, version) is complete in our store.
   std::function<void(int rank, uint64_t version)> on_stored;
+  // Source side: a routine copy failed for another reason than an epoch
+  // change (the holder refused it, or the version is gone).
+  std::function<void(int rank, uint64_t version, const Status&)> on_copy_failed;
   // Puller side: a pull ended (OK: stored).
   std::function<void(PeerId from, int rank, uint64_t version, const Status&)> on_pulled;
 
   size_t busy_transfers() const { return out_.size() + in_.size(); }
+
+  // The last completed copies sent from here (for status and benchmarks).
+  struct Record {
+    PeerId to;
+    int rank;
+    uint64_t version;
+    uint64_t state_bytes;  // the manifest's
+    uint64_t bytes_sent;   // chunks the holder lacked
+    double seconds;        // offer to stored
+  };
+  const std::deque<Record>& history() const { return history_; }
 
  private:
   struct Job {
@@ -77,6 +92,9 @@ class Replicator {
     uint64_t inflight_bytes = 0;
     int inflight = 0;
     bool wanted = false;  // the holder answered
+    uint64_t state_bytes = 0;
+    uint64_t bytes_sent = 0;
+    std::chrono::steady_clock::time_point started;
   };
   struct In {  // one transfer into our store
     PeerId from;
@@ -121,6 +139,7 @@ class Replicator {
     PeerId from;
   };
   std::map<uint64_t, PendingPull> pulls_;  // pull xfer ->
+  std::deque<Record> history_;
 };
 
 }  // namespace ftrun

@@ -65,7 +65,7 @@ struct ClusterConfig {
   int replicas = 1;                                      // cluster.replicas: copies on other nodes, >= 0
   int spares = 0;                                        // cluster.spares: agents without ranks, >= 0
   std::chrono::milliseconds heartbeat_interval{200};     // cluster.heartbeat_interval, > 0
-  int heartbeat_misses = 5;                              // cluster.heartbeat_misses, >= 1
+  int heartbeat_misses = 10;                             // cluster.heartbeat_misses, >= 1
   std::chrono::milliseconds lost_node_timeout{60000};    // cluster.lost_node_timeout, > 0
 };
 

@@ -123,7 +123,7 @@ Status Arena::Attach(UniqueFd fd, const std::string& expected_job_id, Arena* out
 bool Arena::Prefault(const std::atomic<bool>* cancel) const {
   char* data = base_ + kArenaHeaderBytes;
   const uint64_t n = data_bytes();
-  constexpr uint64_t kSlice = 64ull << 20;
+  constexpr uint64_t kSlice = 16ull << 20;  // short holds of the mmap lock: other threads may map meanwhile
   // Linux >= 5.14 allocates the pages without changing their contents, so
   // this may race with ranks writing chunks. Older kernels: pages fault in
   // on first use instead.

@@ -40,7 +40,20 @@ Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengt
   return Status::Ok();
 }
 
+bool SnapshotStore::HoldChunk(uint64_t owner, const ChunkHash& hash) {
+  auto it = chunks_.find(hash);
+  if (it == chunks_.end()) return false;
+  it->second.refs++;
+  holds_[owner].push_back(hash);
+  return true;
+}
+
 void SnapshotStore::ReleaseReservations(uint64_t owner) {
+  if (auto h = holds_.find(owner); h != holds_.end()) {
+    std::vector<ChunkHash> hashes = std::move(h->second);
+    holds_.erase(h);
+    for (const ChunkHash& hash : hashes) Unref(hash);
+  }
   auto it = reservations_.find(owner);
   if (it == reservations_.end()) return;
   for (const auto& r : it->second) {

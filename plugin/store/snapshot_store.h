@@ -41,7 +41,10 @@ class SnapshotStore {
   // Reserves one extent per length for `owner` (a connection). All or
   // nothing: kResourceExhausted names the shortfall and the config field.
   Status Reserve(uint64_t owner, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets);
-  // Frees the owner's reservations that no manifest consumed.
+  // Keeps chunk `hash` (if held) from being freed until the owner's
+  // reservations are released: a copy arriving from a peer references it.
+  bool HoldChunk(uint64_t owner, const ChunkHash& hash);
+  // Frees the owner's reservations that no manifest consumed, and its holds.
   void ReleaseReservations(uint64_t owner);
 
   // Adds a rank's manifest. Chunks with an offset must be extents reserved
@@ -93,6 +96,7 @@ class SnapshotStore {
   uint64_t release_floor_ = 0;
   std::unordered_map<ChunkHash, Chunk, ChunkHashHasher> chunks_;
   std::unordered_map<uint64_t, std::vector<Reservation>> reservations_;  // owner ->
+  std::unordered_map<uint64_t, std::vector<ChunkHash>> holds_;           // owner ->
   std::map<uint64_t, std::map<int, Manifest>> versions_;  // version -> rank ->
   std::map<uint64_t, int> pins_;
   std::map<int, Manifest> layouts_;  // rank -> first manifest (chunks cleared)

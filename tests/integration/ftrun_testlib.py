@@ -177,6 +177,8 @@ class ClusterJob:
         pids.append(st["agents"][agent]["pid"])
         killed = False
         for pid in pids:
+            if not pid or pid <= 0:  # 0 would be our own process group
+                continue
             try:
                 os.kill(pid, sig)
                 killed = True
