@@ -104,8 +104,10 @@ int RunReplicate(int argc, char** argv, Result* out) {
   double ceiling = Median(perf);
 
   // Every chunk changes at every step: each copy is the whole state.
-  auto run = [&](const std::string& name, const std::string& fraction, int n) {
-    Job j = StartJob(name, 2, 1, 0, cfg,
+  auto run = [&](const std::string& name, const std::string& fraction, int n, const std::string& chunk) {
+    std::string c = cfg;
+    c.replace(c.find("4MiB"), 4, chunk);
+    Job j = StartJob(name, 2, 1, 0, c,
                      {"--state-bytes", state, "--tensors", "8", "--steps", std::to_string(n), "--step-ms", "1500",
                       "--change-fraction", fraction});
     nlohmann::json st, agent, last;
@@ -115,8 +117,9 @@ int RunReplicate(int argc, char** argv, Result* out) {
     }
     return last.contains("replication") ? last["replication"] : nlohmann::json::array();
   };
-  nlohmann::json full = run("replicate-full", "1.0", steps);
-  nlohmann::json incr = run("replicate-incr", "0.1", 6);
+  nlohmann::json full = run("replicate-full", "1.0", steps, "4MiB");
+  // The trainer changes 1 MiB blocks: with 1 MiB chunks, 10% of the chunks.
+  nlohmann::json incr = run("replicate-incr", "0.1", 6, "1MiB");
   std::vector<double> rates, ratios;
   for (const auto& r : full) {
     if (r["version"].get<uint64_t>() >= 2 && r["seconds"].get<double>() > 0) {

@@ -256,8 +256,21 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
   recv_tokens_.erase(it);
   auto in = in_.find(key);
   if (in == in_.end()) return true;
-  if (!status.ok() && in->second.error.ok()) in->second.error = status;
-  if (--in->second.outstanding == 0) FinishIn(key);
+  In& x = in->second;
+  if (!status.ok() && x.error.ok()) x.error = status;
+  if (status.ok() && x.error.ok()) {
+    // Verified as each chunk lands, while the next ones are on the wire.
+    for (const auto& [c, t] : x.received) {
+      if (t != token) continue;
+      if (HashBytes(base_ + c->offset, c->length) != c->hash) {
+        x.error = Status::Corruption("chunk " + c->hash.ToHex() + " of rank " + std::to_string(x.manifest.rank) +
+                                     " version " + std::to_string(x.manifest.version) + " from agent " +
+                                     std::to_string(x.from) + " arrived with different bytes (hash mismatch)");
+      }
+      break;
+    }
+  }
+  if (--x.outstanding == 0) FinishIn(key);
   return true;
 }
 
@@ -266,15 +279,7 @@ void Replicator::FinishIn(std::pair<PeerId, uint64_t> key) {
   if (it == in_.end()) return;
   const uint64_t xfer = key.second;
   In& in = it->second;
-  Status s = in.error;
-  for (size_t k = 0; s.ok() && k < in.received.size(); ++k) {
-    ChunkRef* c = in.received[k].first;
-    if (HashBytes(base_ + c->offset, c->length) != c->hash) {
-      s = Status::Corruption("chunk " + c->hash.ToHex() + " of rank " + std::to_string(in.manifest.rank) +
-                             " version " + std::to_string(in.manifest.version) + " from agent " +
-                             std::to_string(in.from) + " arrived with different bytes (hash mismatch)");
-    }
-  }
+  Status s = in.error;  // every received chunk was verified in BulkDone
   const int rank = in.manifest.rank;
   const uint64_t version = in.manifest.version;
   const PeerId from = in.from;

@@ -35,7 +35,7 @@ namespace ftrun {
 
 class Replicator {
  public:
-  static constexpr uint64_t kWindowBytes = 64ull << 20;
+  static constexpr uint64_t kWindowBytes = 256ull << 20;
 
   Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size);
 
