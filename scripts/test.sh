@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The test command: builds, runs every unit and integration test (CTest),
-# then runs the unit tests, and the integration tests that need no Python
-# module, again under AddressSanitizer and UBSan (agent and ranks included).
+# The test command: builds, runs every unit, transport and integration test
+# (CTest), then runs the unit and transport tests, and the integration tests
+# that need no Python module, again under AddressSanitizer and UBSan
+# (runner, agents and ranks included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
 (cd build && ctest --output-on-failure -j2 --timeout 600)
 
-FTRUN_BUILD_TARGETS="ftrun_unit_tests ftrun-agent ftrun-synthetic ftrun-c-client" ./scripts/build.sh --sanitize
+FTRUN_BUILD_TARGETS="ftrun_unit_tests ftrun_transport_tests transport_peer ftrun-agent ftrun-runner ftrun-synthetic ftrun-c-client" ./scripts/build.sh --sanitize
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ./build-asan/tests/ftrun_unit_tests
+./build-asan/tests/ftrun_transport_tests
 # (test_crash_modes is left out here: ASan turns the trainer's deliberate
 # segfault into its own exit code.)
-for t in test_restart_random_kills test_agent_lifecycle test_c_client; do
+for t in test_restart_random_kills test_agent_lifecycle test_c_client test_cluster_node_loss; do
   echo "== $t (ASan+UBSan)"
   FTRUN_BUILD_DIR="$PWD/build-asan" FTRUN_SOURCE_DIR="$PWD" /usr/bin/python3 "tests/integration/$t.py"
 done

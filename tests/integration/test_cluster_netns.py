@@ -23,7 +23,7 @@ NODES, PER_NODE = 4, 2
 ARGS = ["--state-bytes", "8MiB", "--tensors", "4", "--steps", "150", "--step-ms", "15", "--change-fraction", "0.3"]
 CONFIG = ("job:\n  max_restarts: 5\n  stop_grace: 2s\n"
           "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
-          "cluster:\n  replicas: 1\n  heartbeat_interval: 100ms\n  heartbeat_misses: 10\n  lost_node_timeout: 30s\n")
+          "cluster:\n  replicas: 1\n  heartbeat_interval: 200ms\n  heartbeat_misses: 10\n  lost_node_timeout: 30s\n")
 
 seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
 print("seed", seed)

@@ -17,7 +17,7 @@ ARGS = ["--state-bytes", "16MiB", "--tensors", "4", "--steps", "80", "--step-ms"
 def config(k):
     return ("job:\n  max_restarts: 10\n  stop_grace: 2s\n"
             "store:\n  memory_budget: 512MiB\n  chunk_size: 1MiB\n  prefault: false\n"
-            "cluster:\n  replicas: %d\n  heartbeat_interval: 100ms\n  heartbeat_misses: 15\n"
+            "cluster:\n  replicas: %d\n  heartbeat_interval: 200ms\n  heartbeat_misses: 10\n"
             "  lost_node_timeout: 30s\n" % k)
 
 

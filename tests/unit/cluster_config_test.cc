@@ -1,0 +1,51 @@
+// The `cluster` section and the multi-node rules: bad values name the file,
+// the line, the field and what was expected.
+#include <catch2/catch.hpp>
+
+#include "plugin/config/config.h"
+
+namespace ftrun {
+
+TEST_CASE("cluster config: values parse, bad ones name file:line and field", "[config]") {
+  Config c;
+  REQUIRE(ParseConfig("cluster:\n  replicas: 2\n  spares: 1\n  heartbeat_interval: 50ms\n  heartbeat_misses: 4\n"
+                      "  lost_node_timeout: 2m\n",
+                      "x.yaml", &c)
+              .ok());
+  REQUIRE(c.cluster.replicas == 2);
+  REQUIRE(c.cluster.spares == 1);
+  REQUIRE(c.cluster.heartbeat_interval.count() == 50);
+  REQUIRE(c.cluster.heartbeat_misses == 4);
+  REQUIRE(c.cluster.lost_node_timeout.count() == 120000);
+
+  Status s = ParseConfig("job:\n  max_restarts: 1\ncluster:\n  replicas: -1\n", "x.yaml", &c);
+  REQUIRE(s.message().find("x.yaml:4") != std::string::npos);
+  REQUIRE(s.message().find("cluster.replicas") != std::string::npos);
+  s = ParseConfig("cluster:\n  heartbeat_interval: fast\n", "x.yaml", &c);
+  REQUIRE(s.message().find("cluster.heartbeat_interval") != std::string::npos);
+  REQUIRE(s.message().find("duration") != std::string::npos);
+  s = ParseConfig("cluster:\n  heartbeat_misses: 0\n", "x.yaml", &c);
+  REQUIRE(s.message().find("cluster.heartbeat_misses") != std::string::npos);
+  s = ParseConfig("cluster:\n  replica: 1\n", "x.yaml", &c);
+  REQUIRE(!s.ok());
+  REQUIRE(s.message().find("replica") != std::string::npos);
+}
+
+TEST_CASE("cluster config: replicas below the node count, budget for the copies kept", "[config]") {
+  Config c = DefaultConfig();
+  c.cluster.replicas = 2;
+  Status s = ValidateClusterConfig(c, 2);
+  REQUIRE(s.message().find("cluster.replicas") != std::string::npos);
+  REQUIRE(s.message().find("at least 3 nodes") != std::string::npos);
+  REQUIRE(ValidateClusterConfig(c, 3).ok());
+  c.store.memory_budget = 1ull << 30;
+  c.store.snapshot_bytes = 256ull << 20;
+  c.agent.ranks_per_node = 1;
+  s = ValidateClusterConfig(c, 4);  // 2 x 1 x 3 x 256 MiB = 1.5 GiB > 1 GiB
+  REQUIRE(s.message().find("store.memory_budget") != std::string::npos);
+  REQUIRE(s.message().find("3 copies") != std::string::npos);
+  c.cluster.replicas = 0;
+  REQUIRE(ValidateClusterConfig(c, 4).ok());
+}
+
+}  // namespace ftrun
