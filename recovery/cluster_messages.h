@@ -36,6 +36,7 @@ enum class ClusterMsg : uint16_t {
   kNodeDone,      // epoch: every rank of the sender finished with 0
   kFatal,         // epoch, message: the sender cannot go on (e.g. no holder had a shard)
   kRoundFailed,   // epoch, version: the sender cannot copy that round's version (released, refused)
+  kPullFailed,    // epoch, rank, version, message: no holder it was given could provide that shard
   // coordinator -> agent
   kAssign = 32,    // AssignMsg: the slot (node) this agent now is
   kMembership,     // MembershipMsg

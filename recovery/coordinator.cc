@@ -126,6 +126,19 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       target_.reset();
       return MaybeTarget(now);
     }
+    case ClusterMsg::kPullFailed: {
+      int32_t rank = r.Get<int32_t>();
+      uint64_t version = r.Get<uint64_t>();
+      std::string msg = r.GetString();
+      if (!r.ok() || epoch != epoch_) return;
+      // Every holder it was given failed it: those copies do not count.
+      auto v = held_.find(version);
+      if (v != held_.end()) v->second.erase(rank);
+      if (CheckCoverage(" (last error pulling rank " + std::to_string(rank) + ": " + msg + ")")) {
+        Stop(1, "agent " + std::to_string(from) + " could not pull rank " + std::to_string(rank) + ": " + msg);
+      }
+      return;
+    }
     case ClusterMsg::kFatal: {
       std::string msg = r.GetString();
       return Stop(1, "agent " + std::to_string(from) + ": " + msg);
@@ -250,21 +263,23 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
     a.done = false;
     if (a.alive && a.slot >= 0) out_->Send(id, ClusterMsg::kHalt, U64(epoch_));
   }
-  // Every rank needs a live copy of the committed version.
-  if (committed_) {
-    std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
-    for (int rank = 0; rank < WorldSize(); ++rank) {
-      if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
-    }
-    if (!uncovered.empty()) {
-      return Stop(1, "ranks " + Join(uncovered) + " have no complete copy of committed version " +
-                         std::to_string(*committed_) + " on any live node (cluster.replicas: " +
-                         std::to_string(o_.replicas) + "; more nodes were lost than that covers)");
-    }
-  }
+  if (!CheckCoverage("")) return;
   waiting_since_ = now;
   AssignReplacements(now);
   MaybeStart(now);
+}
+
+bool Coordinator::CheckCoverage(const std::string& detail) {
+  if (!committed_) return true;
+  std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
+  }
+  if (uncovered.empty()) return true;
+  Stop(1, "ranks " + Join(uncovered) + " have no complete copy of committed version " + std::to_string(*committed_) +
+              " on any live node (cluster.replicas: " + std::to_string(o_.replicas) +
+              "; more nodes were lost than that covers)" + detail);
+  return false;
 }
 
 void Coordinator::AssignReplacements(Time now) {

@@ -98,6 +98,9 @@ class Coordinator {
   void Register(PeerId from, const RegisterMsg& m, Time now);
   void Held(PeerId from, ByteReader* r);
   void BeginRecovery(const std::string& reason, int exit_code, Time now);
+  // Stops the job, naming them, if some rank has no live copy of the
+  // committed version; false then.
+  bool CheckCoverage(const std::string& detail);
   void AssignReplacements(Time now);
   void Assign(AgentInfo& a, int slot);
   void MaybeStart(Time now);

@@ -250,10 +250,11 @@ void Agent::PullEnded(PeerId from, int rank, uint64_t version, const Status& s) 
     if (++it->second.next < it->second.holders.size()) return PullFrom(rank);
     ByteWriter w;
     w.Put<uint64_t>(pull_epoch_);
-    w.PutString("rank " + std::to_string(rank) + " version " + std::to_string(version) +
-                ": every holder failed; last: " + s.message());
+    w.Put<int32_t>(rank);
+    w.Put<uint64_t>(version);
+    w.PutString(s.message());
     pulls_.erase(it);
-    return SendToCoordinator(ClusterMsg::kFatal, w.data());
+    return SendToCoordinator(ClusterMsg::kPullFailed, w.data());
   }
   pulls_.erase(it);
   if (pulls_.empty()) {

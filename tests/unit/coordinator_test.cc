@@ -181,3 +181,28 @@ TEST_CASE("coordinator: a restarted coordinator re-learns the committed version 
 
 }  // namespace
 }  // namespace ftrun
+
+namespace ftrun {
+namespace {
+
+TEST_CASE("coordinator: a replacement whose every holder failed stops the job naming the ranks without a copy") {
+  Fixture f(1);
+  f.SaveEverywhere(6, 0);
+  f.c->OnPeerDown(1, "gone", f.now);
+  REQUIRE(f.out.Count(3, ClusterMsg::kPull) == 1);
+  // Node 2, the only holder of rank 1, dies before the coordinator hears of
+  // it: the spare's pull fails first.
+  ByteWriter w;
+  w.Put<uint64_t>(1);
+  w.Put<int32_t>(1);
+  w.Put<uint64_t>(6);
+  w.PutString("agent 2 is down");
+  f.Msg(3, ClusterMsg::kPullFailed, w.data());
+  REQUIRE(f.c->done());
+  INFO(f.c->exit_message());
+  REQUIRE(f.c->exit_message().find("ranks 1 have no complete copy") != std::string::npos);
+  REQUIRE(f.c->exit_message().find("agent 2 is down") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ftrun
