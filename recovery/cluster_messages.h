@@ -53,7 +53,7 @@ enum class ClusterMsg : uint16_t {
   kWant,         // xfer, [(chunk index, tag)]: the chunks the holder lacks
   kOfferFailed,  // xfer, message
   kStored,       // xfer: the holder has the manifest and every chunk
-  kPullRequest,  // epoch, rank, version: "offer me this (rank, version)"
+  kPullRequest,  // xfer, epoch, rank, version: "offer me this (rank, version)"
 };
 
 using RankVersion = std::pair<int32_t, uint64_t>;

@@ -264,6 +264,23 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
     if (a.alive && a.slot >= 0) out_->Send(id, ClusterMsg::kHalt, U64(epoch_));
   }
   if (!CheckCoverage("")) return;
+  // A node's agent that lacks its own shards of the committed version (a
+  // replacement whose pull this recovery interrupted) pulls them again.
+  bool pulls = false;
+  for (auto& [id, a] : agents_) {
+    if (!a.alive || a.slot < 0 || !committed_) continue;
+    PullMsg p{epoch_, *committed_, {}};
+    for (int rank : SlotRanks(a.slot)) {
+      auto h = HoldersAlive(rank, *committed_);
+      if (std::find(h.begin(), h.end(), id) != h.end()) continue;
+      p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+    }
+    if (p.ranks.empty()) continue;
+    if (!pulls) BroadcastMembership();
+    pulls = true;
+    a.ready = false;
+    out_->Send(id, ClusterMsg::kPull, Encode(p));
+  }
   waiting_since_ = now;
   AssignReplacements(now);
   MaybeStart(now);

@@ -111,7 +111,7 @@ class Agent {
   void ApplyMembership(const MembershipMsg& m);
   void StartPulls(const PullMsg& m);
   void PullFrom(int rank);
-  void PullEnded(PeerId from, int rank, uint64_t version, const Status& s);
+  void PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s);
   void Halt(uint64_t epoch);
   void Start(const StartMsg& m);
   void StoppedInCluster();
@@ -166,6 +166,7 @@ class Agent {
     std::vector<uint32_t> holders;
     size_t next = 0;
     uint64_t version = 0;
+    uint64_t xfer = 0;  // the pull in flight
   };
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Replicator> replicator_;
@@ -181,6 +182,7 @@ class Agent {
   std::optional<StartMsg> pending_start_;
   std::map<int, PullState> pulls_;
   uint64_t pull_epoch_ = 0;
+  bool pull_failed_ = false;
   std::optional<uint64_t> round_;  // the version the current commit round copies
   static constexpr uint64_t kKeepVersions = 4;
 };

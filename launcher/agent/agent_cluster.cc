@@ -33,8 +33,8 @@ Status Agent::SetupCluster() {
     PutRankVersions({{rank, version}}, &w);
     SendToCoordinator(ClusterMsg::kHeld, w.data());
   };
-  replicator_->on_pulled = [this](PeerId from, int rank, uint64_t version, const Status& s) {
-    PullEnded(from, rank, version, s);
+  replicator_->on_pulled = [this](uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s) {
+    PullEnded(pull, from, rank, version, s);
   };
   replicator_->on_copy_failed = [this](int, uint64_t version, const Status&) { RoundFailed(version); };
   epoll_event ev{};
@@ -215,10 +215,17 @@ void Agent::StartPulls(const PullMsg& m) {
   epoch_ = std::max(epoch_, m.epoch);
   replicator_->SetEpoch(epoch_);
   pulls_.clear();
+  pull_failed_ = false;
   pull_epoch_ = m.epoch;
   pull_started_ = Clock::now();
   for (const auto& [rank, holders] : m.ranks) {
-    if (store_->Find(rank, m.version)) continue;  // already here
+    if (store_->Find(rank, m.version)) {  // already here (an earlier pull finished)
+      ByteWriter w;
+      w.Put<uint64_t>(m.epoch);
+      PutRankVersions({{rank, m.version}}, &w);
+      SendToCoordinator(ClusterMsg::kHeld, w.data());
+      continue;
+    }
     if (holders.empty()) {
       ByteWriter w;
       w.Put<uint64_t>(m.epoch);
@@ -239,12 +246,12 @@ void Agent::PullFrom(int rank) {
   auto it = members_.find(h);
   if (it != members_.end()) transport_->Connect(h, it->second);
   FTRUN_LOG_INFO("pulling rank {} version {} from agent {}", rank, p.version, h);
-  replicator_->Pull(h, rank, p.version);
+  p.xfer = replicator_->Pull(h, rank, p.version);
 }
 
-void Agent::PullEnded(PeerId from, int rank, uint64_t version, const Status& s) {
+void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s) {
   auto it = pulls_.find(rank);
-  if (it == pulls_.end() || it->second.version != version) return;
+  if (it == pulls_.end() || it->second.version != version || it->second.xfer != pull) return;  // an older pull
   if (!s.ok()) {
     FTRUN_LOG_WARN("pull of rank {} version {} from agent {} failed: {}", rank, version, from, s.message());
     if (++it->second.next < it->second.holders.size()) return PullFrom(rank);
@@ -254,10 +261,11 @@ void Agent::PullEnded(PeerId from, int rank, uint64_t version, const Status& s) 
     w.Put<uint64_t>(version);
     w.PutString(s.message());
     pulls_.erase(it);
+    pull_failed_ = true;  // never "ready": the coordinator decides
     return SendToCoordinator(ClusterMsg::kPullFailed, w.data());
   }
   pulls_.erase(it);
-  if (pulls_.empty()) {
+  if (pulls_.empty() && !pull_failed_) {
     FTRUN_LOG_INFO("pulled every shard of version {} in {:.0f} ms", version,
                    std::chrono::duration<double, std::milli>(Clock::now() - pull_started_).count());
     SendToCoordinator(ClusterMsg::kReady, U64(pull_epoch_));

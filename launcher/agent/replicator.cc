@@ -298,7 +298,7 @@ void Replicator::FinishIn(std::pair<PeerId, uint64_t> key) {
     if (p != pulls_.end()) {
       PendingPull pull = p->second;
       pulls_.erase(p);
-      if (on_pulled) on_pulled(from, pull.rank, pull.version, s);
+      if (on_pulled) on_pulled(xfer, from, pull.rank, pull.version, s);
     }
   }
 }
@@ -318,27 +318,31 @@ void Replicator::OfferFailed(PeerId from, ByteReader* r) {
   if (p != pulls_.end() && p->second.from == from && !in_.count({from, xfer})) {
     PendingPull pull = p->second;
     pulls_.erase(p);
-    if (on_pulled) on_pulled(from, pull.rank, pull.version, Status::Unavailable(message));
+    if (on_pulled) on_pulled(xfer, from, pull.rank, pull.version, Status::Unavailable(message));
   }
 }
 
-void Replicator::Pull(PeerId from, int rank, uint64_t version) {
+uint64_t Replicator::Pull(PeerId from, int rank, uint64_t version) {
   uint64_t xfer = kPullBit | next_xfer_++;
   pulls_[xfer] = {rank, version, from};
   ByteWriter w;
   w.Put<uint64_t>(xfer);
+  w.Put<uint64_t>(epoch_);
   w.Put<int32_t>(rank);
   w.Put<uint64_t>(version);
   t_->Send(from, T(ClusterMsg::kPullRequest), w.data());
+  return xfer;
 }
 
 void Replicator::PullRequest(PeerId from, ByteReader* r) {
   uint64_t xfer = r->Get<uint64_t>();
+  uint64_t epoch = r->Get<uint64_t>();
   int32_t rank = r->Get<int32_t>();
   uint64_t version = r->Get<uint64_t>();
   if (!r->ok() || !(xfer & kPullBit)) return;
-  // Served ahead of routine replication to that peer.
-  queue_[from].push_front(Job{rank, version, epoch_, xfer});
+  // Served ahead of routine replication to that peer, in the puller's epoch:
+  // the halt of that epoch may reach this agent after the request does.
+  queue_[from].push_front(Job{rank, version, std::max(epoch, epoch_), xfer});
   StartNext(from);
 }
 
@@ -356,7 +360,9 @@ void Replicator::PeerDown(PeerId peer) {
   }
   for (const auto& [xfer, pull] : failed) {
     pulls_.erase(xfer);
-    if (on_pulled) on_pulled(peer, pull.rank, pull.version, Status::Unavailable("agent " + std::to_string(peer) + " is down"));
+    if (on_pulled) {
+      on_pulled(xfer, peer, pull.rank, pull.version, Status::Unavailable("agent " + std::to_string(peer) + " is down"));
+    }
   }
 }
 

@@ -47,8 +47,8 @@ class Replicator {
 
   // A local rank's manifest is in the store: copy it to every holder.
   void Saved(int rank, uint64_t version);
-  // Asks `from` to send us (rank, version).
-  void Pull(PeerId from, int rank, uint64_t version);
+  // Asks `from` to send us (rank, version); returns the pull's id.
+  uint64_t Pull(PeerId from, int rank, uint64_t version);
 
   // Replication messages; false for a type it does not own.
   bool Handle(PeerId from, uint16_t type, const std::string& payload);
@@ -62,7 +62,7 @@ class Replicator {
   // change (the holder refused it, or the version is gone).
   std::function<void(int rank, uint64_t version, const Status&)> on_copy_failed;
   // Puller side: a pull ended (OK: stored).
-  std::function<void(PeerId from, int rank, uint64_t version, const Status&)> on_pulled;
+  std::function<void(uint64_t pull, PeerId from, int rank, uint64_t version, const Status&)> on_pulled;
 
   size_t busy_transfers() const { return out_.size() + in_.size(); }
 
