@@ -102,5 +102,7 @@ during = ticks[0]
 stop.set()
 t.join()
 assert during > 10000, f"the GIL was held during wait_committed ({during} ticks)"
-print("PYRANK GIL OK", rank, flush=True)
-print("PYRANK OK", rank, flush=True)
+# One write per line: ranks share the output, and print() with several
+# arguments may be split between writes.
+os.write(1, f"PYRANK GIL OK {rank}\n".encode())
+os.write(1, f"PYRANK OK {rank}\n".encode())
