@@ -350,6 +350,19 @@ void Agent::CoordinatorLost(const std::string& why) {
 
 void Agent::ClusterTick(Clock::time_point now) {
   const auto interval = o_.config.cluster.heartbeat_interval;
+  if (!pulls_.empty() && !pull_failed_ && now - pull_started_ > o_.config.cluster.lost_node_timeout) {
+    // A pull that never ends must not hang the job: the coordinator decides.
+    auto [rank, p] = *pulls_.begin();
+    FTRUN_LOG_ERROR("pull of rank {} version {} did not finish within {} ms (cluster.lost_node_timeout)", rank,
+                    p.version, o_.config.cluster.lost_node_timeout.count());
+    ByteWriter w;
+    w.Put<uint64_t>(pull_epoch_);
+    w.Put<int32_t>(rank);
+    w.Put<uint64_t>(p.version);
+    w.PutString("no answer from the holders within cluster.lost_node_timeout");
+    pull_failed_ = true;
+    SendToCoordinator(ClusterMsg::kPullFailed, w.data());
+  }
   if (coord_up_) {
     if (now - last_heartbeat_ >= interval) {
       last_heartbeat_ = now;

@@ -154,10 +154,10 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
   if (!s.ok()) return Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
   const int rank = m.rank;
   const uint64_t version = m.version;
-  if (store_->Find(rank, version) != nullptr) {  // already here (e.g. pulled before)
+  if (store_->Find(rank, version) != nullptr) {  // already here (e.g. an earlier pull of it finished)
     Reply(from, T(ClusterMsg::kStored), xfer);
     if (on_stored) on_stored(rank, version);
-    return;
+    return PullDone(xfer, from, Status::Ok());
   }
   In& in = in_[{from, xfer}];
   in.from = from;
@@ -293,14 +293,15 @@ void Replicator::FinishIn(std::pair<PeerId, uint64_t> key) {
     Reply(from, T(ClusterMsg::kStored), xfer);
     if (on_stored) on_stored(rank, version);
   }
-  if (xfer & kPullBit) {
-    auto p = pulls_.find(xfer);
-    if (p != pulls_.end()) {
-      PendingPull pull = p->second;
-      pulls_.erase(p);
-      if (on_pulled) on_pulled(xfer, from, pull.rank, pull.version, s);
-    }
-  }
+  PullDone(xfer, from, s);
+}
+
+void Replicator::PullDone(uint64_t xfer, PeerId from, const Status& s) {
+  auto p = pulls_.find(xfer);
+  if (p == pulls_.end()) return;
+  PendingPull pull = p->second;
+  pulls_.erase(p);
+  if (on_pulled) on_pulled(xfer, from, pull.rank, pull.version, s);
 }
 
 void Replicator::Stored(PeerId from, ByteReader* r) {
@@ -316,9 +317,7 @@ void Replicator::OfferFailed(PeerId from, ByteReader* r) {
   if (it != out_.end() && it->second.job.xfer == xfer) FinishOut(from, Status::Unavailable("agent " + std::to_string(from) + " refused: " + message));
   auto p = pulls_.find(xfer);
   if (p != pulls_.end() && p->second.from == from && !in_.count({from, xfer})) {
-    PendingPull pull = p->second;
-    pulls_.erase(p);
-    if (on_pulled) on_pulled(xfer, from, pull.rank, pull.version, Status::Unavailable(message));
+    PullDone(xfer, from, Status::Unavailable(message));
   }
 }
 

@@ -117,6 +117,7 @@ class Replicator {
   void OfferFailed(PeerId from, ByteReader* r);
   void PullRequest(PeerId from, ByteReader* r);
   void FinishIn(std::pair<PeerId, uint64_t> key);
+  void PullDone(uint64_t xfer, PeerId from, const Status& s);
   void Reply(PeerId to, uint16_t type, uint64_t xfer, const std::string& message = {});
 
   Transport* t_;

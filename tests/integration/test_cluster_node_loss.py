@@ -34,10 +34,13 @@ def committed(st):
 def run(name, k, spares, kills, during_recovery=False):
     job = ClusterJob(NODES, PER_NODE, ARGS, config(k), spares=spares)
     done = 0
+    last = -1  # committed version at the last kill: the next waits for a newer commit (redundancy back)
     for i in range(kills):
-        st = job.wait_for(lambda s: committed(s) and s["restarts"] == done, timeout=60)
+        st = job.wait_for(lambda s: committed(s) and s["restarts"] == done and s["committed_version"] > last,
+                          timeout=60)
         if st is None:
             break
+        last = st["committed_version"]
         time.sleep(rng.uniform(0.0, 0.3))
         node = rng.randrange(NODES)
         if not job.kill_node(node):
