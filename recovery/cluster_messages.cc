@@ -21,6 +21,12 @@ Status Done(const ByteReader& r, const char* what) {
 
 }  // namespace
 
+std::string EncodeU64(uint64_t v) {
+  ByteWriter w;
+  w.Put<uint64_t>(v);
+  return w.data();
+}
+
 void PutRankVersions(const std::vector<RankVersion>& v, ByteWriter* w) {
   w->Put<uint32_t>(static_cast<uint32_t>(v.size()));
   for (const auto& [rank, version] : v) {

@@ -111,6 +111,8 @@ Status Decode(const std::string& payload, MembershipMsg* m);
 Status Decode(const std::string& payload, PullMsg* m);
 Status Decode(const std::string& payload, StartMsg* m);
 
+// A payload of one uint64 (an epoch or a version).
+std::string EncodeU64(uint64_t v);
 void PutRankVersions(const std::vector<RankVersion>& v, ByteWriter* w);
 std::vector<RankVersion> GetRankVersions(ByteReader* r);
 

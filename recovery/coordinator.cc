@@ -8,12 +8,6 @@
 namespace ftrun {
 namespace {
 
-std::string U64(uint64_t v) {
-  ByteWriter w;
-  w.Put<uint64_t>(v);
-  return w.data();
-}
-
 std::string Join(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
@@ -261,7 +255,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
     a.halted = a.slot < 0;
     a.ready = true;
     a.done = false;
-    if (a.alive && a.slot >= 0) out_->Send(id, ClusterMsg::kHalt, U64(epoch_));
+    if (a.alive && a.slot >= 0) out_->Send(id, ClusterMsg::kHalt, EncodeU64(epoch_));
   }
   if (!CheckCoverage("")) return;
   // A node's agent that lacks its own shards of the committed version (a
@@ -412,7 +406,7 @@ void Coordinator::MaybeCommit(Time now) {
   committed_ = newest;
   held_.erase(held_.begin(), held_.lower_bound(*newest));
   FTRUN_LOG_DEBUG("version {} committed", *newest);
-  SendAll(ClusterMsg::kCommit, U64(*newest));
+  SendAll(ClusterMsg::kCommit, EncodeU64(*newest));
 }
 
 void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) { Lost(peer, why, now); }
@@ -437,7 +431,7 @@ void Coordinator::Tick(Time now) {
   if (phase_ == Phase::kStopped) return;
   if (now - last_heartbeat_sent_ >= o_.heartbeat_interval) {
     last_heartbeat_sent_ = now;
-    SendAll(ClusterMsg::kCoordHeartbeat, U64(epoch_));
+    SendAll(ClusterMsg::kCoordHeartbeat, EncodeU64(epoch_));
   }
   const auto limit = o_.heartbeat_interval * o_.heartbeat_misses;
   std::vector<PeerId> silent;

@@ -10,15 +10,6 @@
 #include "plugin/transport/ucx_transport.h"
 
 namespace ftrun {
-namespace {
-
-std::string U64(uint64_t v) {
-  ByteWriter w;
-  w.Put<uint64_t>(v);
-  return w.data();
-}
-
-}  // namespace
 
 Status Agent::SetupCluster() {
   UcxTransportOptions t;
@@ -237,7 +228,7 @@ void Agent::StartPulls(const PullMsg& m) {
     p.version = m.version;
     PullFrom(rank);
   }
-  if (pulls_.empty()) SendToCoordinator(ClusterMsg::kReady, U64(m.epoch));
+  if (pulls_.empty()) SendToCoordinator(ClusterMsg::kReady, EncodeU64(m.epoch));
 }
 
 void Agent::PullFrom(int rank) {
@@ -268,7 +259,7 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
   if (pulls_.empty() && !pull_failed_) {
     FTRUN_LOG_INFO("pulled every shard of version {} in {:.0f} ms", version,
                    std::chrono::duration<double, std::milli>(Clock::now() - pull_started_).count());
-    SendToCoordinator(ClusterMsg::kReady, U64(pull_epoch_));
+    SendToCoordinator(ClusterMsg::kReady, EncodeU64(pull_epoch_));
   }
 }
 
@@ -283,7 +274,7 @@ void Agent::Halt(uint64_t epoch) {
     reply_halted_ = true;
   } else if (state_ == State::kIdle) {
     service_->DiscardUncommitted();
-    SendToCoordinator(ClusterMsg::kHalted, U64(epoch_));
+    SendToCoordinator(ClusterMsg::kHalted, EncodeU64(epoch_));
   }
 }
 
@@ -292,7 +283,7 @@ void Agent::StoppedInCluster() {
   status_dirty_ = true;
   if (reply_halted_) {
     reply_halted_ = false;
-    SendToCoordinator(ClusterMsg::kHalted, U64(epoch_));
+    SendToCoordinator(ClusterMsg::kHalted, EncodeU64(epoch_));
   }
   if (pending_start_) {
     StartMsg m = *pending_start_;
@@ -366,7 +357,7 @@ void Agent::ClusterTick(Clock::time_point now) {
   if (coord_up_) {
     if (now - last_heartbeat_ >= interval) {
       last_heartbeat_ = now;
-      SendToCoordinator(ClusterMsg::kHeartbeat, U64(epoch_));
+      SendToCoordinator(ClusterMsg::kHeartbeat, EncodeU64(epoch_));
     }
     if (now - coord_last_heard_ > interval * o_.config.cluster.heartbeat_misses) {
       CoordinatorLost("no message for " + std::to_string((interval * o_.config.cluster.heartbeat_misses).count()) +

@@ -228,7 +228,6 @@ void Replicator::Want(PeerId from, ByteReader* r) {
     if (!r->ok() || index >= out.chunks.size()) return FinishOut(from, Status::Corruption("bad want list"));
     out.todo.push_back({static_cast<size_t>(index), tag});
   }
-  out.wanted = true;
   Pump(out);
 }
 

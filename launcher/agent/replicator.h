@@ -64,8 +64,6 @@ class Replicator {
   // Puller side: a pull ended (OK: stored).
   std::function<void(uint64_t pull, PeerId from, int rank, uint64_t version, const Status&)> on_pulled;
 
-  size_t busy_transfers() const { return out_.size() + in_.size(); }
-
   // The last completed copies sent from here (for status and benchmarks).
   struct Record {
     PeerId to;
@@ -91,7 +89,6 @@ class Replicator {
     std::deque<std::pair<size_t, uint64_t>> todo;       // (chunk index, tag) still to send
     uint64_t inflight_bytes = 0;
     int inflight = 0;
-    bool wanted = false;  // the holder answered
     uint64_t state_bytes = 0;
     uint64_t bytes_sent = 0;
     std::chrono::steady_clock::time_point started;

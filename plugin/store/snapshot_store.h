@@ -54,7 +54,6 @@ class SnapshotStore {
   Status AddManifest(uint64_t owner, Manifest m);
 
   const Manifest* Find(int rank, uint64_t version) const;
-  bool HasChunk(const ChunkHash& hash) const { return chunks_.count(hash) != 0; }
   std::vector<uint64_t> Versions() const;
   std::vector<uint64_t> RankVersions(int rank) const;
   std::vector<int> RanksAt(uint64_t version) const;

@@ -28,12 +28,6 @@ struct Recorder : Coordinator::Outbox {
   }
 };
 
-std::string U64(uint64_t v) {
-  ByteWriter w;
-  w.Put<uint64_t>(v);
-  return w.data();
-}
-
 std::string HeldMsg(uint64_t epoch, std::vector<RankVersion> v) {
   ByteWriter w;
   w.Put<uint64_t>(epoch);
@@ -101,10 +95,10 @@ TEST_CASE("coordinator: a lost node is replaced by a spare that pulls from the h
   REQUIRE(pull.ranks[0].first == 1);
   REQUIRE(pull.ranks[0].second == std::vector<uint32_t>{2});  // node 2 held node 1's copy
   // Nobody starts before every node halted and the spare is ready.
-  f.Msg(0, ClusterMsg::kHalted, U64(1));
-  f.Msg(2, ClusterMsg::kHalted, U64(1));
+  f.Msg(0, ClusterMsg::kHalted, EncodeU64(1));
+  f.Msg(2, ClusterMsg::kHalted, EncodeU64(1));
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
-  f.Msg(3, ClusterMsg::kReady, U64(1));
+  f.Msg(3, ClusterMsg::kReady, EncodeU64(1));
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);
   StartMsg start;
   REQUIRE(Decode(f.out.Last(3, ClusterMsg::kStart), &start).ok());
@@ -129,8 +123,8 @@ TEST_CASE("coordinator: missed heartbeats make a node lost; with no spare the jo
   f.SaveEverywhere(2, 0);
   for (int i = 0; i < 5; ++i) {
     f.now += milliseconds(100);
-    f.Msg(0, ClusterMsg::kHeartbeat, U64(0));
-    f.Msg(1, ClusterMsg::kHeartbeat, U64(0));
+    f.Msg(0, ClusterMsg::kHeartbeat, EncodeU64(0));
+    f.Msg(1, ClusterMsg::kHeartbeat, EncodeU64(0));
     f.c->Tick(f.now);
   }
   REQUIRE(f.c->epoch() == 1);  // node 2 went silent
@@ -138,8 +132,8 @@ TEST_CASE("coordinator: missed heartbeats make a node lost; with no spare the jo
   REQUIRE(!f.c->done());
   for (int i = 0; i < 25; ++i) {
     f.now += milliseconds(100);
-    f.Msg(0, ClusterMsg::kHeartbeat, U64(1));
-    f.Msg(1, ClusterMsg::kHeartbeat, U64(1));
+    f.Msg(0, ClusterMsg::kHeartbeat, EncodeU64(1));
+    f.Msg(1, ClusterMsg::kHeartbeat, EncodeU64(1));
     f.c->Tick(f.now);
   }
   REQUIRE(f.c->done());
