@@ -175,8 +175,6 @@ class Agent {
   bool assigned_ = false;
   bool coord_up_ = false;
   bool reply_halted_ = false;
-  bool node_done_sent_ = false;
-  bool stopped_by_coordinator_ = false;
   Clock::time_point coord_last_heard_, coord_lost_since_, last_heartbeat_, last_connect_try_, pull_started_;
   std::map<PeerId, std::string> members_;
   std::optional<StartMsg> pending_start_;

@@ -153,7 +153,6 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
       else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
       exit_code_ = code;
-      stopped_by_coordinator_ = true;
       if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, msg, std::nullopt);
       else if (state_ != State::kStopping) state_ = State::kDone;
       else stop_cause_ = StopCause::kShutdown;
@@ -322,7 +321,6 @@ void Agent::Start(const StartMsg& m) {
     r.detected = r.stopped = Clock::now();
     recoveries_.push_back(r);
   }
-  node_done_sent_ = false;
   state_ = State::kRunning;
   if (!slots_.empty()) SpawnGeneration();
 }

@@ -35,7 +35,7 @@ void Replicator::SetEpoch(uint64_t epoch) {
   for (auto& [key, in] : in_) {
     if (in.epoch >= epoch) continue;
     in.error = Status::Unavailable("epoch moved on");
-    for (auto& [chunk, token] : in.received) t_->CancelRecv(token);
+    for (uint64_t token : in.tokens) t_->CancelRecv(token);
   }
 }
 
@@ -205,8 +205,8 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
   for (size_t k = 0; k < want.size(); ++k) {
     want[k]->offset = offsets[k];
     uint64_t tag = next_tag_++;
-    in.received.push_back({want[k], tag});
-    recv_tokens_[tag] = {from, xfer};
+    in.tokens.push_back(tag);
+    recv_tokens_[tag] = {{from, xfer}, want[k]};
     in.outstanding++;
     t_->PostRecv(from, tag, base_ + offsets[k], want[k]->length, tag);
     w.Put<uint64_t>(index[k]);
@@ -251,23 +251,17 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
   }
   auto it = recv_tokens_.find(token);
   if (it == recv_tokens_.end()) return false;
-  auto key = it->second;
+  auto [key, c] = it->second;
   recv_tokens_.erase(it);
   auto in = in_.find(key);
   if (in == in_.end()) return true;
   In& x = in->second;
   if (!status.ok() && x.error.ok()) x.error = status;
-  if (status.ok() && x.error.ok()) {
-    // Verified as each chunk lands, while the next ones are on the wire.
-    for (const auto& [c, t] : x.received) {
-      if (t != token) continue;
-      if (HashBytes(base_ + c->offset, c->length) != c->hash) {
-        x.error = Status::Corruption("chunk " + c->hash.ToHex() + " of rank " + std::to_string(x.manifest.rank) +
-                                     " version " + std::to_string(x.manifest.version) + " from agent " +
-                                     std::to_string(x.from) + " arrived with different bytes (hash mismatch)");
-      }
-      break;
-    }
+  // Verified as each chunk lands, while the next ones are on the wire.
+  if (status.ok() && x.error.ok() && HashBytes(base_ + c->offset, c->length) != c->hash) {
+    x.error = Status::Corruption("chunk " + c->hash.ToHex() + " of rank " + std::to_string(x.manifest.rank) +
+                                 " version " + std::to_string(x.manifest.version) + " from agent " +
+                                 std::to_string(x.from) + " arrived with different bytes (hash mismatch)");
   }
   if (--x.outstanding == 0) FinishIn(key);
   return true;

@@ -99,7 +99,7 @@ class Replicator {
     uint64_t epoch;
     Manifest manifest;
     uint64_t owner;  // reservation owner in the store
-    std::vector<std::pair<ChunkRef*, uint64_t>> received;  // chunk, token
+    std::vector<uint64_t> tokens;  // posted receives
     int outstanding = 0;
     Status error;
   };
@@ -130,7 +130,11 @@ class Replicator {
   std::map<PeerId, Out> out_;                    // active, one per peer
   std::map<uint64_t, std::pair<PeerId, uint64_t>> send_tokens_;  // send token -> (peer, length)
   std::map<std::pair<PeerId, uint64_t>, In> in_;  // (from, xfer) ->
-  std::map<uint64_t, std::pair<PeerId, uint64_t>> recv_tokens_;  // token -> in_ key
+  struct RecvToken {
+    std::pair<PeerId, uint64_t> key;  // in_'s
+    ChunkRef* chunk;                  // in that transfer's manifest
+  };
+  std::map<uint64_t, RecvToken> recv_tokens_;
   struct PendingPull {
     int rank;
     uint64_t version;

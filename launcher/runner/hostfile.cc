@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "plugin/common/file.h"
+
 namespace ftrun {
 namespace {
 
@@ -243,15 +245,8 @@ Status ParseHostfileText(const std::string& text, const std::string& source, std
 }
 
 Status ParseHostfile(const std::string& path, std::vector<HostEntry>* out) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return Status::FromErrno("cannot open hostfile " + Quote(path), errno);
   std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  if (err != 0) return Status::FromErrno("cannot read hostfile " + Quote(path), err);
+  FTRUN_RETURN_IF_ERROR(ReadWholeFile(path, "hostfile " + Quote(path), &text));
   return ParseHostfileText(text, path, out);
 }
 

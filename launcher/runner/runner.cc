@@ -174,12 +174,7 @@ Status Runner::Setup() {
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return Status::FromErrno("epoll_ctl", errno);
   }
   FTRUN_LOG_INFO("job {}: {} nodes + {} spares, {} ranks, replicas {}; coordinator at {}", job_id_, nodes_.size(),
-                 spares_, [&] {
-                   int r = 0;
-                   for (const auto& n : nodes_) r += static_cast<int>(n.slots.size());
-                   return r;
-                 }(),
-                 config_.cluster.replicas, transport_->address());
+                 spares_, TotalSlots(nodes_), config_.cluster.replicas, transport_->address());
   for (int a = 0; a < static_cast<int>(nodes_.size()) + spares_; ++a) {
     AgentProc p;
     p.id = a;

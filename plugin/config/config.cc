@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/common/file.h"
 #include "plugin/config/units.h"
 
 namespace ftrun {
@@ -310,15 +311,8 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
 }
 
 Status LoadConfigFile(const std::string& path, Config* out) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return Status::FromErrno("cannot open config file '" + path + "'", errno);
   std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  if (err != 0) return Status::FromErrno("cannot read config file '" + path + "'", err);
+  FTRUN_RETURN_IF_ERROR(ReadWholeFile(path, "config file '" + path + "'", &text));
   return ParseConfig(text, path, out);
 }
 

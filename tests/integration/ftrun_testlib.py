@@ -52,7 +52,38 @@ def golden(nranks, trainer_args):
     return out
 
 
-class Job:
+def read_json(path):
+    """A JSON file's content; None while it does not exist or is being written."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+class _Watched:
+    """A started process (self.proc) that keeps a JSON status file (self.status)."""
+
+    # What wait_for returns when the process exits first: its last state
+    # (Job) or None (ClusterJob).
+    state_on_exit = True
+
+    def state(self):
+        return read_json(self.status)
+
+    def wait_for(self, pred, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.state()
+            if st is not None and pred(st):
+                return st
+            if self.proc.poll() is not None:
+                return self.state() if self.state_on_exit else None
+            time.sleep(0.02)
+        return None
+
+
+class Job(_Watched):
     """One ftrun-agent with its ranks, in a private run dir."""
 
     def __init__(self, nranks, trainer_args, config="", job_id=None, extra=(), command=None, env=None):
@@ -68,24 +99,6 @@ class Job:
         self.out = open(os.path.join(self.dir, "out.log"), "w+")
         self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
                                      env=env or os.environ.copy())
-
-    def state(self):
-        try:
-            with open(self.status) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
-
-    def wait_for(self, pred, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            st = self.state()
-            if st is not None and pred(st):
-                return st
-            if self.proc.poll() is not None:
-                return self.state()
-            time.sleep(0.02)
-        return None
 
     def rank_pid(self, rank):
         st = self.state()
@@ -117,8 +130,10 @@ class Job:
 RUNNER = os.path.join(BUILD, "ftrun")
 
 
-class ClusterJob:
+class ClusterJob(_Watched):
     """An `ftrun` runner with N local nodes (agents) and their ranks."""
+
+    state_on_exit = False
 
     def __init__(self, nodes, ranks_per_node, trainer_args, config="", spares=0, extra=(), env=None):
         self.dir = tempfile.mkdtemp(prefix="ftrun-cl-")
@@ -134,37 +149,12 @@ class ClusterJob:
                                      env=env or os.environ.copy())
         self.log = ""
 
-    def state(self):
-        try:
-            with open(self.status) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
-
     def agent_state(self, agent):
         st = self.state()
-        if not st:
-            return None
         try:
-            with open(st["agents"][agent]["status_file"]) as f:
-                return json.load(f)
-        except (OSError, ValueError, IndexError):
+            return read_json(st["agents"][agent]["status_file"]) if st else None
+        except IndexError:
             return None
-
-    def wait_for(self, pred, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            st = self.state()
-            if st is not None and pred(st):
-                return st
-            if self.proc.poll() is not None:
-                return None
-            time.sleep(0.02)
-        return None
-
-    def node_agent(self, node):
-        st = self.state()
-        return st["nodes"][node]["agent"] if st else None
 
     def kill_node(self, node, sig=signal.SIGKILL):
         """Kills a node whole: its agent and its ranks (the store goes with them)."""

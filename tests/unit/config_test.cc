@@ -1,4 +1,5 @@
 #include "plugin/config/config.h"
+#include "tests/unit/temp_dir.h"
 
 #include <ftw.h>
 #include <stdlib.h>
@@ -23,37 +24,6 @@ std::string RepoRoot() {
   return f.size() >= tail.size() ? f.substr(0, f.size() - tail.size()) : "./";
 #endif
 }
-
-// A fresh directory under $TMPDIR (or /tmp), removed with its files at the end.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ftrun_config_test.XXXXXX";
-    char* p = mkdtemp(&tmpl[0]);
-    REQUIRE(p != nullptr);
-    path_ = p;
-  }
-  ~TempDir() {
-    nftw(
-        path_.c_str(),
-        [](const char* p, const struct stat*, int, struct FTW*) { return remove(p); }, 8,
-        FTW_DEPTH | FTW_PHYS);
-  }
-  const std::string& path() const { return path_; }
-
-  // Writes `text` to <dir>/<name> and returns the full path.
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::string p = path_ + "/" + name;
-    std::ofstream f(p, std::ios::binary);
-    f << text;
-    REQUIRE(f.good());
-    return p;
-  }
-
- private:
-  std::string path_;
-};
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

@@ -9,39 +9,12 @@
 #include <vector>
 
 #include "launcher/agent/options.h"
+#include "tests/unit/temp_dir.h"
 #include "launcher/runner/hostfile.h"
 
 using namespace ftrun;
 
 namespace {
-
-// A fresh directory under $TMPDIR (or /tmp), removed with its files at the end.
-class HostfileTempDir {
- public:
-  HostfileTempDir() {
-    const char* base = getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ftrun_hostfile_test.XXXXXX";
-    char* p = mkdtemp(&tmpl[0]);
-    REQUIRE(p != nullptr);
-    path_ = p;
-  }
-  ~HostfileTempDir() {
-    nftw(
-        path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return remove(p); }, 8,
-        FTW_DEPTH | FTW_PHYS);
-  }
-  const std::string& path() const { return path_; }
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::string p = path_ + "/" + name;
-    std::ofstream f(p, std::ios::binary);
-    f << text;
-    REQUIRE(f.good());
-    return p;
-  }
-
- private:
-  std::string path_;
-};
 
 std::vector<HostEntry> Hosts(const std::string& text) {
   std::vector<HostEntry> h;
@@ -163,7 +136,7 @@ TEST_CASE("hostfile: a duplicate host and an empty file are errors", "[runner][h
 }
 
 TEST_CASE("hostfile: files are read, and unreadable ones give IoError naming the path", "[runner][hostfile]") {
-  HostfileTempDir dir;
+  TempDir dir;
   std::vector<HostEntry> h;
   std::string path = dir.Write("hostfile", "w0 slots=2\nw1 slots=2\n");
   REQUIRE(ParseHostfile(path, &h).ok());

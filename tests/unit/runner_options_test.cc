@@ -8,40 +8,13 @@
 #include <vector>
 
 #include "launcher/runner/runner_options.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace ftrun;
 
 namespace {
 
 using Args = std::vector<std::string>;
-
-// A fresh directory under $TMPDIR (or /tmp), removed with its files at the end.
-class RunnerTempDir {
- public:
-  RunnerTempDir() {
-    const char* base = getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ftrun_runner_test.XXXXXX";
-    char* p = mkdtemp(&tmpl[0]);
-    REQUIRE(p != nullptr);
-    path_ = p;
-  }
-  ~RunnerTempDir() {
-    nftw(
-        path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return remove(p); }, 8,
-        FTW_DEPTH | FTW_PHYS);
-  }
-  const std::string& path() const { return path_; }
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::string p = path_ + "/" + name;
-    std::ofstream f(p, std::ios::binary);
-    f << text;
-    REQUIRE(f.good());
-    return p;
-  }
-
- private:
-  std::string path_;
-};
 
 Status Parse(Args args, RunnerOptions* o, bool* help = nullptr) {
   args.insert(args.begin(), "ftrun");
@@ -366,7 +339,7 @@ TEST_CASE("ExpandNodeTemplate replaces every {node}", "[runner][options]") {
 }
 
 TEST_CASE("LoadHosts: a missing default hostfile means one localhost node", "[runner][hostfile]") {
-  RunnerTempDir dir;
+  TempDir dir;
   RunnerOptions o = Ok({"t.py"});
   o.hostfile = dir.path() + "/no/such/hostfile";  // stands in for a missing /job/hostfile
   std::vector<HostEntry> h;
@@ -388,7 +361,7 @@ TEST_CASE("LoadHosts: a missing default hostfile means one localhost node", "[ru
 }
 
 TEST_CASE("LoadHosts: an explicit --hostfile must exist and parse", "[runner][hostfile]") {
-  RunnerTempDir dir;
+  TempDir dir;
   const std::string missing = dir.path() + "/missing";
   RunnerOptions o = Ok({"--hostfile", missing, "t.py"});
   std::vector<HostEntry> h;
