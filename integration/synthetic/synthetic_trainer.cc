@@ -98,6 +98,7 @@ struct Options {
   int tensors = 1;
   uint64_t steps = 10;
   double change_fraction = 0.1;
+  int change_only_rank = -1;  // -1: every rank's state changes
   std::string change_mode = "scattered";
   int step_ms = 0;
   int64_t crash_at_step = -1;
@@ -160,6 +161,7 @@ class Trainer {
 
   // Applies step `step`'s changes (steps count from 1).
   void Step(uint64_t step) {
+    if (opts_.change_only_rank >= 0 && opts_.change_only_rank != rank_) return;
     const auto rank = static_cast<uint64_t>(rank_);
     if (opts_.change_mode == "scattered") {
       for (uint64_t b = 0; b * kBlockBytes < opts_.state_bytes; ++b) {
@@ -354,6 +356,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", opts.steps, "last step (steps count from 1)")->capture_default_str();
   app.add_option("--change-fraction", opts.change_fraction, "share of the state changed per step")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--change-only-rank", opts.change_only_rank,
+                 "only this rank's state changes (a one-way replication benchmark)");
   app.add_option("--change-mode", opts.change_mode, "scattered: 1 MiB blocks; tensors: whole ones")
       ->check(CLI::IsMember({"scattered", "tensors"}))->capture_default_str();
   app.add_option("--step-ms", opts.step_ms, "emulated compute per step")

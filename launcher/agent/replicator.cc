@@ -88,7 +88,8 @@ void Replicator::StartNext(PeerId to) {
 }
 
 void Replicator::Pump(Out& out) {
-  while (!out.todo.empty() && (out.inflight == 0 || out.inflight_bytes + out.todo.front().second <= kWindowBytes)) {
+  auto next_length = [&] { return out.chunks[out.todo.front().first].second; };
+  while (!out.todo.empty() && (out.inflight == 0 || out.inflight_bytes + next_length() <= kWindowBytes)) {
     auto [index, tag] = out.todo.front();
     out.todo.pop_front();
     auto [offset, length] = out.chunks[index];

@@ -35,7 +35,12 @@ namespace ftrun {
 
 class Replicator {
  public:
-  static constexpr uint64_t kWindowBytes = 256ull << 20;
+  // Chunks in flight to one holder. Small enough that chunks complete one
+  // after another, so the holder verifies each while the next is on the
+  // wire (with the whole state in flight UCX interleaves them and every
+  // chunk lands at the end, leaving all the hashing to do after it);
+  // large enough to keep the link busy.
+  static constexpr uint64_t kWindowBytes = 32ull << 20;
 
   Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size);
 
