@@ -489,6 +489,22 @@ nlohmann::json Coordinator::StatusJson(Time now) const {
   for (const auto& [id, a] : agents_) {
     if (a.alive && a.slot < 0) j["spares"].push_back({{"agent", id}, {"address", a.address}});
   }
+  // Live copies of the committed version per rank (the rank's own node
+  // included): 1 + replicas when the redundancy is whole.
+  if (committed_) {
+    json copies = json::array();
+    auto v = held_.find(*committed_);
+    int total = 0;
+    for (int n : o_.ranks_per_slot) total += n;
+    for (int r = 0; r < total; ++r) {
+      int live = 0;
+      if (v != held_.end() && v->second.count(r)) {
+        for (PeerId a : v->second.at(r)) live += agents_.count(a) && agents_.at(a).alive ? 1 : 0;
+      }
+      copies.push_back(live);
+    }
+    j["committed_copies"] = copies;
+  }
   j["recoveries"] = json::array();
   for (const auto& r : recoveries_) {
     json x = {{"epoch", r.epoch}, {"reason", r.reason}};

@@ -1,11 +1,14 @@
 // ftrun: the drop-in for the `deepspeed` command. See launcher/runner/runner.h.
 #include <cstdio>
+#include <string>
 
 #include "launcher/runner/runner.h"
 #include "launcher/runner/runner_options.h"
+#include "launcher/runner/status_command.h"
 #include "plugin/common/log.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "status") return ftrun::RunStatusCommand(argc - 1, argv + 1);
   ftrun::RunnerOptions options;
   bool help = false;
   ftrun::Status s = ftrun::ParseRunnerOptions(argc, argv, &options, &help);

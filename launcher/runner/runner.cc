@@ -261,17 +261,24 @@ void Runner::Reaped(pid_t pid, const ExitInfo& info) {
 
 void Runner::WriteStatus() {
   last_status_ = Clock::now();
-  if (o_.status_file.empty()) return;
   nlohmann::json j = coord_->StatusJson(Clock::now());
   j["job_id"] = job_id_;
   j["job_dir"] = job_dir_;
   j["coordinator"] = transport_->address();
+  j["runner_pid"] = ::getpid();
+  j["updated_unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
   j["agents"] = nlohmann::json::array();
   for (const AgentProc& a : agents_) {
     j["agents"].push_back({{"agent", a.id}, {"pid", a.pid}, {"status_file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"}});
   }
-  std::ofstream(o_.status_file + ".tmp") << j.dump(2) << "\n";
-  ::rename((o_.status_file + ".tmp").c_str(), o_.status_file.c_str());
+  // Always in the job's directory, where `ftrun status` looks; also where
+  // --status_file says.
+  for (const std::string& path : {job_dir_ + "/status.json", o_.status_file}) {
+    if (path.empty()) continue;
+    std::ofstream(path + ".tmp") << j.dump(2) << "\n";
+    ::rename((path + ".tmp").c_str(), path.c_str());
+  }
 }
 
 void Runner::Loop() {

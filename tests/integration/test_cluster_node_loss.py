@@ -6,9 +6,10 @@ simultaneous losses with k=1 must stop with the error that names the ranks
 without a copy, not hang and not restore a mixed version."""
 import os
 import random
+import subprocess
 import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden
+from ftrun_testlib import RUNNER, ClusterJob, check, digests, finish, golden
 
 NODES, PER_NODE = 4, 2
 ARGS = ["--state-bytes", "16MiB", "--tensors", "4", "--steps", "80", "--step-ms", "10", "--change-fraction", "0.3"]
@@ -29,6 +30,29 @@ want = golden(NODES * PER_NODE, ARGS)
 
 def committed(st):
     return st["phase"] == "running" and st["committed_version"] is not None
+
+
+def status_command(*args):
+    p = subprocess.run([RUNNER, "status", *args], capture_output=True, text=True, timeout=30)
+    return p.returncode, p.stdout + p.stderr
+
+
+def check_status_command(job, killed):
+    """`ftrun status` while the job runs, after a node was rebuilt."""
+    rc, out = status_command("--config", job.config)
+    check(rc == 0, f"ftrun status: exit {rc}\n{out}")
+    check(" running, epoch 1" in out, f"ftrun status: phase/epoch not shown\n{out}")
+    check(f"node {killed} (agent {killed}) lost" in out, f"ftrun status: the loss is not listed\n{out}")
+    check(f"node {killed}, restart 1: taking over node {killed}" in out, f"ftrun status: no restart breakdown\n{out}")
+    check("redundancy: " in out and "\nspares: " in out, f"ftrun status: no redundancy or spares line\n{out}")
+    # Bad inputs name what was wrong and exit 2.
+    rc, out = status_command("no-such-job", "--config", job.config)
+    check(rc == 2 and "no-such-job/status.json" in out, f"ftrun status no-such-job: exit {rc}\n{out}")
+    bad = os.path.join(job.dir, "bad-status.json")
+    with open(bad, "w") as f:
+        f.write('{"phase": "running"}')
+    rc, out = status_command(bad)
+    check(rc == 2 and "field 'nodes' missing" in out and bad in out, f"ftrun status on a foreign file: {rc}\n{out}")
 
 
 def run(name, k, spares, kills, during_recovery=False):
@@ -63,6 +87,8 @@ def run(name, k, spares, kills, during_recovery=False):
         if st is None:
             break
         restarts, last = st["restarts"], st["committed_version"]
+        if i == 0 and name == "k=1, spare":
+            check_status_command(job, node)
     rc = job.wait(timeout=180)
     st = job.state() or {}
     check(rc == 0, f"{name}: runner exit {rc} after {done} node kills\n{job.log[-4000:]}")

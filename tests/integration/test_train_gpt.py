@@ -1,0 +1,181 @@
+"""A real trainer under the ftrun runner: integration/examples/train_gpt.py (a
+small GPT, torch.distributed with gloo, gradients all-reduced, Adam sharded by
+ZeroRedundancyOptimizer, dropout, ftrun.save every step) on 2 local nodes x 2
+ranks. A failure-free run gives the golden per-step losses and final weight
+digests; then one rank, picked at random, is SIGKILLed mid-run after some
+versions are committed. The job must recover (every rank restarts from the
+committed version: model, its own optimizer shard, RNG states, step) and end
+exactly like the failure-free run: the last loss printed for every step and
+every rank's final weights bit for bit."""
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from ftrun_testlib import BUILD, RUNNER, SOURCE, ClusterJob, check, failures, finish
+
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_gpt.py")
+NODES, PER_NODE = 2, 2
+WORLD = NODES * PER_NODE
+STEPS = 30
+MAX_RESTARTS = 3
+CONFIG = ("job:\n  max_restarts: %d\n  stop_grace: 2s\n"
+          "store:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n" % MAX_RESTARTS)
+LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
+WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
+RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)
+
+seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+print("seed", seed, "(set FTRUN_TEST_SEED to replay)", flush=True)
+rng = random.Random(seed)
+MODEL_SEED = rng.randrange(1 << 20)
+ARGS = ["--steps", str(STEPS), "--seed", str(MODEL_SEED)]
+
+
+def free_port_range(n):
+    """A base port with base .. base+n-1 free (ftrun gives generation g MASTER_PORT base+g)."""
+    pick = random.SystemRandom()
+    for _ in range(200):
+        base = pick.randrange(20000, 40000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+class GptJob(ClusterJob):
+    """ClusterJob running train_gpt.py through the Python interpreter (ftrun
+    runs `$FTRUN_PYTHON -u SCRIPT ... --local_rank=N`)."""
+
+    def __init__(self, script_args):
+        self.dir = tempfile.mkdtemp(prefix="ftrun-gpt-")
+        self.config = os.path.join(self.dir, "ftrun.yaml")
+        self.status = os.path.join(self.dir, "status.json")
+        with open(self.config, "w") as f:
+            f.write("agent:\n  run_dir: %s/run\n" % self.dir + CONFIG)
+        self.master_port = free_port_range(MAX_RESTARTS + 1)
+        self.argv = [RUNNER, "--num_nodes", str(NODES), "--num_gpus", str(PER_NODE), "--config", self.config,
+                     "--status_file", self.status, "--master_addr", "127.0.0.1",
+                     "--master_port", str(self.master_port), SCRIPT, *script_args]
+        env = os.environ.copy()
+        env["FTRUN_PYTHON"] = PY
+        pypath = os.path.join(os.path.abspath(BUILD), "python")
+        env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.out = open(os.path.join(self.dir, "out.log"), "w+")
+        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT, env=env)
+        self.log = ""
+
+    def rank_pid(self, rank):
+        """The pid of a global rank, from its node's agent status file."""
+        st = self.state()
+        if not st:
+            return 0
+        for node in st["nodes"]:
+            if node.get("agent") is None:
+                continue
+            for r in (self.agent_state(node["agent"]) or {}).get("ranks", []):
+                if r.get("rank") == rank and not r.get("finished"):
+                    return r.get("pid") or 0
+        return 0
+
+
+def is_trainer(pid):
+    """The pid is a live train_gpt.py rank (not a recycled pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"train_gpt.py" in f.read()
+    except OSError:
+        return False
+
+
+def losses(log):
+    """step -> the LAST loss printed for it."""
+    out = {}
+    for step, value in LOSS_RE.findall(log):
+        out[int(step)] = value
+    return out
+
+
+def weights(log):
+    return {int(r): d for r, d in WEIGHTS_RE.findall(log)}
+
+
+# 1. The failure-free run: the golden losses and weights.
+print(f"model seed {MODEL_SEED}, {NODES} nodes x {PER_NODE} ranks, {STEPS} steps", flush=True)
+t0 = time.time()
+job = GptJob(ARGS)
+rc = job.wait(timeout=150)
+print(f"failure-free run: exit {rc} in {time.time() - t0:.1f} s", flush=True)
+check(rc == 0, f"failure-free run: runner exit {rc}\n{job.log[-4000:]}")
+want_loss = losses(job.log)
+want_weights = weights(job.log)
+check(sorted(want_loss) == list(range(STEPS)), f"failure-free run: LOSS lines for steps {sorted(want_loss)}")
+check(len(LOSS_RE.findall(job.log)) == STEPS, "failure-free run: every step printed once")
+check(sorted(want_weights) == list(range(WORLD)) and len(set(want_weights.values())) == 1,
+      f"failure-free run: one WEIGHTS digest per rank, all equal: {want_weights}")
+check((job.state() or {}).get("restarts") == 0, "failure-free run: no restart")
+if want_loss:
+    print(f"loss: step 0 {float.fromhex(want_loss[0]):.4f}, step {STEPS - 1} "
+          f"{float.fromhex(want_loss.get(STEPS - 1, '0x0p+0')):.4f}", flush=True)
+if failures:
+    finish()  # no golden to compare with
+
+# 2. The same run with one rank SIGKILLed mid-run.
+after = rng.randrange(3, 13)  # committed versions before the kill
+victim = rng.randrange(WORLD)
+t0 = time.time()
+job = GptJob(ARGS + ["--step-ms", "150"])
+st = job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or -1) >= after,
+                  timeout=90)
+killed = None
+if st is not None:
+    pid = job.rank_pid(victim)
+    if pid > 0 and is_trainer(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed = (pid, st["committed_version"])
+        except ProcessLookupError:
+            pass
+check(killed is not None, f"rank {victim} SIGKILLed mid-run (status {st})")
+if killed:
+    print(f"SIGKILLed rank {victim} (pid {killed[0]}, node {victim // PER_NODE}) with version {killed[1]} "
+          f"committed (waited for >= {after})", flush=True)
+    check(killed[1] < STEPS - 1, f"the kill came before the last step (version {killed[1]} committed)")
+rc = job.wait(timeout=150)
+st = job.state() or {}
+print(f"run with a kill: exit {rc} in {time.time() - t0:.1f} s, restarts {st.get('restarts')}", flush=True)
+check(rc == 0, f"run with a kill: runner exit {rc}\n{job.log[-4000:]}")
+check((st.get("restarts") or 0) >= 1, f"at least one restart expected, status says {st.get('restarts')}")
+resumed = {int(r): int(s) for r, s in RESUMED_RE.findall(job.log)}
+print("resumed (rank: step):", resumed, flush=True)
+if killed:
+    check(sorted(resumed) == list(range(WORLD)) and len(set(resumed.values())) == 1
+          and min(resumed.values()) > killed[1],
+          f"every rank resumed from one version newer than {killed[1]}: {resumed}")
+got_loss = losses(job.log)
+check(sorted(got_loss) == list(range(STEPS)), f"run with a kill: LOSS lines for steps {sorted(got_loss)}")
+bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s)]
+check(not bad, "losses differ from the failure-free run at steps %s:\n%s" % (
+    bad, "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:10])))
+got_weights = weights(job.log)
+check(got_weights == want_weights, f"final weights {got_weights} != failure-free run {want_weights}")
+if not bad and got_weights == want_weights:
+    reprinted = len(LOSS_RE.findall(job.log)) - STEPS
+    print(f"all {STEPS} losses ({reprinted} steps run twice) and the final weights of all {WORLD} ranks are "
+          f"bit-identical to the failure-free run", flush=True)
+finish()
