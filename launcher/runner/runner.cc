@@ -7,6 +7,9 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -15,6 +18,7 @@
 #include "launcher/agent/options.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/runner/hostfile.h"
+#include "launcher/runner/remote_command.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/config/config.h"
@@ -44,9 +48,28 @@ class TransportOutbox : public Coordinator::Outbox {
 struct AgentProc {
   int id = 0;
   int slot = -1;  // as started; -1 = spare
+  std::string host;  // where a remote launcher starts it
   pid_t pid = 0;
   int respawns = 0;
 };
+
+// The first IPv4 address of `host`, for agents and the coordinator that
+// remote launchers start elsewhere.
+Status ResolveIpv4(const std::string& host, const std::string& what, std::string* out) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return Status::InvalidArgument(what + " '" + host + "': cannot resolve it to an IPv4 address (" +
+                                   ::gai_strerror(rc) + "); give the address instead");
+  }
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  ::freeaddrinfo(res);
+  *out = buf;
+  return Status::Ok();
+}
 
 std::string SelfDir() {
   char buf[4096];
@@ -84,6 +107,8 @@ class Runner {
   Config config_;
   std::vector<NodeSlots> nodes_;
   int spares_ = 0;
+  std::vector<std::string> spare_hosts_;  // remote launchers: the hosts spares run on
+  bool remote() const { return o_.launcher != "local"; }
   std::string job_id_, job_dir_, secret_file_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<TransportOutbox> outbox_;
@@ -116,18 +141,25 @@ Status Runner::Setup() {
   sigemptyset(&mask);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
-  if (o_.launcher != "local") {
-    return Status::Unimplemented("--launcher " + o_.launcher + ": only 'local' is available in this build");
-  }
   if (o_.config.empty()) config_ = DefaultConfig();
   else FTRUN_RETURN_IF_ERROR(LoadConfigFile(o_.config, &config_));
   FTRUN_RETURN_IF_ERROR(SelectJobNodes());
+  spares_ = o_.spares >= 0 ? o_.spares : config_.cluster.spares;
+  if (remote()) {
+    // Spares need machines: the last `spares` selected hosts are the spares.
+    if (spares_ >= static_cast<int>(nodes_.size())) {
+      return Status::InvalidArgument("--launcher " + o_.launcher + " with " + std::to_string(spares_) +
+                                     " spares: the spares are the last hosts of the hostfile, and only " +
+                                     std::to_string(nodes_.size()) + " are selected; at least one must run ranks");
+    }
+    for (int i = 0; i < spares_; ++i) spare_hosts_.insert(spare_hosts_.begin(), nodes_[nodes_.size() - 1 - i].host);
+    nodes_.resize(nodes_.size() - static_cast<size_t>(spares_));
+  }
   int max_slots = 1;
   for (const auto& n : nodes_) max_slots = std::max(max_slots, static_cast<int>(n.slots.size()));
   config_.agent.ranks_per_node = max_slots;
   FTRUN_RETURN_IF_ERROR(ValidateConfig(config_));
   FTRUN_RETURN_IF_ERROR(ValidateClusterConfig(config_, static_cast<int>(nodes_.size())));
-  spares_ = o_.spares >= 0 ? o_.spares : config_.cluster.spares;
   if (nodes_.size() == 1 && config_.cluster.replicas > 0) {
     FTRUN_LOG_INFO("one node: no peer to copy snapshots to (cluster.replicas ignored)");
     config_.cluster.replicas = 0;
@@ -143,6 +175,11 @@ Status Runner::Setup() {
   UcxTransportOptions t;
   t.self = kCoordinatorPeer;
   t.listen_ip = o_.coordinator_addr;
+  if (remote() && t.listen_ip == "127.0.0.1") {  // the default: agents elsewhere cannot reach it
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    FTRUN_RETURN_IF_ERROR(ResolveIpv4(name, "this host's name (for --coordinator_addr)", &t.listen_ip));
+  }
   FTRUN_RETURN_IF_ERROR(ReadSecretFile(secret_file_, &t.secret));
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
   outbox_ = std::make_unique<TransportOutbox>(transport_.get());
@@ -179,6 +216,7 @@ Status Runner::Setup() {
     AgentProc p;
     p.id = a;
     p.slot = a < static_cast<int>(nodes_.size()) ? a : -1;
+    p.host = p.slot >= 0 ? nodes_[static_cast<size_t>(p.slot)].host : remote() ? spare_hosts_[static_cast<size_t>(a) - nodes_.size()] : "";
     agents_.push_back(p);
     FTRUN_RETURN_IF_ERROR(SpawnAgent(agents_.back(), p.slot < 0));
   }
@@ -211,12 +249,16 @@ Status AgentAddress(const std::string& spec, int agent, std::string* out) {
 Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   SpawnSpec spec;
   std::string listen;
-  FTRUN_RETURN_IF_ERROR(AgentAddress(o_.agent_addr, a.id, &listen));
+  if (remote() && o_.agent_addr == "127.0.0.1") {  // the default: the host's own address
+    FTRUN_RETURN_IF_ERROR(ResolveIpv4(a.host, "host", &listen));
+  } else {
+    FTRUN_RETURN_IF_ERROR(AgentAddress(o_.agent_addr, a.id, &listen));
+  }
   if (!o_.agent_exec_prefix.empty()) {
     FTRUN_RETURN_IF_ERROR(ShellSplit(ExpandNodeTemplate(o_.agent_exec_prefix, a.id), &spec.argv));
   }
   const NodeSlots& node = nodes_[static_cast<size_t>(a.slot >= 0 ? a.slot : 0)];
-  auto& v = spec.argv;
+  std::vector<std::string> v;
   v.push_back(SelfDir() + "/ftrun-agent");
   v.insert(v.end(), {"--coordinator", transport_->address(), "--agent-id", std::to_string(a.id), "--node_rank",
                      std::to_string(a.slot >= 0 ? a.slot : 0), "--secret-file", secret_file_, "--job-id", job_id_,
@@ -235,9 +277,28 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   v.insert(v.end(), o_.command.begin(), o_.command.end());
   for (char** e = environ; *e; ++e) spec.env.push_back(*e);
   spec.env.push_back("FTRUN_JOB_ID=" + job_id_);
+  if (!remote()) {
+    spec.argv.insert(spec.argv.end(), v.begin(), v.end());
+  } else {
+    AgentLaunch l;
+    l.launcher = o_.launcher;
+    FTRUN_RETURN_IF_ERROR(ShellSplit(o_.launcher_args, &l.launcher_args));
+    l.ssh_port = o_.ssh_port;
+    l.host = a.host;
+    char cwd[4096] = {};
+    l.cwd = ::getcwd(cwd, sizeof(cwd) - 1) ? cwd : ".";
+    const char* home = ::getenv("HOME");
+    l.env = ForwardedEnv(environ, {std::string(home ? home : "") + "/.deepspeed_env", "./.deepspeed_env"});
+    l.env.push_back("FTRUN_JOB_ID=" + job_id_);
+    l.agent_argv = std::move(v);
+    l.as_root = ::geteuid() == 0;
+    std::vector<std::string> launch;
+    FTRUN_RETURN_IF_ERROR(BuildLaunchArgv(l, &launch));
+    spec.argv.insert(spec.argv.end(), launch.begin(), launch.end());
+  }
   FTRUN_RETURN_IF_ERROR(SpawnProcess(spec, &a.pid));
-  FTRUN_LOG_INFO("started agent {} ({}) as pid {}", a.id, as_spare ? std::string("spare") : "node " + std::to_string(a.slot),
-                 a.pid);
+  FTRUN_LOG_INFO("started agent {} ({}){} as pid {}", a.id, as_spare ? std::string("spare") : "node " + std::to_string(a.slot),
+                 remote() ? " on " + a.host + " with " + o_.launcher : std::string(), a.pid);
   return Status::Ok();
 }
 

@@ -140,10 +140,11 @@ after = rng.randrange(3, 13)  # committed versions before the kill
 victim = rng.randrange(WORLD)
 t0 = time.time()
 job = GptJob(ARGS + ["--step-ms", "150"])
-st = job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or -1) >= after,
-                  timeout=90)
+st = job.wait_for(lambda s: s.get("phase") == "running" and s.get("committed_version") is not None
+                  and s["committed_version"] >= after, timeout=90)
 killed = None
 if st is not None:
+    time.sleep(rng.uniform(0.0, 0.15))  # anywhere in a step: in a collective, a save or the sleep
     pid = job.rank_pid(victim)
     if pid > 0 and is_trainer(pid):
         try:
