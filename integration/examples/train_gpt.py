@@ -88,7 +88,7 @@ def parse_args(argv=None):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, seq, dropout):
+    def __init__(self, d, heads, dropout):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(d)
@@ -98,14 +98,14 @@ class Block(nn.Module):
         self.fc = nn.Linear(d, 4 * d)
         self.out = nn.Linear(4 * d, d)
         self.drop = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.ones(seq, seq, dtype=torch.bool).tril(), persistent=False)
 
     def attention(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2) for y in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(dim=-1)
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (self.drop(att) @ v).transpose(1, 2).reshape(b, t, d)
         return self.drop(self.proj(y))
 
@@ -120,7 +120,7 @@ class GPT(nn.Module):
         self.tok = nn.Embedding(a.vocab, a.d_model)
         self.pos = nn.Embedding(a.seq, a.d_model)
         self.drop = nn.Dropout(a.dropout)
-        self.blocks = nn.ModuleList(Block(a.d_model, a.heads, a.seq, a.dropout) for _ in range(a.layers))
+        self.blocks = nn.ModuleList(Block(a.d_model, a.heads, a.dropout) for _ in range(a.layers))
         self.ln = nn.LayerNorm(a.d_model)
         self.head = nn.Linear(a.d_model, a.vocab, bias=False)
 
@@ -237,11 +237,11 @@ def main():
         opt.zero_grad(set_to_none=False)
         loss.backward()
         mean_loss = sync_gradients(params, loss, world)
+        if rank == 0:
+            say(f"LOSS {step} {float(mean_loss).hex()}")
         opt.step()
         ftrun.save(step, {"model": model.state_dict(), "optim": opt.optim.state_dict(), "step": step,
                           "rng": ftrun.rng_state()})
-        if rank == 0:
-            say(f"LOSS {step} {float(mean_loss).hex()}")
         if a.step_ms > 0:
             time.sleep(a.step_ms / 1000.0)
 

@@ -31,11 +31,17 @@ LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)
 
+torch_check = subprocess.run([PY, "-c", "import torch, torch.distributed.optim"], capture_output=True, text=True)
+if torch_check.returncode != 0:  # CTest shows 77 as skipped
+    print(f"SKIPPED: {PY} cannot import torch (the ranks need it):\n{torch_check.stderr[-1500:]}", flush=True)
+    sys.exit(77)
+
 seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
 print("seed", seed, "(set FTRUN_TEST_SEED to replay)", flush=True)
 rng = random.Random(seed)
 MODEL_SEED = rng.randrange(1 << 20)
-ARGS = ["--steps", str(STEPS), "--seed", str(MODEL_SEED)]
+# gloo on the CPU even where CUDA exists: 4 ranks share this machine, maybe one GPU.
+ARGS = ["--steps", str(STEPS), "--seed", str(MODEL_SEED), "--backend", "gloo"]
 
 
 def free_port_range(n):
@@ -139,12 +145,12 @@ if failures:
 after = rng.randrange(3, 13)  # committed versions before the kill
 victim = rng.randrange(WORLD)
 t0 = time.time()
-job = GptJob(ARGS + ["--step-ms", "150"])
+job = GptJob(ARGS + ["--step-ms", "60"])
 st = job.wait_for(lambda s: s.get("phase") == "running" and s.get("committed_version") is not None
                   and s["committed_version"] >= after, timeout=90)
 killed = None
 if st is not None:
-    time.sleep(rng.uniform(0.0, 0.15))  # anywhere in a step: in a collective, a save or the sleep
+    time.sleep(rng.uniform(0.0, 0.08))  # anywhere in a step: in a collective, a save or the sleep
     pid = job.rank_pid(victim)
     if pid > 0 and is_trainer(pid):
         try:
@@ -176,7 +182,10 @@ check(not bad, "losses differ from the failure-free run at steps %s:\n%s" % (
 got_weights = weights(job.log)
 check(got_weights == want_weights, f"final weights {got_weights} != failure-free run {want_weights}")
 if not bad and got_weights == want_weights:
-    reprinted = len(LOSS_RE.findall(job.log)) - STEPS
-    print(f"all {STEPS} losses ({reprinted} steps run twice) and the final weights of all {WORLD} ranks are "
-          f"bit-identical to the failure-free run", flush=True)
+    seen = {}
+    for step, _ in LOSS_RE.findall(job.log):
+        seen[int(step)] = seen.get(int(step), 0) + 1
+    again = sorted(s for s, n in seen.items() if n > 1)
+    print(f"all {STEPS} losses (steps run again after the restart: {again or 'none'}) and the final weights "
+          f"of all {WORLD} ranks are bit-identical to the failure-free run", flush=True)
 finish()
