@@ -216,7 +216,8 @@ Status Runner::Setup() {
     AgentProc p;
     p.id = a;
     p.slot = a < static_cast<int>(nodes_.size()) ? a : -1;
-    p.host = p.slot >= 0 ? nodes_[static_cast<size_t>(p.slot)].host : remote() ? spare_hosts_[static_cast<size_t>(a) - nodes_.size()] : "";
+    if (p.slot >= 0) p.host = nodes_[static_cast<size_t>(p.slot)].host;
+    else if (remote()) p.host = spare_hosts_[static_cast<size_t>(a) - nodes_.size()];
     agents_.push_back(p);
     FTRUN_RETURN_IF_ERROR(SpawnAgent(agents_.back(), p.slot < 0));
   }
