@@ -39,7 +39,14 @@ def status_command(*args):
 
 def check_status_command(job, killed):
     """`ftrun status` while the job runs, after a node was rebuilt."""
-    rc, out = status_command("--config", job.config)
+    # The agents write their own status files a moment after the runner
+    # counts the restart: ask again until the new node's restart shows.
+    deadline = time.time() + 15
+    while True:
+        rc, out = status_command("--config", job.config)
+        if f"node {killed}, restart 1: taking over" in out or time.time() > deadline:
+            break
+        time.sleep(0.2)
     check(rc == 0, f"ftrun status: exit {rc}\n{out}")
     check(" running, epoch 1" in out, f"ftrun status: phase/epoch not shown\n{out}")
     check(f"node {killed} (agent {killed}) lost" in out, f"ftrun status: the loss is not listed\n{out}")
