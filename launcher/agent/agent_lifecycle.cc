@@ -291,6 +291,7 @@ void Agent::WriteStatus() {
   using nlohmann::json;
   json j;
   j["job_id"] = o_.job_id;
+  j["agent_pid"] = static_cast<int>(::getpid());
   j["node"] = o_.node_rank;
   const char* states[] = {"running", "stopping", "idle", "done"};
   j["state"] = states[static_cast<int>(state_)];

@@ -1,11 +1,16 @@
 // ftrun-agent: one per node. See launcher/agent/agent.h.
 #include <cstdio>
+#include <optional>
+#include <string_view>
 
 #include "launcher/agent/agent.h"
 #include "launcher/agent/options.h"
+#include "launcher/agent/standby.h"
 #include "plugin/common/log.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "--standby") return ftrun::RunStandby(argc, argv);
+  if (std::optional<int> code = ftrun::AttachToStandby(argc, argv)) return *code;
   ftrun::AgentOptions options;
   bool help = false;
   ftrun::Status s = ftrun::ParseAgentOptions(argc, argv, &options, &help);

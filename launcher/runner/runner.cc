@@ -11,6 +11,7 @@
 #include <netdb.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -165,7 +166,13 @@ Status Runner::Setup() {
     config_.cluster.replicas = 0;
   }
 
-  job_id_ = config_.job.id.empty() ? NewJobId() : config_.job.id;
+  job_id_ = config_.job.id;
+  if (job_id_.empty()) {
+    // Inside a Slurm allocation the id names it, so the epilog finds what
+    // the job left in the run directory (integration/slurm/epilog.sh).
+    const char* slurm = std::getenv("SLURM_JOB_ID");
+    job_id_ = slurm != nullptr && *slurm != '\0' ? "slurm-" + std::string(slurm) + NewJobId().substr(3) : NewJobId();
+  }
   job_dir_ = config_.agent.run_dir + "/" + job_id_;
   FTRUN_RETURN_IF_ERROR(MakeDirs(job_dir_));
   secret_file_ = job_dir_ + "/secret";

@@ -31,6 +31,13 @@ enum class MsgType : uint16_t {
   kProgress,       // rank -> agent: step (no reply)
   kWaitCommitted,  // rank -> agent: version, timeout
   kCommitted,      // agent -> rank: committed version
+
+  // ftrun-agent attaching to a Slurm standby agent (launcher/agent/standby.h).
+  kAttach = 64,    // attacher -> standby (+ its stdout): argv, environment, cwd
+  kAttachFd,       // attacher -> standby (+ its stderr)
+  kAttachSignal,   // attacher -> standby: a signal to forward to the agent
+  kAttachExit,     // standby -> attacher: the agent's exit code
+  kAttachRefused,  // standby -> attacher: why not
 };
 
 inline constexpr uint32_t kFrameMagic = 0x46545231;  // "FTR1"

@@ -1,0 +1,383 @@
+// The standby server: see standby.h. One thread, one poll() loop over the
+// listening socket, a signalfd and the attached processes' sockets.
+#include "launcher/agent/standby.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "plugin/common/bytes.h"
+#include "plugin/common/fd.h"
+#include "plugin/common/log.h"
+#include "plugin/ipc/unix_socket.h"
+#include "plugin/ipc/wire.h"
+
+namespace ftrun {
+
+std::string DefaultStandbyDir() {
+  const char* env = std::getenv("FTRUN_STANDBY_DIR");
+  return env != nullptr && *env != '\0' ? env : "/run/ftrun";
+}
+
+std::string StandbySocketPath(const std::string& dir, const std::string& slurm_job) {
+  return dir + "/slurm-" + slurm_job + ".sock";
+}
+
+namespace {
+
+struct Attached {
+  UniqueFd sock;
+  pid_t agent = 0;  // 0 until forked; then the agent until it is reaped
+};
+
+class Standby {
+ public:
+  explicit Standby(StandbyOptions o) : o_(std::move(o)) {}
+  Status Listen();
+  int Serve();
+
+ private:
+  void Accept();
+  void FromAttached(uint64_t id);
+  Status Launch(Attached& a, const std::string& payload, UniqueFd out_fd);
+  void Reap();
+  void Shutdown(int signo);
+
+  StandbyOptions o_;
+  std::string sock_path_;
+  UniqueFd listen_, signals_;
+  std::map<uint64_t, Attached> attached_;  // by attach id
+  uint64_t next_id_ = 1;
+  int stops_ = 0;                     // SIGTERM/SIGINT received
+};
+
+Status Standby::Listen() {
+  if (::mkdir(o_.dir.c_str(), 0755) != 0 && errno != EEXIST) return Status::FromErrno("mkdir " + o_.dir, errno);
+  sock_path_ = StandbySocketPath(o_.dir, o_.slurm_job);
+  UniqueFd probe;
+  if (ConnectUnix(sock_path_, 0, &probe).ok()) {
+    return Status::AlreadyExists("a standby agent for slurm job " + o_.slurm_job + " already listens on " + sock_path_);
+  }
+  ::unlink(sock_path_.c_str());  // stale: nobody answers
+  FTRUN_RETURN_IF_ERROR(ListenUnix(sock_path_, &listen_));
+  // Only the job's user (and root) may attach; the accept checks it again.
+  if (::chown(sock_path_.c_str(), o_.job_uid, o_.job_gid) != 0) return Status::FromErrno("chown " + sock_path_, errno);
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  signals_.Reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals_.valid()) return Status::FromErrno("signalfd", errno);
+  return Status::Ok();
+}
+
+int Standby::Serve() {
+  FTRUN_LOG_INFO("standby for slurm job {} (uid {}, gid {}) on {}", o_.slurm_job, o_.job_uid, o_.job_gid, sock_path_);
+  while (stops_ == 0 || !attached_.empty()) {
+    std::vector<pollfd> fds{{signals_.get(), POLLIN, 0}};
+    std::vector<uint64_t> ids{0};
+    if (listen_.valid()) {
+      fds.push_back({listen_.get(), POLLIN, 0});
+      ids.push_back(0);
+    }
+    for (const auto& [id, a] : attached_) {
+      if (!a.sock.valid()) continue;
+      fds.push_back({a.sock.get(), POLLIN, 0});
+      ids.push_back(id);
+    }
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) {
+      FTRUN_LOG_ERROR("standby: poll: {}", std::strerror(errno));
+      return 1;
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      const pollfd& p = fds[i];
+      if (p.revents == 0) continue;
+      if (ids[i] != 0) {
+        FromAttached(ids[i]);
+      } else if (p.fd == signals_.get()) {
+        signalfd_siginfo si;
+        while (::read(signals_.get(), &si, sizeof si) == sizeof si) {
+          if (si.ssi_signo == SIGCHLD) {
+            Reap();
+          } else {
+            Shutdown(static_cast<int>(si.ssi_signo));
+          }
+        }
+      } else if (listen_.valid() && p.fd == listen_.get()) {
+        Accept();
+      }
+    }
+  }
+  FTRUN_LOG_INFO("standby for slurm job {}: stopped", o_.slurm_job);
+  if (!o_.pid_file.empty()) ::unlink(o_.pid_file.c_str());
+  return 0;
+}
+
+void Standby::Accept() {
+  UniqueFd c(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!c.valid()) return;
+  PeerCredentials cred{};
+  if (!GetPeerCredentials(c.get(), &cred).ok() || (cred.uid != 0 && cred.uid != o_.job_uid)) {
+    FTRUN_LOG_WARN("standby: refused an attach from pid {} uid {}: not the job's user (uid {})", cred.pid, cred.uid,
+                   o_.job_uid);
+    (void)SendFrame(c.get(), MsgType::kAttachRefused,
+                    "uid " + std::to_string(cred.uid) + " is not the user of slurm job " + o_.slurm_job);
+    return;
+  }
+  attached_[next_id_++].sock = std::move(c);
+}
+
+void Standby::FromAttached(uint64_t id) {
+  auto it = attached_.find(id);
+  if (it == attached_.end()) return;  // erased earlier in this round
+  Attached& a = it->second;
+  MsgType type;
+  std::string payload;
+  UniqueFd fd;
+  Status s = RecvFrame(a.sock.get(), 5000, &type, &payload, &fd);
+  if (!s.ok()) {  // the attached process is gone: its step was killed
+    if (a.agent > 0) {
+      FTRUN_LOG_WARN("standby: the process attached to agent pid {} went away: SIGTERM to the agent", a.agent);
+      ::kill(a.agent, SIGTERM);
+      a.sock.Reset();
+    } else {
+      attached_.erase(it);
+    }
+    return;
+  }
+  if (type == MsgType::kAttach && a.agent == 0) {
+    s = Launch(a, payload, std::move(fd));
+    if (!s.ok()) {
+      FTRUN_LOG_ERROR("standby: {}", s.message());
+      (void)SendFrame(a.sock.get(), MsgType::kAttachRefused, s.message());
+      attached_.erase(it);
+    }
+  } else if (type == MsgType::kAttachSignal && a.agent > 0) {
+    ByteReader r(payload);
+    int signo = r.Get<int32_t>();
+    if (r.ok() && (signo == SIGINT || signo == SIGTERM || signo == SIGHUP)) ::kill(a.agent, signo);
+  }
+}
+
+// Forks the agent for an attach: argv, environment and cwd from `payload`,
+// stdout from out_fd, stderr from the kAttachFd frame that follows.
+Status Standby::Launch(Attached& a, const std::string& payload, UniqueFd out_fd) {
+  ByteReader r(payload);
+  std::vector<std::string> argv, env;
+  for (uint32_t n = r.GetCount(4); r.ok() && n > 0; --n) argv.push_back(r.GetString());
+  for (uint32_t n = r.GetCount(4); r.ok() && n > 0; --n) env.push_back(r.GetString());
+  std::string cwd = r.GetString();
+  if (!r.ok() || !r.done() || argv.empty()) return Status::InvalidArgument("malformed attach message");
+  MsgType type;
+  std::string ignored;
+  UniqueFd err_fd;
+  FTRUN_RETURN_IF_ERROR(RecvFrame(a.sock.get(), 5000, &type, &ignored, &err_fd));
+  if (type != MsgType::kAttachFd || !out_fd.valid() || !err_fd.valid()) {
+    return Status::InvalidArgument("attach: expected the attached process's stdout and stderr");
+  }
+  env.push_back("FTRUN_STANDBY_CHILD=1");
+  std::vector<char*> cargv, cenv;
+  for (auto& s : argv) cargv.push_back(s.data());
+  for (auto& s : env) cenv.push_back(s.data());
+  cargv.push_back(nullptr);
+  cenv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno("fork", errno);
+  if (pid == 0) {
+    ::setsid();
+    sigset_t all;
+    sigemptyset(&all);
+    ::sigprocmask(SIG_SETMASK, &all, nullptr);
+    int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    ::dup2(out_fd.get(), 1);
+    ::dup2(err_fd.get(), 2);
+    auto fail = [](const char* what) {
+      std::fprintf(stderr, "ftrun standby: %s: %s\n", what, std::strerror(errno));
+      ::_exit(2);
+    };
+    if (::chdir(cwd.c_str()) != 0) fail(("chdir " + cwd).c_str());
+    if (::getuid() == 0 && o_.job_uid != 0) {
+      const passwd* pw = ::getpwuid(o_.job_uid);
+      if (pw != nullptr ? ::initgroups(pw->pw_name, o_.job_gid) != 0 : ::setgroups(0, nullptr) != 0) fail("setgroups");
+      if (::setgid(o_.job_gid) != 0) fail("setgid");
+      if (::setuid(o_.job_uid) != 0) fail("setuid");
+    }
+    ::execve("/proc/self/exe", cargv.data(), cenv.data());
+    fail("exec ftrun-agent");
+  }
+  a.agent = pid;
+  FTRUN_LOG_INFO("standby: started agent pid {} for an attach ({} arguments, cwd {})", pid, argv.size() - 1, cwd);
+  return Status::Ok();
+}
+
+void Standby::Reap() {
+  int st = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &st, WNOHANG)) > 0) {
+    int code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+    for (auto it = attached_.begin(); it != attached_.end(); ++it) {
+      if (it->second.agent != pid) continue;
+      FTRUN_LOG_INFO("standby: agent pid {} exited with {}", pid, code);
+      if (it->second.sock.valid()) {
+        ByteWriter w;
+        w.Put<int32_t>(code);
+        (void)SendFrame(it->second.sock.get(), MsgType::kAttachExit, w.data());
+      }
+      attached_.erase(it);
+      break;
+    }
+  }
+}
+
+// First SIGTERM/SIGINT: no more attaches, SIGTERM to every agent (each stops
+// its ranks within job.stop_grace); exit once they are gone. A second one:
+// SIGKILL to the agents (their ranks die with them: PR_SET_PDEATHSIG).
+void Standby::Shutdown(int signo) {
+  ++stops_;
+  int sig = stops_ == 1 ? SIGTERM : SIGKILL;
+  FTRUN_LOG_WARN("standby: signal {}: {} to {} agent(s)", signo, sig == SIGTERM ? "SIGTERM" : "SIGKILL",
+                 attached_.size());
+  if (listen_.valid()) {
+    listen_.Reset();
+    ::unlink(sock_path_.c_str());
+  }
+  for (auto it = attached_.begin(); it != attached_.end();) {
+    if (it->second.agent > 0) {
+      ::kill(it->second.agent, sig);
+      ++it;
+    } else {
+      it = attached_.erase(it);
+    }
+  }
+}
+
+bool ParseStandbyOptions(int argc, char** argv, StandbyOptions* o, int* exit_code) {
+  CLI::App app{"ftrun-agent --standby: started by the Slurm prolog; runs the job's agents when srun starts ftrun-agent."};
+  bool standby = false;
+  long uid = -1, gid = -1;
+  app.add_flag("--standby", standby, "run as the standby agent of a Slurm job");
+  app.add_option("--slurm-job", o->slurm_job, "Slurm job id (default $SLURM_JOB_ID)");
+  app.add_option("--job-uid", uid, "the job's user id (default $SLURM_JOB_UID)");
+  app.add_option("--job-gid", gid, "the job's group id (default $SLURM_JOB_GID, else the user's group)");
+  app.add_option("--standby-dir", o->dir, "socket directory (default $FTRUN_STANDBY_DIR or /run/ftrun)");
+  app.add_option("--pid-file", o->pid_file, "where to write the standby's pid (default <dir>/slurm-<job>.pid)");
+  app.add_option("--log-file", o->log_file, "the standby's and its agents' log (default <dir>/slurm-<job>.log)");
+  app.add_flag("--foreground", o->foreground, "stay in the foreground (do not detach)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    if (*exit_code != 0) *exit_code = 2;
+    return false;
+  }
+  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v != nullptr ? v : ""); };
+  auto fail = [&](const std::string& m) {
+    std::fprintf(stderr, "ftrun-agent --standby: %s\n", m.c_str());
+    *exit_code = 2;
+    return false;
+  };
+  if (o->slurm_job.empty()) o->slurm_job = env("SLURM_JOB_ID");
+  if (o->slurm_job.empty()) return fail("no Slurm job: pass --slurm-job or set SLURM_JOB_ID");
+  for (char c : o->slurm_job) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
+      return fail("--slurm-job '" + o->slurm_job + "': expected letters, digits, '_', '.' or '-'");
+    }
+  }
+  auto id = [&](long flag, const char* var, const char* what, long fallback, long* out) {
+    std::string v = flag >= 0 ? std::to_string(flag) : env(var);
+    if (v.empty()) return *out = fallback, true;
+    char* end = nullptr;
+    *out = std::strtol(v.c_str(), &end, 10);
+    return *end == '\0' && *out >= 0 ? true : fail(std::string(what) + " '" + v + "': expected a numeric id");
+  };
+  long u = 0, g = 0;
+  if (!id(uid, "SLURM_JOB_UID", "--job-uid/SLURM_JOB_UID", static_cast<long>(::getuid()), &u)) return false;
+  const passwd* pw = ::getpwuid(static_cast<uid_t>(u));
+  if (!id(gid, "SLURM_JOB_GID", "--job-gid/SLURM_JOB_GID", pw != nullptr ? pw->pw_gid : u, &g)) return false;
+  o->job_uid = static_cast<uid_t>(u);
+  o->job_gid = static_cast<gid_t>(g);
+  if (o->dir.empty()) o->dir = DefaultStandbyDir();
+  std::string base = o->dir + "/slurm-" + o->slurm_job;
+  if (o->pid_file.empty()) o->pid_file = base + ".pid";
+  if (o->log_file.empty()) o->log_file = base + ".log";
+  return true;
+}
+
+bool WritePidFile(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    FTRUN_LOG_ERROR("standby: cannot write the pid file {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  std::fprintf(f, "%d\n", ::getpid());
+  return std::fclose(f) == 0;
+}
+
+// Forks; the child setsid()s, moves its output to the log file and writes
+// the pid file, then tells the parent (which exits 0) through a pipe, so
+// the prolog returns only once the standby is out of its process group.
+bool Detach(const StandbyOptions& o) {
+  int log = ::open(o.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (log < 0) {
+    std::fprintf(stderr, "ftrun-agent --standby: cannot open the log file %s: %s\n", o.log_file.c_str(), std::strerror(errno));
+    std::exit(2);
+  }
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) std::exit(2);
+  pid_t pid = ::fork();
+  if (pid < 0) std::exit(2);
+  if (pid > 0) {
+    ::close(ready[1]);
+    char b = 0;
+    bool ok = ::read(ready[0], &b, 1) == 1;
+    if (ok) std::printf("ftrun standby for slurm job %s: pid %d, log %s\n", o.slurm_job.c_str(), pid, o.log_file.c_str());
+    std::exit(ok ? 0 : 2);
+  }
+  ::close(ready[0]);
+  ::setsid();
+  int null = ::open("/dev/null", O_RDONLY);
+  ::dup2(null, 0);
+  ::dup2(log, 1);
+  ::dup2(log, 2);
+  if (!WritePidFile(o.pid_file)) return false;
+  char b = 1;
+  return ::write(ready[1], &b, 1) == 1;
+}
+
+}  // namespace
+
+int RunStandby(int argc, char** argv) {
+  StandbyOptions o;
+  int code = 0;
+  if (!ParseStandbyOptions(argc, argv, &o, &code)) return code;
+  Standby standby(o);
+  Status s = standby.Listen();
+  if (s.code() == Code::kAlreadyExists) {
+    std::printf("ftrun-agent --standby: %s; nothing to do\n", s.message().c_str());
+    return 0;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "ftrun-agent --standby: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (!InitLogging("ftrun-standby", -1, -1, "info")) return 2;
+  if (o.foreground ? !WritePidFile(o.pid_file) : !Detach(o)) return 2;
+  return standby.Serve();
+}
+
+}  // namespace ftrun
