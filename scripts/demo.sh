@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The demo: builds ftrun, then trains on 3 local nodes x 2 ranks plus a spare
+# The demo: builds ftrun, then trains a small GPT (integration/examples/train_gpt.py)
+# on 2 local nodes x 2 ranks plus a spare
 # under the ftrun runner, kills a rank and then a whole node mid-run, and
 # shows that the run recovers each time and ends bit-identical to a run
 # without failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FTRUN_BUILD_TARGETS="ftrun-agent ftrun-runner ftrun-synthetic" ./scripts/build.sh
+FTRUN_BUILD_TARGETS="ftrun-agent ftrun-runner _ftrun" ./scripts/build.sh
 exec /usr/bin/python3 integration/demo/local_demo.py "$@"

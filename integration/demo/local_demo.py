@@ -1,10 +1,16 @@
-"""ftrun local demo: train, break, recover, and prove nothing was lost.
+"""ftrun local demo: train a small GPT, break it twice, recover, prove nothing was lost.
 
-Runs the synthetic trainer (deterministic state, a save every step) on 3
-local nodes x 2 ranks plus a spare under the `ftrun` runner (each node an
-agent with its own store; copies on another node over UCX), SIGKILLs a rank
-mid-run, then a whole node, and compares every rank's final state digest with
-a run that never failed. Usage: scripts/demo.sh [--nodes 3] [--ranks 2] [--state 64MiB]
+Runs integration/examples/train_gpt.py (torch.distributed over gloo, Adam
+sharded by ZeroRedundancyOptimizer, ftrun.save every step) on 2 local nodes x
+2 ranks plus a spare node under the `ftrun` runner (each node an agent with
+its own store; every committed version copied to another node over UCX).
+First a failure-free reference run; then the same run in which one rank is
+SIGKILLed, and later a whole node (its agent and its ranks: its RAM copies
+are gone), which the spare replaces by pulling the lost shards from their
+holders. The losses of every step and the final weights of every rank must
+be bit-identical to the reference run.
+
+Usage: scripts/demo.sh [--steps 40] [--step-ms 150] [--d-model 64]
 """
 import argparse
 import json
@@ -19,99 +25,137 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("FTRUN_BUILD_DIR", os.path.join(ROOT, "build"))
-DIGEST = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$", re.M)
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+SCRIPT = os.path.join(ROOT, "integration", "examples", "train_gpt.py")
+LOSS = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
+WEIGHTS = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
+NODES, PER_NODE = 2, 2
 
 
 def say(msg):
     print(f"\033[1m[demo]\033[0m {msg}", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--ranks", type=int, default=2, help="ranks per node")
-    ap.add_argument("--state", default="64MiB", help="state per rank")
-    ap.add_argument("--steps", type=int, default=120)
-    args = ap.parse_args()
-    trainer = [os.path.join(BUILD, "ftrun-synthetic"), "--state-bytes", args.state, "--tensors", "8",
-               "--steps", str(args.steps), "--step-ms", "40", "--change-fraction", "0.2"]
+def read(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
-    world = args.nodes * args.ranks
-    say(f"failure-free reference run: {world} ranks x {args.state}, {args.steps} steps")
-    golden = {}
-    for r in range(world):
-        out = subprocess.run(trainer + ["--no-ftrun", "--rank", str(r)], capture_output=True, text=True, check=True)
-        golden.update({int(k): v for k, v in DIGEST.findall(out.stdout)})
 
-    work = tempfile.mkdtemp(prefix="ftrun-demo-")
-    status = os.path.join(work, "status.json")
-    config = os.path.join(work, "ftrun.yaml")
-    with open(config, "w") as f:
-        f.write(f"job:\n  max_restarts: 5\n  hang_timeout: 5s\n  stop_grace: 1s\n"
-                f"store:\n  memory_budget: 1GiB\n  chunk_size: 4MiB\n  prefault: false\n"
-                f"cluster:\n  replicas: 1\n  spares: 1\nagent:\n  run_dir: {work}/run\n")
-    cmd = [os.path.join(BUILD, "ftrun"), "--num_nodes", str(args.nodes), "--num_gpus", str(args.ranks),
-           "--config", config, "--status_file", status, "--no_python", "--no_local_rank"] + trainer
-    say(f"training on {args.nodes} local nodes x {args.ranks} ranks + 1 spare: " +
-        " ".join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd)))
-    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log = []
+class Run:
+    """One `ftrun` run of train_gpt.py; echo=True shows its output as it goes."""
 
-    def pump():
-        for line in runner.stdout:
-            log.append(line)
-            if " info " in line and ("ftrun-agent" in line and "recovered" not in line):
-                continue  # keep the agents' routine lines out of the way
-            sys.stdout.write("   " + line)
-            sys.stdout.flush()
+    def __init__(self, work, name, script_args, echo):
+        self.status = os.path.join(work, name + ".status.json")
+        config = os.path.join(work, name + ".yaml")
+        with open(config, "w") as f:
+            f.write("job:\n  max_restarts: 5\n  stop_grace: 2s\n"
+                    "store:\n  memory_budget: 256MiB\n  chunk_size: 64KiB\n  prefault: false\n"
+                    f"cluster:\n  replicas: 1\n  spares: 1\nagent:\n  run_dir: {work}/run\n")
+        cmd = [os.path.join(BUILD, "ftrun"), "--num_nodes", str(NODES), "--num_gpus", str(PER_NODE),
+               "--config", config, "--status_file", self.status, SCRIPT, *script_args]
+        env = dict(os.environ, FTRUN_PYTHON=PY)
+        env["PYTHONPATH"] = os.path.join(BUILD, "python") + (os.pathsep + env["PYTHONPATH"]
+                                                             if env.get("PYTHONPATH") else "")
+        if echo:
+            say("ftrun " + " ".join(cmd[1:]).replace(ROOT + "/", ""))
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines = []
+        self.pump = threading.Thread(target=self._pump, args=(echo,), daemon=True)
+        self.pump.start()
 
-    t = threading.Thread(target=pump, daemon=True)
-    t.start()
+    def _pump(self, echo):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if not echo:
+                continue
+            m = LOSS.match(line)
+            if m:
+                print(f"   step {int(m.group(1)):3d}  loss {float.fromhex(m.group(2)):.5f}", flush=True)
+            elif any(k in line for k in ("recovered", "lost", "spare", "RESUMED", "restart", "error", "FAIL")):
+                print("   " + line.rstrip(), flush=True)
 
-    def read(path):
-        try:
-            with open(path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
-
-    def wait_until(pred, timeout=120):
+    def wait_until(self, pred, timeout=180):
         end = time.time() + timeout
-        while time.time() < end and runner.poll() is None:
-            st = read(status)
+        while time.time() < end and self.proc.poll() is None:
+            st = read(self.status)
             if st and pred(st):
                 return st
             time.sleep(0.05)
         return None
 
-    # 1: SIGKILL one rank. 2: SIGKILL a whole node (its agent and its ranks).
+    def finish(self):
+        rc = self.proc.wait()
+        self.pump.join()
+        log = "".join(self.lines)
+        losses = {int(s): v for s, v in LOSS.findall(log)}  # the last loss printed for each step
+        return rc, losses, {int(r): d for r, d in WEIGHTS.findall(log)}, log
+
+
+def kill(pids):
+    for pid in pids:
+        if pid and pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--step-ms", type=float, default=150, help="pause after every step, so the failures land mid-run")
+    ap.add_argument("--d-model", type=int, default=64)
+    args = ap.parse_args()
+    script_args = ["--steps", str(args.steps), "--d-model", str(args.d_model), "--backend", "gloo",
+                   "--step-ms", str(args.step_ms)]
+    work = tempfile.mkdtemp(prefix="ftrun-demo-")
+
+    say(f"1/2 failure-free reference run: train_gpt.py on {NODES} nodes x {PER_NODE} ranks, {args.steps} steps")
+    ref = Run(work, "reference", script_args, echo=False)
+    rc, want_loss, want_weights, log = ref.finish()
+    if rc != 0 or len(want_loss) != args.steps:
+        sys.stdout.write(log[-4000:])
+        say(f"FAIL: the reference run ended with exit {rc}")
+        return 1
+    say(f"reference: loss {float.fromhex(want_loss[0]):.5f} at step 0, "
+        f"{float.fromhex(want_loss[args.steps - 1]):.5f} at step {args.steps - 1}")
+
+    say(f"2/2 the same run on {NODES} nodes + 1 spare, with a rank and then a whole node SIGKILLed")
+    run = Run(work, "faults", script_args, echo=True)
+    kill_at = [args.steps // 4, args.steps // 2]
     for restarts, what in enumerate(["rank", "node"]):
-        st = wait_until(lambda s: s["restarts"] == restarts and s["phase"] == "running" and
-                        (s["committed_version"] or 0) >= 15 * (restarts + 1))
+        st = run.wait_until(lambda s: s["restarts"] == restarts and s["phase"] == "running" and
+                            (s["committed_version"] or 0) >= kill_at[restarts])
         if not st:
             break
         node = 1
         agent = st["nodes"][node]["agent"]
-        ast = read(st["agents"][agent]["status_file"]) or {}
-        ranks = [r["pid"] for r in ast.get("ranks", []) if r.get("pid")]
-        pids = ranks[:1] if what == "rank" else ranks + [st["agents"][agent]["pid"]]
-        say(f"committed version {st['committed_version']}: SIGKILL " +
-            (f"rank pid {pids[0]} on node {node}" if what == "rank" else f"the whole of node {node} (agent and ranks)"))
-        for pid in pids:
-            if pid > 0:
-                os.kill(pid, signal.SIGKILL)
-    rc = runner.wait()
-    t.join()
-    st = read(status) or {}
-    got = {int(k): v for k, v in DIGEST.findall("".join(log))}
+        ranks = [r["pid"] for r in (read(st["agents"][agent]["status_file"]) or {}).get("ranks", []) if r.get("pid")]
+        if what == "rank":
+            say(f"committed version {st['committed_version']}: SIGKILL rank pid {ranks[:1]} on node {node}")
+            kill(ranks[:1])
+        else:
+            say(f"committed version {st['committed_version']}: SIGKILL node {node} whole "
+                f"(agent pid {st['agents'][agent]['pid']} and ranks {ranks}, their RAM copies with them)")
+            kill(ranks + [st["agents"][agent]["pid"]])
+    rc, got_loss, got_weights, _ = run.finish()
+    st = read(run.status) or {}
     for r in st.get("recoveries", [])[1:]:
-        say(f"recovery, epoch {r['epoch']} ({r['reason']}): ranks restarted {r['detect_to_start_ms']:.0f} ms after "
-            f"detection")
-    ok = rc == 0 and got == golden and st.get("restarts", 0) >= 2
-    for r in sorted(golden):
-        say(f"rank {r}: failure-free {golden[r]}  recovered {got.get(r, 'missing')}")
-    say(("PASS: every rank ended bit-identical to the failure-free run after %d restarts" % st.get("restarts", 0))
-        if ok else f"FAIL: runner exit {rc}")
+        say(f"recovery, epoch {r['epoch']} ({r['reason']}): ranks restarted {r['detect_to_start_ms']:.0f} ms "
+            "after detection (the agents' lines above break down the rest: 'connect' is the new ranks' Python "
+            "start-up and import torch)")
+    same_loss = [s for s in range(args.steps) if got_loss.get(s) == want_loss.get(s)]
+    say(f"losses equal to the reference, bit for bit: {len(same_loss)} of {args.steps} steps")
+    for r in sorted(want_weights):
+        say(f"rank {r} final weights: reference {want_weights[r][:16]}...  recovered "
+            f"{got_weights.get(r, 'missing')[:16]}...")
+    ok = rc == 0 and len(same_loss) == args.steps and got_weights == want_weights and st.get("restarts", 0) >= 2
+    say(f"PASS: after {st.get('restarts', 0)} restarts, every loss and every rank's weights are bit-identical "
+        "to the failure-free run" if ok else f"FAIL: runner exit {rc}, restarts {st.get('restarts', 0)}")
+    say(f"configs, status files and agent run directories: {work}")
     return 0 if ok else 1
 
 
