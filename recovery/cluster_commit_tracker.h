@@ -18,6 +18,9 @@ class ClusterCommitTracker : public CommitTracker {
   void Committed(uint64_t version) {
     if (!committed_ || version > *committed_) committed_ = version;
   }
+  // The coordinator restores an older version from disk (more nodes were
+  // lost than the replicas cover): the newer commits are void.
+  void Rewind(uint64_t version) { committed_ = version; }
 
  private:
   std::optional<uint64_t> committed_;

@@ -117,6 +117,7 @@ std::string Encode(const PullMsg& m) {
     w.Put<uint32_t>(static_cast<uint32_t>(holders.size()));
     for (uint32_t h : holders) w.Put<uint32_t>(h);
   }
+  w.Put<uint8_t>(m.from_disk ? 1 : 0);
   return w.data();
 }
 
@@ -130,6 +131,7 @@ Status Decode(const std::string& payload, PullMsg* m) {
     holders.resize(r.GetCount(4));
     for (auto& h : holders) h = r.Get<uint32_t>();
   }
+  m->from_disk = r.Get<uint8_t>() != 0;
   return Done(r, "pull");
 }
 

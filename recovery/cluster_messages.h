@@ -91,6 +91,7 @@ struct PullMsg {
   uint64_t epoch = 0;
   uint64_t version = 0;
   std::vector<std::pair<int32_t, std::vector<uint32_t>>> ranks;  // rank -> agents holding it
+  bool from_disk = false;  // read the ranks from the persist directory (no holders)
 };
 
 struct StartMsg {

@@ -191,6 +191,7 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
     phase_ = Phase::kRecovering;
     for (auto& [id, x] : agents_) x.halted = x.ready = true;
     recoveries_.push_back({epoch_, "job start", now, std::nullopt});
+    if (!committed_) RestoreFromDisk();
     return MaybeStart(now);
   }
   if (same_slot) {
@@ -220,6 +221,7 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
         auto h = HoldersAlive(rank, *committed_);
         p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
+      if (disk_restore_) p = DiskPull(m.slot);
       BroadcastMembership();
       out_->Send(from, ClusterMsg::kPull, Encode(p));  // it answers kReady, even with nothing to pull
     }
@@ -259,10 +261,16 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   }
   if (!CheckCoverage("")) return;
   // A node's agent that lacks its own shards of the committed version (a
-  // replacement whose pull this recovery interrupted) pulls them again.
+  // replacement whose pull this recovery interrupted) pulls them again; or,
+  // going back to a version on disk, every node reads its ranks from there.
   bool pulls = false;
   for (auto& [id, a] : agents_) {
     if (!a.alive || a.slot < 0 || !committed_) continue;
+    if (disk_restore_) {
+      a.ready = false;
+      out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+      continue;
+    }
     PullMsg p{epoch_, *committed_, {}};
     for (int rank : SlotRanks(a.slot)) {
       auto h = HoldersAlive(rank, *committed_);
@@ -280,6 +288,28 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   MaybeStart(now);
 }
 
+// No agent holds a committed version: start from the newest one complete in
+// the persist directory, if any. Every node reads its own ranks from disk
+// (a pull with no holders) and answers kHeld, then kReady.
+void Coordinator::RestoreFromDisk() {
+  if (!o_.disk_version) return;
+  std::optional<uint64_t> v = o_.disk_version();
+  if (!v) return;
+  committed_ = v;
+  FTRUN_LOG_WARN("no committed version in any agent's RAM: restoring version {} from the persist directory", *v);
+  for (auto& [id, a] : agents_) {
+    if (!a.alive || a.slot < 0) continue;
+    a.ready = false;
+    out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+  }
+}
+
+PullMsg Coordinator::DiskPull(int slot) const {
+  PullMsg p{epoch_, committed_.value_or(0), {}, true};
+  for (int rank : SlotRanks(slot)) p.ranks.push_back({rank, {}});
+  return p;
+}
+
 bool Coordinator::CheckCoverage(const std::string& detail) {
   if (!committed_) return true;
   std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
@@ -287,6 +317,15 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
+  if (std::optional<uint64_t> d = o_.disk_version ? o_.disk_version() : std::nullopt) {
+    FTRUN_LOG_WARN("ranks {} have no complete copy of committed version {} on any live node: going back to version "
+                   "{}, the newest complete in the persist directory ({} steps lost)",
+                   Join(uncovered), *committed_, *d, *committed_ - std::min(*committed_, *d));
+    committed_ = d;
+    held_.clear();
+    disk_restore_ = true;
+    return true;
+  }
   Stop(1, "ranks " + Join(uncovered) + " have no complete copy of committed version " + std::to_string(*committed_) +
               " on any live node (cluster.replicas: " + std::to_string(o_.replicas) +
               "; more nodes were lost than that covers)" + detail);
@@ -314,7 +353,9 @@ void Coordinator::AssignReplacements(Time now) {
     spare->halted = true;
     spare->ready = false;
     BroadcastMembership();
-    {
+    if (disk_restore_) {
+      out_->Send(spare->id, ClusterMsg::kPull, Encode(DiskPull(static_cast<int>(s))));
+    } else {
       PullMsg p{epoch_, committed_.value_or(0), {}};
       for (int rank : SlotRanks(static_cast<int>(s))) {
         auto h = HoldersAlive(rank, committed_.value_or(0));
@@ -341,6 +382,7 @@ void Coordinator::MaybeStart(Time now) {
   m.master_port = o_.master_port;
   for (size_t s = 0; s < slots_.size(); ++s) out_->Send(SlotAgent(static_cast<int>(s))->id, ClusterMsg::kStart, Encode(m));
   phase_ = Phase::kRunning;
+  disk_restore_ = false;
   waiting_since_.reset();
   if (!recoveries_.empty()) recoveries_.back().started = now;
   FTRUN_LOG_INFO("epoch {}: started {} nodes from {}", epoch_, slots_.size(),

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -51,6 +52,10 @@ class Coordinator {
     std::chrono::milliseconds lost_node_timeout{60000};
     int max_restarts = 3;
     int master_port = 29500;
+    // With a persist directory: the newest version complete on disk, asked
+    // when the job forms with no committed version in any agent's RAM (a
+    // job started again after it was killed whole).
+    std::function<std::optional<uint64_t>()> disk_version;
   };
 
   class Outbox {
@@ -100,6 +105,8 @@ class Coordinator {
   void BeginRecovery(const std::string& reason, int exit_code, Time now);
   // Stops the job, naming them, if some rank has no live copy of the
   // committed version; false then.
+  void RestoreFromDisk();
+  PullMsg DiskPull(int slot) const;  // read the slot's ranks of committed_ from disk
   bool CheckCoverage(const std::string& detail);
   void AssignReplacements(Time now);
   void Assign(AgentInfo& a, int slot);
@@ -134,6 +141,7 @@ class Coordinator {
   std::vector<RecoveryRecord> recoveries_;
   Time last_heartbeat_sent_{};
   bool done_ = false;
+  bool disk_restore_ = false;  // this recovery goes back to a version on disk
   int exit_code_ = 0;
   std::string exit_message_;
 };

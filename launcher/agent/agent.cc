@@ -88,7 +88,10 @@ Status Agent::Setup() {
     if (RankSlot* s = SlotByRank(rank)) RankEvent(*s, &RankSlot::first_step);
     if (cluster()) ClusterRankSaved(rank, version);
   };
-  service_->on_committed = [this](uint64_t) { status_dirty_ = true; };
+  service_->on_committed = [this](uint64_t version) {
+    status_dirty_ = true;
+    PersistCommitted(version);
+  };
 
   FTRUN_RETURN_IF_ERROR(BecomeSubreaper());
   ::signal(SIGPIPE, SIG_IGN);
@@ -124,9 +127,15 @@ int Agent::Run() {
                  o_.node_rank, o_.local_ranks, o_.first_global_rank, o_.first_global_rank + o_.local_ranks - 1,
                  o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
                  lock_.socket_path());
+  s = RestoreFromDisk();
+  if (!s.ok()) {
+    FTRUN_LOG_ERROR("cannot restore from the persist directory: {}", s.message());
+    return 2;
+  }
   if (cluster()) state_ = State::kIdle;  // the coordinator says when to start
   else SpawnGeneration();
   Loop();
+  DrainPersist();
   WriteStatus();
   return exit_code_;
 }
@@ -147,6 +156,7 @@ void Agent::Loop() {
       else if (tag == kSignalTag) Signals();
       else if (tag == kTimerTag) Tick();
       else if (tag == kTransportTag) TransportEvents();
+      else if (tag == kFlushTag) flusher_->OnEvent(Clock::now());
       else {
         if (events[i].events & EPOLLOUT) Writable(tag);
         if (events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) Readable(tag);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "launcher/agent/connection.h"
+#include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/options.h"
 #include "launcher/agent/replicator.h"
@@ -98,6 +99,17 @@ class Agent {
   void WriteStatus();
   RankSlot* SlotByRank(int global_rank);
 
+  // The persist directory (agent_persist.cc).
+  bool persist() const;
+  void PersistCommitted(uint64_t version);
+  void DrainPersist();
+  Status RestoreFromDisk();
+  Status LoadFromDisk(const class PersistReader& reader, uint64_t version, const std::vector<int>& ranks,
+                      uint64_t* bytes);
+  Status LoadRankFromDisk(const class PersistReader& reader, Manifest* m, uint64_t* bytes);
+  void PullFromDisk(const PullMsg& m);
+  void DropFilesAbove(uint64_t version, const std::vector<int>& ranks);
+
   // Multi-node (agent_cluster.cc).
   bool cluster() const { return !o_.coordinator.empty(); }
   Status SetupCluster();
@@ -151,6 +163,8 @@ class Agent {
   static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
   static constexpr uint64_t kSignalTag = 2;
   static constexpr uint64_t kTimerTag = 3;
+  static constexpr uint64_t kFlushTag = 5;  // (4: the transport's)
+  std::unique_ptr<Flusher> flusher_;  // created at the first commit with persist.dir set
   bool draining_ = false;
   Clock::time_point drain_deadline_;
   std::vector<pid_t> stragglers_;  // groups that outlived kDrainBound

@@ -208,6 +208,7 @@ void Agent::StartPulls(const PullMsg& m) {
   pull_failed_ = false;
   pull_epoch_ = m.epoch;
   pull_started_ = Clock::now();
+  if (m.from_disk) return PullFromDisk(m);
   for (const auto& [rank, holders] : m.ranks) {
     if (store_->Find(rank, m.version)) {  // already here (an earlier pull finished)
       ByteWriter w;

@@ -236,6 +236,7 @@ void Agent::Tick() {
   }
   auto now = Clock::now();
   service_->Tick(now);
+  if (flusher_) flusher_->Tick(now);
   if (listen_paused_until_ && now >= *listen_paused_until_) {
     listen_paused_until_.reset();
     epoll_event ev{};
@@ -319,6 +320,7 @@ void Agent::WriteStatus() {
   j["store"] = {{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
                 {"reserved_bytes", st.reserved_bytes},
                 {"chunks", st.chunks}, {"versions", st.versions}, {"prefaulted", reported_prefaulted_}};
+  if (flusher_) j["persist"] = flusher_->StatusJson();
   j["ranks"] = json::array();
   for (const RankSlot& s : slots_) {
     j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"finished", s.finished},

@@ -23,6 +23,7 @@
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/config/config.h"
+#include "plugin/persist/persist_reader.h"
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
 #include "recovery/coordinator.h"
@@ -167,6 +168,10 @@ Status Runner::Setup() {
   }
 
   job_id_ = config_.job.id;
+  if (job_id_.empty() && !config_.persist.dir.empty()) {
+    FTRUN_LOG_WARN("persist.dir is set but job.id is not: this run's versions go under a new job id, and a later "
+                   "run can resume from them only with job.id set to it");
+  }
   if (job_id_.empty()) {
     // Inside a Slurm allocation the id names it, so the epilog finds what
     // the job left in the run directory (integration/slurm/epilog.sh).
@@ -201,6 +206,20 @@ Status Runner::Setup() {
   co.lost_node_timeout = config_.cluster.lost_node_timeout;
   co.max_restarts = config_.job.max_restarts;
   co.master_port = o_.master_port;
+  if (!config_.persist.dir.empty()) {
+    int world = 0;
+    for (const auto& n : nodes_) world += static_cast<int>(n.slots.size());
+    co.disk_version = [dir = config_.persist.dir, job = job_id_, world]() -> std::optional<uint64_t> {
+      PersistReader reader(nullptr, dir, job, world);
+      std::vector<uint64_t> versions;
+      std::vector<std::string> skipped;
+      Status s = reader.ListComplete(&versions, &skipped);
+      for (const auto& why : skipped) FTRUN_LOG_WARN("persist: {} ignored: {}", reader.job_dir(), why);
+      if (!s.ok()) FTRUN_LOG_ERROR("persist: cannot read {}: {}", reader.job_dir(), s.message());
+      if (!s.ok() || versions.empty()) return std::nullopt;
+      return versions.front();
+    };
+  }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
 
   signal_fd_.Reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
@@ -332,6 +351,7 @@ void Runner::WriteStatus() {
   last_status_ = Clock::now();
   nlohmann::json j = coord_->StatusJson(Clock::now());
   j["job_id"] = job_id_;
+  j["persist_dir"] = config_.persist.dir;
   j["job_dir"] = job_dir_;
   j["coordinator"] = transport_->address();
   j["runner_pid"] = ::getpid();
@@ -390,7 +410,11 @@ void Runner::Loop() {
     }
     if (coord_->done()) {
       if (!ending_since_) ending_since_ = now;
-      if (now - *ending_since_ > config_.job.stop_grace + std::chrono::seconds(10)) {
+      // Agents end by writing the last committed version to disk (bounded
+      // by persist.drain_timeout) when a persist dir is set.
+      auto bound = config_.job.stop_grace + std::chrono::seconds(10) +
+                   (config_.persist.dir.empty() ? std::chrono::milliseconds(0) : config_.persist.drain_timeout);
+      if (now - *ending_since_ > bound) {
         for (const AgentProc& a : agents_) {
           if (a.pid) {
             FTRUN_LOG_WARN("agent {} did not exit: SIGKILL", a.id);

@@ -82,13 +82,25 @@ std::string RestartLine(const json& n, const json& r) {
   return line + ", version " + Str(r, "version");
 }
 
+// The flusher of a node: "v12 +3" (the newest version on disk, committed
+// versions not on disk yet), "FAILING" while the disk fails; "-" without a
+// persist dir.
+std::string Disk(const json& agent) {
+  if (!agent.contains("persist")) return "-";
+  const json& p = agent["persist"];
+  std::string s = p["last_written_version"].is_null() ? "none" : "v" + Str(p, "last_written_version");
+  s += " +" + Str(p, "backlog_versions");
+  if (p.value("failures_in_a_row", 0) > 0) s += " FAILING";
+  return s;
+}
+
 void PrintNodes(const json& st) {
   std::vector<std::string> restarts_done;
-  std::printf("\n%-5s %-6s %-22s %-6s %-8s %-10s %-24s %-10s %s\n", "node", "agent", "address", "ranks", "rack",
-              "state", "store used / capacity", "committed", "restarts");
+  std::printf("\n%-5s %-6s %-22s %-6s %-8s %-10s %-24s %-10s %-14s %s\n", "node", "agent", "address", "ranks", "rack",
+              "state", "store used / capacity", "committed", "disk +backlog", "restarts");
   for (const auto& n : st["nodes"]) {
     json agent;
-    std::string err, state = "lost", store = "-", committed = "-", restarts = "-";
+    std::string err, state = "lost", store = "-", committed = "-", restarts = "-", disk = "-";
     if (!n["agent"].is_null()) {
       const int id = n["agent"].get<int>();
       for (const auto& a : st["agents"]) {
@@ -96,15 +108,19 @@ void PrintNodes(const json& st) {
           state = Str(agent, "state");
           store = Size(agent["store"], "used_bytes") + " / " + Size(agent["store"], "capacity_bytes");
           committed = Str(agent, "committed_version");
+          disk = Disk(agent);
           restarts = Str(agent, "restarts");
           for (const auto& r : agent["recoveries"]) restarts_done.push_back(RestartLine(n, r));
         }
       }
       if (agent.is_null()) state = "no status";
     }
-    std::printf("%-5s %-6s %-22s %-6s %-8s %-10s %-24s %-10s %s\n", Str(n, "node").c_str(), Str(n, "agent").c_str(),
-                Str(n, "address").c_str(), Str(n, "ranks").c_str(), Str(n, "rack", "").c_str(), state.c_str(),
-                store.c_str(), committed.c_str(), restarts.c_str());
+    std::printf("%-5s %-6s %-22s %-6s %-8s %-10s %-24s %-10s %-14s %s\n", Str(n, "node").c_str(),
+                Str(n, "agent").c_str(), Str(n, "address").c_str(), Str(n, "ranks").c_str(), Str(n, "rack", "").c_str(),
+                state.c_str(), store.c_str(), committed.c_str(), disk.c_str(), restarts.c_str());
+    if (agent.contains("persist") && !agent["persist"].value("last_error", std::string()).empty()) {
+      std::printf("      disk error: %s\n", agent["persist"]["last_error"].get<std::string>().c_str());
+    }
   }
   std::string spares;
   for (const auto& s : st["spares"]) spares += (spares.empty() ? "" : ", ") + Str(s, "agent") + " at " + Str(s, "address");
@@ -212,7 +228,12 @@ int RunStatusCommand(int argc, char** argv) {
                   Str(st, "runner_pid").c_str());
     }
     if (!finished) PrintRedundancy(st);
-    std::printf("flush to disk: not configured (this build keeps committed versions in RAM only)\n");
+    if (st.value("persist_dir", std::string()).empty()) {
+      std::printf("disk: persist.dir not set (committed versions live in RAM only)\n");
+    } else {
+      std::printf("disk: %s (each node's newest version there, and its backlog, below)\n",
+                  st["persist_dir"].get<std::string>().c_str());
+    }
     PrintNodes(st);
     PrintRecoveries(st);
   }

@@ -20,6 +20,7 @@ namespace {
 constexpr uint64_t kMinChunk = 64ull << 10;
 constexpr uint64_t kMaxChunk = 1ull << 30;
 constexpr size_t kMaxJobIdLength = 64;
+constexpr uint64_t kMinRateLimit = 1ull << 20;
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
@@ -149,6 +150,39 @@ const Key kKeys[] = {
        return c.cluster.lost_node_timeout.count() > 0 ? nullptr : "a duration > 0 like 60s";
      },
      [](const Config& c) { return Millis(c.cluster.lost_node_timeout); }},
+    {"persist", "dir", "a directory path, or \"\" for no disk copies",
+     [](const std::string& t, Config* c) { return c->persist.dir = t, Status::Ok(); }, nullptr,
+     [](const Config& c) { return Quote(c.persist.dir); }},
+    {"persist", "every_versions", "an integer >= 0",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->persist.every_versions); },
+     [](const Config& c) -> const char* { return c.persist.every_versions >= 0 ? nullptr : "an integer >= 0"; },
+     [](const Config& c) { return std::to_string(c.persist.every_versions); }},
+    {"persist", "every_seconds", "a duration like 300s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->persist.every_seconds); },
+     [](const Config& c) -> const char* {
+       return c.persist.every_seconds.count() >= 0 ? nullptr : "a duration >= 0 like 300s";
+     },
+     [](const Config& c) { return Millis(c.persist.every_seconds); }},
+    {"persist", "keep", "an integer >= 1",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 1", &c->persist.keep); },
+     [](const Config& c) -> const char* { return c.persist.keep >= 1 ? nullptr : "an integer >= 1"; },
+     [](const Config& c) { return std::to_string(c.persist.keep); }},
+    {"persist", "rate_limit", "a size per second like 500MiB, or 0 for unlimited",
+     [](const std::string& t, Config* c) { return ParseSize(t, &c->persist.rate_limit); },
+     [](const Config& c) -> const char* {
+       uint64_t v = c.persist.rate_limit;
+       return v == 0 || v >= kMinRateLimit ? nullptr : "0 (unlimited) or at least 1MiB per second, like 500MiB";
+     },
+     [](const Config& c) { return Bytes(c.persist.rate_limit); }},
+    {"persist", "direct_io", "true or false",
+     [](const std::string& t, Config* c) { return ParseBool(t, &c->persist.direct_io); }, nullptr,
+     [](const Config& c) { return std::string(c.persist.direct_io ? "true" : "false"); }},
+    {"persist", "drain_timeout", "a duration like 60s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->persist.drain_timeout); },
+     [](const Config& c) -> const char* {
+       return c.persist.drain_timeout.count() >= 0 ? nullptr : "a duration >= 0 like 60s";
+     },
+     [](const Config& c) { return Millis(c.persist.drain_timeout); }},
     {"agent", "run_dir", "a directory path",
      [](const std::string& t, Config* c) { return c->agent.run_dir = t, Status::Ok(); },
      [](const Config& c) -> const char* {
@@ -172,7 +206,13 @@ const Key kKeys[] = {
      [](const Config& c) { return std::to_string(c.agent.ranks_per_node); }},
 };
 
-const char* const kSections[] = {"job", "store", "agent", "cluster"};
+const char* const kSections[] = {"job", "store", "agent", "cluster", "persist"};
+
+std::string SectionList() {
+  std::string out;
+  for (const char* s : kSections) out += (out.empty() ? "" : ", ") + std::string(s);
+  return out;
+}
 
 std::string KnownKeys(const std::string& section) {
   std::string out;
@@ -232,6 +272,7 @@ Status ParseSection(const std::string& file, const std::string& section, const Y
       return Error(loc, field, std::string("expected ") + expected + ", got " + Quote(text));
     }
     if (field == "store.memory_budget") c->store.memory_budget_loc = loc;
+    if (field == "persist.dir") c->persist.dir_loc = loc;
   }
   return Status::Ok();
 }
@@ -256,7 +297,7 @@ Status ParseDocument(const std::string& file, const std::string& yaml_text, Conf
   if (root.IsNull()) return Status::Ok();
   if (!root.IsMap()) {
     return Error(LocOf(file, root.Mark()), "",
-                 "expected a map with sections job, store, agent, got " + Describe(root));
+                 "expected a map with sections " + SectionList() + ", got " + Describe(root));
   }
   std::set<std::string> seen;
   for (const auto& kv : root) {
@@ -266,7 +307,7 @@ Status ParseDocument(const std::string& file, const std::string& yaml_text, Conf
     const std::string& name = kv.first.Scalar();
     bool known = false;
     for (const char* s : kSections) known = known || name == s;
-    if (!known) return Error(loc, name, "unknown key (known: job, store, agent)");
+    if (!known) return Error(loc, name, "unknown key (known: " + SectionList() + ")");
     if (!seen.insert(name).second) return Error(loc, name, "duplicate key");
     if (kv.second.IsNull()) continue;  // "job:" with nothing under it
     if (!kv.second.IsMap()) {
@@ -298,6 +339,7 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
   Config c;
   c.source = source_name.empty() ? "<input>" : source_name;
   c.store.memory_budget_loc = SourceLoc{c.source, 0, 0};
+  c.persist.dir_loc = SourceLoc{c.source, 0, 0};
   Status st;
   try {
     st = ParseDocument(c.source, yaml_text, &c);
@@ -343,6 +385,12 @@ Status ValidateConfig(const Config& c) {
     return Error(s.memory_budget_loc, "store.memory_budget",
                  FormatSize(s.memory_budget) + " is smaller than one chunk (store.chunk_size = " +
                      FormatSize(s.chunk_size) + "); raise it or lower store.chunk_size");
+  }
+  const PersistConfig& p = c.persist;
+  if (!p.dir.empty() && p.every_versions == 0 && p.every_seconds.count() == 0) {
+    return Error(p.dir_loc, "persist.dir",
+                 "'" + p.dir + "' is set but nothing triggers a write: persist.every_versions is 0 and " +
+                     "persist.every_seconds is 0s; set one of them above 0");
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 //   store: { memory_budget, chunk_size, snapshot_bytes, prefault }
 //   agent: { run_dir, log_level, ranks_per_node }
 //   cluster: { replicas, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout }
+//   persist: { dir, every_versions, every_seconds, keep, rate_limit, direct_io, drain_timeout }
 // Missing keys and sections take the defaults below; unknown keys, wrong node
 // types and out-of-range values are errors.
 //
@@ -69,12 +70,28 @@ struct ClusterConfig {
   std::chrono::milliseconds lost_node_timeout{60000};    // cluster.lost_node_timeout, > 0
 };
 
+// Committed versions written lazily to disk (plugin/persist/). A version is
+// written when every_versions committed versions or every_seconds have
+// passed since the last one written, whichever comes first.
+struct PersistConfig {
+  std::string dir;                                  // persist.dir: root directory; "" = off
+  int every_versions = 0;                           // persist.every_versions, >= 0; 0 = not by count
+  std::chrono::milliseconds every_seconds{300000};  // persist.every_seconds (a duration), >= 0; 0s = not by time
+  int keep = 2;                                     // persist.keep: complete versions kept on disk, >= 1
+  uint64_t rate_limit = 0;                          // persist.rate_limit: bytes/s; 0 = unlimited, else >= 1MiB
+  bool direct_io = true;                            // persist.direct_io: O_DIRECT where the filesystem takes it
+  std::chrono::milliseconds drain_timeout{60000};   // persist.drain_timeout: on a clean stop, wait this long
+                                                    // for the last committed version to reach disk; 0s = no wait
+  SourceLoc dir_loc;                                // where dir came from
+};
+
 struct Config {
   std::string source;  // file path, or "<default>"
   JobConfig job;
   StoreConfig store;
   AgentConfig agent;
   ClusterConfig cluster;
+  PersistConfig persist;
 };
 
 // Parses and validates `yaml_text`; `source_name` is used in messages and as
@@ -90,7 +107,8 @@ Status LoadConfigFile(const std::string& path, Config* out);
 Config DefaultConfig();
 
 // Checks every field's range and the cross-field rules (the budget holds two
-// snapshots of every rank; the budget holds at least one chunk). Call it again
+// snapshots of every rank; the budget holds at least one chunk; a persist dir
+// needs a trigger). Call it again
 // after overriding fields, e.g. ranks_per_node from the command line.
 Status ValidateConfig(const Config& config);
 

@@ -61,6 +61,13 @@ TEST_CASE("DefaultConfig has the documented defaults", "[config]") {
   CHECK(c.agent.run_dir == "/tmp/ftrun");
   CHECK(c.agent.log_level == "info");
   CHECK(c.agent.ranks_per_node == 1);
+  CHECK(c.persist.dir.empty());
+  CHECK(c.persist.every_versions == 0);
+  CHECK(c.persist.every_seconds == milliseconds(300000));
+  CHECK(c.persist.keep == 2);
+  CHECK(c.persist.rate_limit == 0);
+  CHECK(c.persist.direct_io);
+  CHECK(c.persist.drain_timeout == milliseconds(60000));
   CHECK(ValidateConfig(c).ok());
 }
 
@@ -92,6 +99,13 @@ TEST_CASE("configs/default.yaml matches DefaultConfig", "[config]") {
   CHECK(c.agent.run_dir == d.agent.run_dir);
   CHECK(c.agent.log_level == d.agent.log_level);
   CHECK(c.agent.ranks_per_node == d.agent.ranks_per_node);
+  CHECK(c.persist.dir == d.persist.dir);
+  CHECK(c.persist.every_versions == d.persist.every_versions);
+  CHECK(c.persist.every_seconds == d.persist.every_seconds);
+  CHECK(c.persist.keep == d.persist.keep);
+  CHECK(c.persist.rate_limit == d.persist.rate_limit);
+  CHECK(c.persist.direct_io == d.persist.direct_io);
+  CHECK(c.persist.drain_timeout == d.persist.drain_timeout);
   CHECK(c.store.memory_budget_loc.file == path);
   CHECK(c.store.memory_budget_loc.line == 11);
   CHECK(c.store.memory_budget_loc.column == 3);
@@ -166,7 +180,9 @@ TEST_CASE("unknown keys are errors", "[config]") {
   ExpectError("store:\n  chunk_size: 1MiB\n  budget: 1GiB\n", 3, "store.budget",
               "unknown key (known: memory_budget, chunk_size, snapshot_bytes, prefault)");
   ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
-              "unknown key (known: job, store, agent)");
+              "unknown key (known: job, store, agent, cluster, persist)");
+  ExpectError("persist:\n  dir: /d\n  every: 10\n", 3, "persist.every",
+              "unknown key (known: dir, every_versions, every_seconds, keep, rate_limit, direct_io, drain_timeout)");
   ExpectError("agent:\n  log_level: info\n  log_level: warn\n", 3, "agent.log_level",
               "duplicate key");
 }
@@ -296,6 +312,65 @@ TEST_CASE("unreadable files are IoError naming the path", "[config]") {
   st = LoadConfigFile(dir.path(), &c);  // a directory
   CHECK(st.code() == Code::kIoError);
   CHECK(Contains(st.message(), dir.path()));
+}
+
+TEST_CASE("persist keys are read", "[config]") {
+  Config c;
+  Status st = ParseConfig(
+      "persist:\n"
+      "  dir: /var/ftrun/persist\n"
+      "  every_versions: 10\n"
+      "  every_seconds: 2m\n"
+      "  keep: 3\n"
+      "  rate_limit: 500MiB\n"
+      "  direct_io: off\n"
+      "  drain_timeout: 0s\n",
+      "p.yaml", &c);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  CHECK(c.persist.dir == "/var/ftrun/persist");
+  CHECK(c.persist.every_versions == 10);
+  CHECK(c.persist.every_seconds == milliseconds(120000));
+  CHECK(c.persist.keep == 3);
+  CHECK(c.persist.rate_limit == (500ull << 20));
+  CHECK_FALSE(c.persist.direct_io);
+  CHECK(c.persist.drain_timeout == milliseconds(0));
+  CHECK(c.persist.dir_loc.line == 2);
+  // Only one trigger is needed.
+  CHECK(ParseConfig("persist: {dir: /p, every_seconds: 0s, every_versions: 1}\n", "a.yaml", &c).ok());
+  CHECK(ParseConfig("persist: {dir: /p}\n", "b.yaml", &c).ok());  // every_seconds defaults to 300s
+  CHECK(ParseConfig("persist: {every_seconds: 0s}\n", "c.yaml", &c).ok());  // no dir: off
+}
+
+TEST_CASE("bad persist values name the field", "[config]") {
+  ExpectError("persist:\n  keep: 0\n", 2, "persist.keep", "expected an integer >= 1, got '0'");
+  ExpectError("persist:\n  every_versions: -1\n", 2, "persist.every_versions",
+              "expected an integer >= 0, got '-1'");
+  ExpectError("persist:\n  every_seconds: 300\n", 2, "persist.every_seconds",
+              "expected a duration like 30s, 500ms, 2m or 1h, got '300'");
+  ExpectError("persist:\n  rate_limit: 10KiB\n", 2, "persist.rate_limit",
+              "expected 0 (unlimited) or at least 1MiB per second, like 500MiB, got '10KiB'");
+  ExpectError("persist:\n  rate_limit: fast\n", 2, "persist.rate_limit", "got 'fast'");
+  ExpectError("persist:\n  direct_io: maybe\n", 2, "persist.direct_io", "expected true or false, got 'maybe'");
+  ExpectError("persist:\n  dir: [a, b]\n", 2, "persist.dir", "got a list");
+  ExpectError("persist:\n  drain_timeout: soon\n", 2, "persist.drain_timeout",
+              "expected a duration like 30s, 500ms, 2m or 1h, got 'soon'");
+  ExpectError("persist: /data\n", 1, "persist", "expected a map of persist settings");
+}
+
+TEST_CASE("a persist dir needs something to trigger a write", "[config]") {
+  ExpectError("job: {id: x}\npersist:\n  every_seconds: 0s\n  dir: /data/ckpt\n", 4, "persist.dir",
+              "'/data/ckpt' is set but nothing triggers a write: persist.every_versions is 0 and "
+              "persist.every_seconds is 0s; set one of them above 0");
+  Config c = DefaultConfig();
+  c.persist.dir = "/d";  // as if set from the command line
+  c.persist.every_seconds = milliseconds(0);
+  Status st = ValidateConfig(c);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().rfind("<default>: persist.dir: '/d' is set but nothing triggers a write", 0) == 0);
+  c = DefaultConfig();
+  c.persist.keep = 0;
+  CHECK(ValidateConfig(c).message() == "<default>: persist.keep: expected an integer >= 1, got 0");
 }
 
 }  // namespace

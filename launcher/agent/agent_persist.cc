@@ -1,0 +1,222 @@
+// The agent and the persist directory: the lazy flusher (flusher.h) is fed
+// every commit, and at start the agent restores its ranks' newest version
+// that is complete on disk, before its ranks start (one node) or before it
+// registers with the coordinator (a cluster: the coordinator then learns the
+// version from every node's catalog and starts the job from it).
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <unordered_set>
+
+#include "launcher/agent/agent.h"
+#include "plugin/common/log.h"
+#include "plugin/persist/disk_format.h"
+#include "plugin/persist/persist_reader.h"
+#include "plugin/persist/version_scan.h"
+
+namespace ftrun {
+
+namespace {
+
+constexpr uint64_t kDiskOwner = ~0ull - 7;  // the store reservation owner of a disk restore
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+bool Agent::persist() const { return !o_.config.persist.dir.empty(); }
+
+void Agent::PersistCommitted(uint64_t version) {
+  if (!persist() || slots_.empty()) return;
+  if (!flusher_) {
+    Flusher::Options f;
+    f.config = o_.config.persist;
+    f.job_id = o_.job_id;
+    f.world_size = o_.world_size;
+    f.node = o_.node_rank;
+    f.arena_base = arena_.base();
+    f.ranks = [this] {
+      std::vector<int> r;
+      for (const RankSlot& s : slots_) r.push_back(s.global_rank);
+      return r;
+    };
+    auto fl = std::make_unique<Flusher>(std::move(f), store_.get());
+    Status s = fl->Start();
+    if (s.ok()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kFlushTag;
+      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fl->event_fd(), &ev) != 0) s = Status::FromErrno("epoll_ctl", errno);
+    }
+    if (!s.ok()) {
+      FTRUN_LOG_ERROR("persist: cannot start the flusher: {}; versions stay in RAM only", s.message());
+      o_.config.persist.dir.clear();
+      return;
+    }
+    flusher_ = std::move(fl);
+  }
+  flusher_->OnCommitted(version, Clock::now());
+}
+
+void Agent::DrainPersist() {
+  if (!flusher_) return;
+  auto committed = service_->last_committed();
+  if (!committed || (flusher_->last_written() && *flusher_->last_written() >= *committed)) return;
+  FTRUN_LOG_INFO("persist: writing committed version {} before exiting (up to {} s)", *committed,
+                 o_.config.persist.drain_timeout.count() / 1000);
+  flusher_->Drain(o_.config.persist.drain_timeout);
+}
+
+Status Agent::RestoreFromDisk() {
+  // In a cluster the coordinator decides (PullFromDisk), once it knows every
+  // node's place in the job.
+  if (!persist() || slots_.empty() || cluster()) return Status::Ok();
+  auto t0 = Clock::now();
+  const std::string& dir = o_.config.persist.dir;
+  PersistReader reader(nullptr, dir, o_.job_id, o_.world_size);
+  std::vector<uint64_t> versions;
+  std::vector<std::string> skipped;
+  FTRUN_RETURN_IF_ERROR(reader.ListComplete(&versions, &skipped));
+  for (const auto& why : skipped) FTRUN_LOG_WARN("persist: {} ignored: {}", reader.job_dir(), why);
+  std::vector<int> ranks;
+  for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
+  for (uint64_t v : versions) {
+    uint64_t bytes = 0;
+    Status s = LoadFromDisk(reader, v, ranks, &bytes);
+    // Another job's, another world size's: an error that names the difference.
+    if (s.code() == Code::kFailedPrecondition) return s;
+    if (!s.ok()) {
+      FTRUN_LOG_WARN("persist: version {} on disk cannot be restored ({}); trying the next older one", v,
+                     s.message());
+      store_->DiscardAbove(std::nullopt);
+      continue;
+    }
+    for (const RankSlot& slot : slots_) {
+      if (cluster()) cluster_tracker_->Committed(v);
+      else tracker_->OnRankHeld(slot.global_rank, v);
+    }
+    FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
+                   "{:.0f} ms; training resumes after step {}",
+                   v, slots_.front().global_rank, slots_.back().global_rank, reader.job_dir(), bytes / 1048576.0,
+                   MsSince(t0), v);
+    status_dirty_ = true;
+    return Status::Ok();
+  }
+  if (!versions.empty()) {
+    return Status::Corruption("persist dir " + reader.job_dir() + ": no complete version could be read back");
+  }
+  FTRUN_LOG_INFO("persist: nothing of job {} in {} yet: a fresh start", o_.job_id, dir);
+  return Status::Ok();
+}
+
+Status Agent::LoadFromDisk(const PersistReader& reader, uint64_t version, const std::vector<int>& ranks,
+                           uint64_t* bytes) {
+  std::vector<Manifest> all;
+  FTRUN_RETURN_IF_ERROR(reader.LoadVersion(version, nullptr, &all));
+  for (Manifest& m : all) {
+    if (std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end() || store_->Find(m.rank, version)) continue;
+    FTRUN_RETURN_IF_ERROR(LoadRankFromDisk(reader, &m, bytes));
+  }
+  for (int rank : ranks) {
+    if (store_->Find(rank, version) == nullptr) {
+      return Status::NotFound("rank " + std::to_string(rank) + " is not in version " + std::to_string(version) +
+                              " on disk");
+    }
+  }
+  return Status::Ok();
+}
+
+// The coordinator found no committed version in RAM and restores `version`
+// from disk: read this node's ranks of it.
+void Agent::PullFromDisk(const PullMsg& m) {
+  auto t0 = Clock::now();
+  std::vector<int> ranks;
+  for (const auto& [rank, holders] : m.ranks) ranks.push_back(rank);
+  auto committed = service_->last_committed();
+  if (committed && *committed > m.version) {
+    // More nodes were lost than the replicas cover: the job goes back to the
+    // newest version on disk. Newer versions are void, here and on disk.
+    FTRUN_LOG_WARN("persist: going back from committed version {} to version {} on disk", *committed, m.version);
+    if (flusher_) flusher_->Rewind(m.version);
+    DropFilesAbove(m.version, ranks);
+    store_->DiscardAbove(m.version);
+    cluster_tracker_->Rewind(m.version);
+  }
+  PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
+  uint64_t bytes = 0;
+  Status s = persist() ? LoadFromDisk(reader, m.version, ranks, &bytes)
+                       : Status::FailedPrecondition("this agent has no persist.dir");
+  if (!s.ok()) {
+    ByteWriter w;
+    w.Put<uint64_t>(m.epoch);
+    w.PutString("node " + std::to_string(o_.node_rank) + " cannot restore version " + std::to_string(m.version) +
+                " from disk: " + s.message());
+    return SendToCoordinator(ClusterMsg::kFatal, w.data());
+  }
+  FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
+                 "{:.0f} ms; training resumes after step {}",
+                 m.version, ranks.front(), ranks.back(), reader.job_dir(), bytes / 1048576.0, MsSince(t0), m.version);
+  cluster_tracker_->Committed(m.version);
+  service_->OnCommitted(m.version);
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  std::vector<RankVersion> held;
+  for (int rank : ranks) held.push_back({rank, m.version});
+  PutRankVersions(held, &w);
+  SendToCoordinator(ClusterMsg::kHeld, w.data());
+  SendToCoordinator(ClusterMsg::kReady, EncodeU64(m.epoch));
+}
+
+// This node's marker and its ranks' manifests in versions above `version`:
+// a version of the old timeline must never be completed by the new one, and
+// the new one writes its own manifests there. (Each node removes its own
+// files, so nodes never race on a name; retention removes the rest.)
+void Agent::DropFilesAbove(uint64_t version, const std::vector<int>& ranks) {
+  Env* env = PosixEnv();
+  const std::string job_dir = PersistJobDir(o_.config.persist.dir, o_.job_id);
+  std::vector<uint64_t> versions;
+  if (!ListVersions(env, job_dir, &versions).ok()) return;
+  for (uint64_t v : versions) {
+    if (v <= version) continue;
+    const std::string dir = VersionDir(job_dir, v);
+    std::vector<std::string> files{dir + "/" + NodeMarkerName(o_.node_rank)};  // the marker first
+    for (int rank : ranks) files.push_back(dir + "/" + ManifestFileName(rank));
+    for (const std::string& f : files) {
+      if (!env->FileExists(f)) continue;
+      Status s = env->DeleteFile(f);
+      if (s.ok()) s = env->SyncDir(dir);
+      if (!s.ok()) FTRUN_LOG_ERROR("persist: cannot remove {}: {}", f, s.message());
+    }
+  }
+}
+
+// Reads one rank's chunks into the store (each checked against its hash by
+// the reader) and adds its manifest.
+Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_t* bytes) {
+  std::vector<ChunkRef*> want;
+  std::vector<uint64_t> lengths;
+  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
+  for (auto& t : m->tensors) {
+    for (auto& c : t.chunks) {
+      c.offset = kNoOffset;
+      if (!seen.insert(c.hash).second || store_->HoldChunk(kDiskOwner, c.hash)) continue;
+      want.push_back(&c);
+      lengths.push_back(c.length);
+    }
+  }
+  std::vector<uint64_t> offsets;
+  Status s = store_->Reserve(kDiskOwner, lengths, &offsets);
+  for (size_t i = 0; s.ok() && i < want.size(); ++i) {
+    want[i]->offset = offsets[i];
+    s = reader.ReadChunk(*want[i], arena_.base() + offsets[i]);
+    *bytes += want[i]->length;
+  }
+  if (s.ok()) s = store_->AddManifest(kDiskOwner, *m);
+  store_->ReleaseReservations(kDiskOwner);
+  return s;
+}
+
+}  // namespace ftrun

@@ -1,0 +1,245 @@
+#include "launcher/agent/flusher.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "plugin/common/log.h"
+#include "plugin/persist/retention.h"
+
+namespace ftrun {
+
+namespace {
+
+constexpr auto kMaxBackoff = std::chrono::seconds(60);
+
+double Ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+}  // namespace
+
+Flusher::Flusher(Options o, SnapshotStore* store) : o_(std::move(o)), store_(store) {}
+
+Flusher::~Flusher() {
+  if (writer_) writer_->Cancel();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (writing_) store_->Unpin(*writing_);
+}
+
+Status Flusher::Start() {
+  env_ = o_.env;
+  if (env_ == nullptr) {
+    PosixEnvOptions e;
+    e.direct_io = o_.config.direct_io;
+    own_env_ = NewPosixEnv(e);
+    env_ = own_env_.get();
+  }
+  PersistWriterOptions w;
+  w.dir = o_.config.dir;
+  w.job_id = o_.job_id;
+  w.world_size = o_.world_size;
+  w.node = o_.node;
+  w.rate_limit = o_.config.rate_limit;
+  w.env = env_;
+  writer_ = std::make_unique<PersistWriter>(w);
+  event_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!event_.valid()) return Status::FromErrno("eventfd", errno);
+  last_write_time_ = Clock::now();
+  thread_ = std::thread([this] { ThreadMain(); });
+  return Status::Ok();
+}
+
+void Flusher::OnCommitted(uint64_t version, Clock::time_point now) {
+  if (committed_ && version <= *committed_) return;
+  committed_ = version;
+  ++commits_since_write_;
+  MaybeStart(now, false);
+}
+
+void Flusher::Tick(Clock::time_point now) { MaybeStart(now, false); }
+
+void Flusher::MaybeStart(Clock::time_point now, bool ignore_backoff) {
+  if (writing_ || !committed_ || (last_written_ && *last_written_ >= *committed_)) return;
+  if (!ignore_backoff) {
+    if (failures_ > 0 && now < backoff_until_) return;
+    const PersistConfig& c = o_.config;
+    bool by_count = c.every_versions > 0 && commits_since_write_ >= c.every_versions;
+    bool by_time = c.every_seconds.count() > 0 && now - last_write_time_ >= c.every_seconds;
+    if (!by_count && !by_time && failures_ == 0) return;
+  }
+  Job job;
+  job.version = *committed_;
+  for (int rank : o_.ranks()) {
+    const Manifest* m = store_->Find(rank, job.version);
+    if (m == nullptr) {
+      FTRUN_LOG_WARN("persist: rank {} has no manifest of committed version {} on this node; not writing it",
+                     rank, job.version);
+      return;
+    }
+    job.manifests.push_back(*m);
+  }
+  if (job.manifests.empty()) return;  // a spare: nothing of its own
+  store_->Pin(job.version);
+  writing_ = job.version;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    job_ = std::move(job);
+  }
+  cv_.notify_all();
+}
+
+void Flusher::ThreadMain() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return quit_ || job_.has_value(); });
+      if (quit_) return;
+      job = std::move(*job_);
+      job_.reset();
+    }
+    Done d;
+    d.version = job.version;
+    PersistProgress before = writer_->Progress();
+    auto t0 = Clock::now();
+    std::vector<const Manifest*> ptrs;
+    for (const Manifest& m : job.manifests) ptrs.push_back(&m);
+    const char* base = o_.arena_base;
+    d.status = writer_->WriteVersion(job.version, ptrs, [base](const ChunkRef& c, const void** data) {
+      if (c.offset == kNoOffset) return Status::Corruption("chunk without a store offset");
+      *data = base + c.offset;
+      return Status::Ok();
+    });
+    d.took = Clock::now() - t0;
+    PersistProgress after = writer_->Progress();
+    d.progress.bytes_written = after.bytes_written - before.bytes_written;
+    d.progress.chunk_bytes_written = after.chunk_bytes_written - before.chunk_bytes_written;
+    d.progress.chunk_bytes_skipped = after.chunk_bytes_skipped - before.chunk_bytes_skipped;
+    if (d.status.ok() && o_.node == 0) d.retention = RunRetention(job.version);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = std::move(d);
+    }
+    uint64_t one = 1;
+    (void)::write(event_.get(), &one, sizeof one);
+  }
+}
+
+std::string Flusher::RunRetention(uint64_t protect) {
+  RetentionOptions r;
+  r.dir = o_.config.dir;
+  r.job_id = o_.job_id;
+  r.keep = o_.config.keep;
+  r.protect = protect;
+  r.node = o_.node;
+  r.env = env_;
+  RetentionResult res;
+  Status s = ApplyRetention(r, &res);
+  if (!s.ok()) return "retention failed: " + s.message();
+  if (res.deleted.empty()) return "";
+  return "retention deleted " + std::to_string(res.deleted.size()) + " older version(s), " +
+         std::to_string(res.chunks_deleted) + " chunk file(s)";
+}
+
+void Flusher::OnEvent(Clock::time_point now) {
+  uint64_t n;
+  while (::read(event_.get(), &n, sizeof n) > 0) {
+  }
+  std::optional<Done> d;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    d = std::move(done_);
+    done_.reset();
+  }
+  if (!d) return;
+  store_->Unpin(d->version);
+  writing_.reset();
+  bytes_written_ += d->progress.bytes_written;
+  chunk_bytes_skipped_ += d->progress.chunk_bytes_skipped;
+  if (d->status.ok()) {
+    last_written_ = d->version;
+    ++versions_written_;
+    commits_since_write_ = 0;
+    last_write_time_ = now;
+    last_rate_mb_s_ = d->took.count() > 0 ? d->progress.bytes_written / 1e6 / (d->took.count() / 1e9) : 0;
+    if (failures_ > 0) FTRUN_LOG_WARN("persist: the disk works again after {} failed write(s)", failures_);
+    failures_ = 0;
+    last_error_.clear();
+    FTRUN_LOG_INFO("persist: version {} on disk in {:.0f} ms ({:.1f} MiB written, {:.1f} MiB already there){}{}",
+                   d->version, Ms(d->took), d->progress.bytes_written / 1048576.0,
+                   d->progress.chunk_bytes_skipped / 1048576.0, d->retention.empty() ? "" : "; ", d->retention);
+  } else if (d->status.code() == Code::kUnavailable) {
+    FTRUN_LOG_WARN("persist: writing version {} stopped: {}", d->version, d->status.message());
+  } else {
+    ++failures_;
+    last_error_ = d->status.message();
+    auto backoff = std::min<std::chrono::milliseconds>(std::chrono::seconds(1) * (1 << std::min(failures_ - 1, 6)),
+                                                       kMaxBackoff);
+    backoff_until_ = now + backoff;
+    FTRUN_LOG_WARN("persist: writing version {} failed ({}); training goes on from RAM, retry in {} s", d->version,
+                   last_error_, backoff.count() / 1000);
+  }
+  MaybeStart(now, false);
+}
+
+std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
+  auto deadline = Clock::now() + bound;
+  while (true) {
+    auto now = Clock::now();
+    if (!writing_) MaybeStart(now, true);
+    if (!writing_) return last_written_;
+    if (now >= deadline) break;
+    pollfd p{event_.get(), POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 200)));
+    std::optional<uint64_t> before = writing_;
+    OnEvent(Clock::now());
+    if (before && !writing_ && failures_ > 0) return last_written_;  // the disk fails: no point waiting
+  }
+  FTRUN_LOG_WARN("persist: version {} not on disk after {} ms; stopping the write (newest on disk from this node: {})",
+                 *writing_, bound.count(), last_written_ ? std::to_string(*last_written_) : "none");
+  writer_->Cancel();  // the thread stops between writes and says so
+  pollfd p{event_.get(), POLLIN, 0};
+  ::poll(&p, 1, 5000);
+  OnEvent(Clock::now());
+  return last_written_;
+}
+
+void Flusher::Rewind(uint64_t version) {
+  if (writing_) {
+    writer_->Cancel();
+    pollfd p{event_.get(), POLLIN, 0};
+    while (writing_ && ::poll(&p, 1, 10000) > 0) OnEvent(Clock::now());
+    writer_->ClearCancel();
+  }
+  if (committed_ && *committed_ > version) committed_ = version;
+  if (last_written_ && *last_written_ > version) last_written_ = version;
+  commits_since_write_ = 0;
+}
+
+nlohmann::json Flusher::StatusJson() const {
+  nlohmann::json j;
+  j["dir"] = o_.config.dir;
+  j["state"] = writing_ ? "writing" : failures_ > 0 ? "backing off" : "idle";
+  j["writing_version"] = writing_ ? nlohmann::json(*writing_) : nlohmann::json(nullptr);
+  j["last_written_version"] = last_written_ ? nlohmann::json(*last_written_) : nlohmann::json(nullptr);
+  uint64_t backlog = 0;
+  if (committed_) backlog = last_written_ ? *committed_ - std::min(*committed_, *last_written_) : *committed_ + 1;
+  j["backlog_versions"] = backlog;  // committed versions newer than the newest on disk
+  j["versions_written"] = versions_written_;
+  j["bytes_written"] = bytes_written_;
+  j["bytes_skipped"] = chunk_bytes_skipped_;
+  j["last_rate_mb_s"] = last_rate_mb_s_;
+  j["failures_in_a_row"] = failures_;
+  j["last_error"] = last_error_;
+  return j;
+}
+
+}  // namespace ftrun

@@ -1,0 +1,124 @@
+// Flusher: the agent's lazy persistence (issue 4; DESIGN.md save path step
+// 6). When persist.every_versions commits or persist.every_seconds have
+// passed since the last version written, the newest committed version is
+// pinned in the store and this node's manifests of it go to a writer
+// thread, which writes the chunks not on disk yet (PersistWriter, paced by
+// persist.rate_limit) and the node's marker, then applies retention (node 0
+// only: on a shared directory one node deletes). The event loop learns the
+// end through event_fd() and unpins. Versions committed meanwhile are not
+// queued: the next write takes the newest one.
+//
+// Training never waits for it. A failing disk (ENOSPC, EIO) is logged, shown
+// in the status, and retried with a backoff (1 s doubling to 60 s); RAM is
+// untouched, so nothing committed is lost because the disk failed.
+//
+// Drain (at the job's end or on SIGTERM) writes the last committed version
+// if it is not on disk yet, waiting up to a bound.
+//
+// Threads: everything but the writer thread's body runs on the agent's
+// event loop.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plugin/common/fd.h"
+#include "plugin/config/config.h"
+#include "plugin/persist/env.h"
+#include "plugin/persist/persist_writer.h"
+#include "plugin/store/snapshot_store.h"
+
+namespace ftrun {
+
+class Flusher {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Options {
+    PersistConfig config;
+    std::string job_id;
+    int world_size = 0;
+    int node = 0;                       // names the marker; node 0 applies retention
+    const char* arena_base = nullptr;   // chunk offsets are relative to it
+    std::function<std::vector<int>()> ranks;  // this node's ranks, asked at each write
+    Env* env = nullptr;                 // nullptr: a PosixEnv with persist.direct_io
+  };
+
+  Flusher(Options o, SnapshotStore* store);
+  ~Flusher();  // cancels a write in progress and joins the thread
+
+  Status Start();
+  int event_fd() const { return event_.get(); }
+
+  // A version committed.
+  void OnCommitted(uint64_t version, Clock::time_point now);
+  // The writer thread finished (event_fd readable).
+  void OnEvent(Clock::time_point now);
+  // Timer: time-based writes and retries.
+  void Tick(Clock::time_point now);
+  // Writes the last committed version if it is not on disk yet, waiting up
+  // to `bound`; on timeout cancels. Returns the version on disk after it.
+  std::optional<uint64_t> Drain(std::chrono::milliseconds bound);
+  // The job goes back to `version` (restored from disk): stops a write in
+  // progress (waiting for the thread), forgets newer commits.
+  void Rewind(uint64_t version);
+
+  // Where the node's node is ("persist" in the agent's status JSON).
+  nlohmann::json StatusJson() const;
+  std::optional<uint64_t> last_written() const { return last_written_; }
+
+ private:
+  struct Job {
+    uint64_t version = 0;
+    std::vector<Manifest> manifests;
+  };
+  struct Done {
+    uint64_t version = 0;
+    Status status;
+    PersistProgress progress;  // of this write
+    std::chrono::nanoseconds took{0};
+    std::string retention;     // what retention did, for the log
+  };
+
+  void MaybeStart(Clock::time_point now, bool ignore_backoff);
+  void ThreadMain();
+  std::string RunRetention(uint64_t protect);
+
+  Options o_;
+  SnapshotStore* store_;
+  std::unique_ptr<Env> own_env_;
+  Env* env_ = nullptr;
+  std::unique_ptr<PersistWriter> writer_;
+  UniqueFd event_;
+  std::thread thread_;
+
+  // Event loop state.
+  std::optional<uint64_t> committed_;     // newest committed version
+  std::optional<uint64_t> last_written_;  // newest version this node wrote
+  std::optional<uint64_t> writing_;       // pinned, with the thread
+  int commits_since_write_ = 0;
+  Clock::time_point last_write_time_;
+  Clock::time_point backoff_until_;
+  int failures_ = 0;  // in a row
+  std::string last_error_;
+  uint64_t bytes_written_ = 0, chunk_bytes_skipped_ = 0, versions_written_ = 0;
+  double last_rate_mb_s_ = 0;
+
+  // Shared with the thread, guarded by mu_.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Job> job_;
+  std::optional<Done> done_;
+  bool quit_ = false;
+};
+
+}  // namespace ftrun

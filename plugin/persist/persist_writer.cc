@@ -1,0 +1,277 @@
+// PersistWriter: one committed version to disk, in crash-safe order.
+#include "plugin/persist/persist_writer.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "plugin/persist/disk_format.h"
+#include "plugin/persist/io_workers.h"
+
+namespace ftrun {
+namespace {
+
+std::string Parent(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+PersistWriter::PersistWriter(PersistWriterOptions options)
+    : options_(std::move(options)),
+      env_(options_.env != nullptr ? options_.env : PosixEnv()),
+      job_dir_(PersistJobDir(options_.dir, options_.job_id)),
+      limiter_(options_.rate_limit, options_.burst) {}
+
+void PersistWriter::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancel_ = true;
+  cv_.notify_all();
+}
+
+void PersistWriter::ClearCancel() { cancel_ = false; }
+
+PersistProgress PersistWriter::Progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return progress_;
+}
+
+void PersistWriter::Count(uint64_t PersistProgress::*field, uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_.*field += n;
+}
+
+Status PersistWriter::Stopped() const {
+  return Status::Unavailable("persist: writing " + writing_ + " to '" + job_dir_ + "' stopped (cancelled)");
+}
+
+Status PersistWriter::Pace(uint64_t n) {
+  if (cancel_) return Stopped();
+  auto now = options_.clock ? options_.clock() : std::chrono::steady_clock::now();
+  std::chrono::nanoseconds wait = limiter_.Debit(n, now);
+  if (wait.count() <= 0) return Status::Ok();
+  Count(&PersistProgress::throttle_ns, static_cast<uint64_t>(wait.count()));
+  if (options_.sleep) {
+    options_.sleep(wait);
+  } else {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, wait, [&] { return cancel_.load(); });
+  }
+  return cancel_ ? Stopped() : Status::Ok();
+}
+
+Status PersistWriter::CheckArgs(uint64_t version, const std::vector<const Manifest*>& manifests) const {
+  const std::string what = "persist: cannot write " + writing_ + " to '" + options_.dir + "': ";
+  if (options_.dir.empty()) return Status::InvalidArgument(what + "no persist dir given");
+  if (options_.job_id.empty() || options_.job_id.find('/') != std::string::npos || options_.job_id[0] == '.') {
+    return Status::InvalidArgument(what + "job id '" + options_.job_id + "' cannot name a directory");
+  }
+  if (options_.world_size <= 0 || options_.node < 0) {
+    return Status::InvalidArgument(what + "world size " + std::to_string(options_.world_size) + " and node " +
+                                   std::to_string(options_.node) + " must be > 0 and >= 0");
+  }
+  if (manifests.empty()) return Status::InvalidArgument(what + "no manifests given");
+  std::set<int> ranks;
+  for (const Manifest* m : manifests) {
+    if (m->version != version) {
+      return Status::InvalidArgument(what + "rank " + std::to_string(m->rank) + "'s manifest is for version " +
+                                     std::to_string(m->version));
+    }
+    if (m->rank < 0 || m->rank >= options_.world_size) {
+      return Status::InvalidArgument(what + "rank " + std::to_string(m->rank) + " is outside world size " +
+                                     std::to_string(options_.world_size));
+    }
+    if (!ranks.insert(m->rank).second) {
+      return Status::InvalidArgument(what + "rank " + std::to_string(m->rank) + " given twice");
+    }
+  }
+  return Status::Ok();
+}
+
+Status PersistWriter::CheckOwnMarker(uint64_t version, const NodeMarker& want, bool* done) {
+  *done = false;
+  const std::string path = VersionDir(job_dir_, version) + "/" + NodeMarkerName(options_.node);
+  std::string bytes;
+  NodeMarker have;
+  if (!env_->ReadFile(path, &bytes).ok() || !DecodeNodeMarker(bytes, path, &have).ok()) return Status::Ok();
+  auto key = [](const NodeMarker& m) {
+    std::map<int, std::pair<uint64_t, std::string>> k;
+    for (const auto& r : m.ranks) k[r.rank] = {r.manifest_size, r.manifest_checksum.ToHex()};
+    return k;
+  };
+  if (have.job_id == want.job_id && have.world_size == want.world_size && key(have) == key(want)) {
+    *done = true;  // a retry: this node's part is on disk already
+    return Status::Ok();
+  }
+  // Same version number, other contents: a version from before the job went
+  // back to an older one. Writing next to other nodes' old markers could mix
+  // the two; the caller must discard versions above the restored one first.
+  return Status::FailedPrecondition("persist: " + path + " already covers version " + std::to_string(version) +
+                                    " with other contents (left from before a restore to an older version?); "
+                                    "discard the versions above the restored one first (DiscardVersionsAbove)");
+}
+
+void PersistWriter::NeedDir(const std::string& d, SyncPlan* plan) const {
+  // A directory's name is durable once its parent was synced after it was
+  // made. One made by an earlier, failed call is not known to be: sync its
+  // parent too. Version directories are new each time.
+  if (durable_dirs_.count(d)) return;
+  plan->dirs.insert(Parent(d));
+  plan->now_durable.push_back(d);
+}
+
+Status PersistWriter::MakeDirs(uint64_t version, SyncPlan* plan) {
+  const std::string vdir = VersionDir(job_dir_, version);
+  for (const std::string& d : {options_.dir, job_dir_, ChunksDir(job_dir_), vdir}) {
+    FTRUN_RETURN_IF_ERROR(env_->CreateDir(d));
+    if (d != vdir) NeedDir(d, plan);
+  }
+  plan->dirs.insert(job_dir_);  // the version directory's name
+  plan->dirs.insert(vdir);      // the manifests' and chunks' names
+  return Status::Ok();
+}
+
+Status PersistWriter::WriteFileAtomically(const std::string& path, const std::vector<Piece>& pieces) {
+  const std::string tmp = TmpName(path, options_.node);
+  std::unique_ptr<WritableFile> f;
+  FTRUN_RETURN_IF_ERROR(env_->NewWritableFile(tmp, &f));
+  Status st;
+  uint64_t written = 0;
+  for (const Piece& p : pieces) {
+    if (st.ok()) st = f->Append(p.data, p.len);
+    if (st.ok()) written += p.len;
+  }
+  if (st.ok()) st = f->Sync();
+  Status closed = f->Close();
+  if (st.ok()) st = closed;
+  f.reset();
+  if (st.ok()) st = env_->RenameFile(tmp, path);
+  if (!st.ok()) {
+    (void)env_->DeleteFile(tmp);  // best effort: give back the space (ENOSPC)
+    return st;
+  }
+  Count(&PersistProgress::bytes_written, written);
+  return Status::Ok();
+}
+
+Status PersistWriter::WriteChunk(const ChunkRef& ref, const void* data, const std::string& subdir) {
+  if (cancel_) return Stopped();
+  char header[kChunkHeaderSize];
+  EncodeChunkHeader(ref.hash, ref.length, header);
+  std::vector<Piece> pieces = {{header, sizeof(header)}, {data, static_cast<size_t>(ref.length)}};
+  FTRUN_RETURN_IF_ERROR(WriteFileAtomically(subdir + "/" + ref.hash.ToHex(), pieces));
+  Count(&PersistProgress::chunks_written, 1);
+  Count(&PersistProgress::chunk_bytes_written, ref.length);
+  return Status::Ok();
+}
+
+Status PersistWriter::WriteChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source,
+                                  SyncPlan* plan) {
+  IoWorkers workers(options_.io_threads, 2 * static_cast<size_t>(options_.io_threads));
+  Status st = QueueChunks(manifests, source, &workers, plan);
+  Status done = workers.Finish();  // no worker touches the disk after this
+  return st.ok() ? done : st;
+}
+
+// Runs on the calling thread: existence checks, the source callback, the
+// hash check and the rate limit; the workers write.
+Status PersistWriter::QueueChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source,
+                                  IoWorkers* workers, SyncPlan* plan) {
+  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
+  for (const Manifest* m : manifests) {
+    for (const TensorManifest& t : m->tensors) {
+      for (size_t i = 0; i < t.chunks.size(); ++i) {
+        const ChunkRef& ref = t.chunks[i];
+        if (!seen.insert(ref.hash).second) continue;
+        if (cancel_) return Stopped();
+        const std::string subdir = ChunkSubdir(job_dir_, ref.hash);
+        uint64_t size = 0;
+        if (env_->GetFileSize(subdir + "/" + ref.hash.ToHex(), &size).ok() && size == kChunkHeaderSize + ref.length) {
+          Count(&PersistProgress::chunks_skipped, 1);
+          Count(&PersistProgress::chunk_bytes_skipped, ref.length);
+          if (!durable_.count(ref.hash)) {  // e.g. left by a failed or cancelled write
+            plan->dirs.insert(subdir);
+            NeedDir(subdir, plan);
+          }
+          continue;
+        }
+        FTRUN_RETURN_IF_ERROR(env_->CreateDir(subdir));
+        NeedDir(subdir, plan);
+        const void* data = nullptr;
+        const std::string which = "rank " + std::to_string(m->rank) + " tensor '" + t.info.name + "' chunk #" +
+                                  std::to_string(i) + " (" + ref.hash.ToHex() + ")";
+        FTRUN_RETURN_IF_ERROR(source(ref, &data).Annotate("cannot get the bytes of " + which));
+        if (options_.verify_source && HashBytes(data, ref.length) != ref.hash) {
+          return Status::Corruption("the bytes of " + which + " in memory do not match their hash; not written");
+        }
+        FTRUN_RETURN_IF_ERROR(Pace(kChunkHeaderSize + ref.length));
+        plan->dirs.insert(subdir);
+        FTRUN_RETURN_IF_ERROR(workers->Submit([this, ref, data, subdir] { return WriteChunk(ref, data, subdir); }));
+      }
+    }
+  }
+  plan->chunks = std::move(seen);
+  return Status::Ok();
+}
+
+Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Manifest*>& manifests,
+                                   const ChunkSource& source) {
+  writing_ = "version " + std::to_string(version);
+  FTRUN_RETURN_IF_ERROR(CheckArgs(version, manifests));
+  if (cancel_) return Stopped();
+  std::vector<std::string> files;
+  NodeMarker marker{options_.job_id, options_.world_size, version, options_.node, {}};
+  for (const Manifest* m : manifests) {
+    files.push_back(EncodeManifestFile(options_.job_id, options_.world_size, *m));
+    marker.ranks.push_back({m->rank, files.back().size(), FileChecksum(files.back())});
+  }
+  bool done = false;
+  FTRUN_RETURN_IF_ERROR(CheckOwnMarker(version, marker, &done));
+  if (done) {
+    Count(&PersistProgress::versions_already_complete, 1);
+    return Status::Ok();
+  }
+  const std::string context = "persist: writing " + writing_ + " to '" + job_dir_ + "'";
+  const std::string vdir = VersionDir(job_dir_, version);
+  SyncPlan plan;
+  Status st = MakeDirs(version, &plan);
+  for (size_t i = 0; i < files.size() && st.ok(); ++i) {
+    st = Pace(files[i].size());
+    if (st.ok()) {
+      st = WriteFileAtomically(vdir + "/" + ManifestFileName(manifests[i]->rank), {{files[i].data(), files[i].size()}});
+    }
+  }
+  if (st.ok()) st = WriteChunks(manifests, source, &plan);
+  if (!st.ok()) return st.code() == Code::kUnavailable ? st : st.Annotate(context);
+  // Every directory a name was added to, several at a time. The order among
+  // them does not matter: nothing counts before the marker, which comes
+  // after all of them.
+  {
+    IoWorkers syncs(options_.io_threads, plan.dirs.size());
+    for (const auto& d : plan.dirs) {
+      st = syncs.Submit([this, d] {
+        FTRUN_RETURN_IF_ERROR(env_->SyncDir(d));
+        Count(&PersistProgress::dirs_synced, 1);
+        return Status::Ok();
+      });
+      if (!st.ok()) break;
+    }
+    Status synced = syncs.Finish();
+    if (st.ok()) st = synced;
+  }
+  if (st.ok()) {
+    std::string bytes = EncodeNodeMarker(marker);
+    st = Pace(bytes.size());
+    if (st.ok()) st = WriteFileAtomically(vdir + "/" + NodeMarkerName(options_.node), {{bytes.data(), bytes.size()}});
+  }
+  if (st.ok()) st = env_->SyncDir(vdir);
+  if (!st.ok()) return st.code() == Code::kUnavailable ? st : st.Annotate(context);
+  // The next version mostly shares this one's chunks: remember only these.
+  durable_ = std::move(plan.chunks);
+  durable_dirs_.insert(plan.now_durable.begin(), plan.now_durable.end());
+  Count(&PersistProgress::versions_written, 1);
+  return Status::Ok();
+}
+
+}  // namespace ftrun

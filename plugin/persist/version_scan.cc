@@ -1,0 +1,136 @@
+// Completeness of a version on disk, judged from its markers and manifests.
+#include "plugin/persist/version_scan.h"
+
+#include <algorithm>
+#include <map>
+
+namespace ftrun {
+namespace {
+
+constexpr int kMaxWorldSize = 1 << 24;
+
+VersionScan Incomplete(VersionScan s, std::string reason) {
+  s.complete = false;
+  s.reason = std::move(reason);
+  s.manifests.clear();
+  return s;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  return s;
+}
+
+}  // namespace
+
+Status ListVersions(Env* env, const std::string& job_dir, std::vector<uint64_t>* versions) {
+  versions->clear();
+  std::vector<std::string> names;
+  Status st = env->ListDir(job_dir, &names);
+  if (st.code() == Code::kNotFound) return Status::Ok();
+  FTRUN_RETURN_IF_ERROR(st);
+  for (const auto& n : names) {
+    uint64_t v = 0;
+    if (ParseVersionDirName(n, &v)) versions->push_back(v);
+  }
+  std::sort(versions->begin(), versions->end());
+  return Status::Ok();
+}
+
+VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version) {
+  VersionScan s;
+  s.version = version;
+  s.dir = VersionDir(job_dir, version);
+  std::vector<std::string> names;
+  Status st = env->ListDir(s.dir, &names);
+  if (!st.ok()) return Incomplete(s, st.message());
+  std::sort(names.begin(), names.end());
+
+  // Markers: every readable one must agree on job, world size and version.
+  std::vector<NodeMarker> markers;
+  std::string first_problem, first_name;
+  for (const auto& n : names) {
+    int node = 0;
+    if (!ParseNodeMarkerName(n, &node)) continue;
+    std::string bytes;
+    NodeMarker m;
+    st = env->ReadFile(s.dir + "/" + n, &bytes);
+    if (st.ok()) st = DecodeNodeMarker(bytes, s.dir + "/" + n, &m);
+    if (!st.ok()) {
+      if (first_problem.empty()) first_problem = st.message();
+      continue;
+    }
+    if (m.version != version) {
+      return Incomplete(s, "marker '" + s.dir + "/" + n + "' is for version " + std::to_string(m.version));
+    }
+    if (markers.empty()) {
+      s.job_id = m.job_id;
+      s.world_size = m.world_size;
+      first_name = n;
+    } else if (m.job_id != s.job_id || m.world_size != s.world_size) {
+      return Incomplete(s, "markers in '" + s.dir + "' disagree: " + first_name + " says job '" + s.job_id +
+                               "' with world size " + std::to_string(s.world_size) + ", " + n + " says job '" +
+                               m.job_id + "' with world size " + std::to_string(m.world_size));
+    }
+    markers.push_back(std::move(m));
+  }
+  if (markers.empty()) {
+    return Incomplete(s,
+                      first_problem.empty() ? "'" + s.dir + "' has no COMPLETE marker (not finished)" : first_problem);
+  }
+  if (s.world_size <= 0 || s.world_size > kMaxWorldSize) {
+    return Incomplete(s, "markers in '" + s.dir + "' give world size " + std::to_string(s.world_size));
+  }
+
+  // Coverage: rank -> the (size, checksum) pairs markers recorded for it.
+  std::map<int, std::vector<const NodeMarker::Rank*>> cover;
+  for (const auto& m : markers) {
+    for (const auto& r : m.ranks) {
+      if (r.rank < 0 || r.rank >= s.world_size) {
+        return Incomplete(s, "a marker in '" + s.dir + "' lists rank " + std::to_string(r.rank) + " of world size " +
+                                 std::to_string(s.world_size));
+      }
+      cover[r.rank].push_back(&r);
+    }
+  }
+  std::vector<int> missing;
+  for (int r = 0; r < s.world_size; ++r) {
+    if (!cover.count(r)) missing.push_back(r);
+  }
+  if (!missing.empty()) {
+    return Incomplete(s, "'" + s.dir + "': no COMPLETE marker covers rank" + (missing.size() > 1 ? "s " : " ") +
+                             RankList(missing) + " yet (of world size " + std::to_string(s.world_size) + ")");
+  }
+
+  // Every rank's manifest must be the one its marker recorded.
+  for (int r = 0; r < s.world_size; ++r) {
+    const std::string path = s.dir + "/" + ManifestFileName(r);
+    std::string bytes;
+    st = env->ReadFile(path, &bytes);
+    if (!st.ok()) return Incomplete(s, st.message());
+    ChunkHash sum = FileChecksum(bytes);
+    bool matches = std::any_of(cover[r].begin(), cover[r].end(), [&](const NodeMarker::Rank* e) {
+      return e->manifest_size == bytes.size() && e->manifest_checksum == sum;
+    });
+    if (!matches) {
+      return Incomplete(s, "manifest '" + path + "' (" + std::to_string(bytes.size()) +
+                               " bytes) does not match its COMPLETE marker (torn, corrupted or overwritten)");
+    }
+    ManifestFile f;
+    st = DecodeManifestFile(bytes, path, &f);
+    if (!st.ok()) return Incomplete(s, st.message());
+    if (f.job_id != s.job_id || f.world_size != s.world_size || f.manifest.rank != r || f.manifest.version != version) {
+      return Incomplete(s, "manifest '" + path + "' is for job '" + f.job_id + "' world size " +
+                               std::to_string(f.world_size) + " rank " + std::to_string(f.manifest.rank) + " version " +
+                               std::to_string(f.manifest.version) + ", its marker for job '" + s.job_id +
+                               "' world size " + std::to_string(s.world_size));
+    }
+    s.manifests.push_back(std::move(f));
+  }
+  s.complete = true;
+  return s;
+}
+
+}  // namespace ftrun
