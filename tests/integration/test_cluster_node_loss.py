@@ -111,7 +111,9 @@ total += run("k=2, no spare (the node's agent restarts)", 2, 0, 1)
 total += run("k=2, spare, a second node dies during the recovery", 2, 2, 1, during_recovery=True)
 
 # Two simultaneous losses with k=1: node 1's only copy lives on its holder.
-job = ClusterJob(NODES, PER_NODE, ARGS, config(1), spares=2)
+# Long enough that the job cannot end before the kills on a loaded machine.
+LONG = [a if a != "80" else "400" for a in ARGS]
+job = ClusterJob(NODES, PER_NODE, LONG, config(1), spares=2)
 st = job.wait_for(committed, timeout=60)
 check(st is not None, "k=1 double loss: the job never committed a version")
 holder_of_1 = None
