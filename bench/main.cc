@@ -17,6 +17,8 @@
 
 namespace ftrun::bench {
 
+int RunBaselineTorch(int argc, char** argv, Result* out);  // bench/baseline_torch_bench.cc
+
 std::string SiblingBinary(const std::string& name) {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
                 "  restart-local   kill a rank of 4, time until every rank completed a step after restore\n"
                 "  replicate       replication to a holder over UCX vs ucx_perftest; incremental bytes on the wire\n"
                 "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
+                "  baseline-torch  train_gpt.py: torch.save/torch.load + relaunch vs ftrun (save, restore, recovery)\n"
                 "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;
   }
@@ -114,8 +117,9 @@ int main(int argc, char** argv) {
   else if (scenario == "restart-local") rc = RunRestartLocal(static_cast<int>(rest.size()), rest.data(), &r);
   else if (scenario == "replicate") rc = RunReplicate(static_cast<int>(rest.size()), rest.data(), &r);
   else if (scenario == "restart-node") rc = RunRestartNode(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "baseline-torch") rc = RunBaselineTorch(static_cast<int>(rest.size()), rest.data(), &r);
   else {
-    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node)\n", scenario.c_str());
+    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch)\n", scenario.c_str());
     return 2;
   }
   if (rc != 0) return rc;

@@ -30,13 +30,44 @@ Output: rank 0 prints `LOSS <step> <mean loss over all ranks, float.hex()>`
 for every step it runs (after a restart the steps after the restored version
 are printed again), every rank prints `RESUMED <rank> <step>` after a restore
 and `WEIGHTS <rank> <sha256 of every parameter's bytes, in order>` at the end.
+
+Benchmark options (`ftrun-bench baseline-torch`, bench/baseline_torch.py):
+
+* `--checkpoint torch:DIR` replaces ftrun with the status quo: every
+  `--save-every` steps each rank `torch.save`s exactly what it would give
+  ftrun to DIR/rank<r>-step<s>.pt (written to a temporary name, fsync'd,
+  renamed, the directory fsync'd; the rank's files older than the previous one
+  are removed), and a relaunched rank `torch.load`s the newest step that every
+  rank has complete. No agent is needed; run it with torchrun's environment.
+* `--timing` adds, per rank, `TIMING <rank> <name> <value>` lines (a save's
+  and a step's lines end with the step): startup_s (process creation to the
+  script's first line: exec and the interpreter), import_s (process creation
+  to after `import torch`), setup_s (process group, model, optimizer),
+  restore_s (load and put the state back into model, optimizer and
+  generators), restore_load_s (its torch.load / ftrun.load part), step_s,
+  first_step_s (the first step after a restore; first_step_compute_s,
+  _sync_s, _opt_s split it), save_stall_s (each save: the time the training
+  loop waits for it), save_write_s and save_fsync_s (torch),
+  save_ftrun_stall_s (ftrun: libftrun's own stall), state_bytes (the tensors
+  of one save), restore_minflt, first_step_minflt, save_minflt (page
+  faults), and t_start, t_imported, t_setup, t_restored, t_first_step
+  (CLOCK_MONOTONIC seconds of those moments; t_start from /proc/self/stat,
+  10 ms resolution). After the first step that follows a restore (the
+  optimizer step, before the save) every rank prints
+  `FIRSTSTEP <rank> <unix time> <CLOCK_MONOTONIC>`.
+* `--layers`, `--d-model`, `--vocab`, `--seq`, `--batch` size the model: the
+  bench uses `--layers 4 --d-model 1024`, ~50 M parameters (193 MiB, the same
+  on every rank) plus each rank's Adam shard (2 x 193 MiB / ranks).
 """
 import argparse
 import hashlib
 import math
 import os
+import resource
 import sys
 import time
+
+_T_SCRIPT = time.monotonic()  # the interpreter is up and runs this script
 
 # Deterministic cuBLAS (needed by use_deterministic_algorithms on CUDA); must
 # be set before CUDA is initialized.
@@ -57,6 +88,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
+_T_IMPORTED = time.monotonic()  # ftrun and torch imported
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -74,8 +107,16 @@ def parse_args(argv=None):
     p.add_argument("--step-ms", type=float, default=0.0, help="sleep this long after every step")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                    help="auto: nccl when CUDA is available, else gloo")
+    p.add_argument("--checkpoint", default="ftrun", metavar="ftrun|torch:DIR",
+                   help="ftrun (default): ftrun.save/ftrun.load; torch:DIR: torch.save to DIR, torch.load on restart")
+    p.add_argument("--save-every", type=int, default=1, help="save every N steps (and after the last)")
+    p.add_argument("--timing", action="store_true", help="print TIMING and FIRSTSTEP lines (see above)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.checkpoint != "ftrun" and not (a.checkpoint.startswith("torch:") and len(a.checkpoint) > 6):
+        p.error(f"--checkpoint must be ftrun or torch:DIR, not '{a.checkpoint}'")
+    if a.save_every < 1:
+        p.error("--save-every must be at least 1")
     if a.d_model % a.heads:
         p.error(f"--d-model ({a.d_model}) must be a multiple of --heads ({a.heads})")
     if min(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.batch) < 1 or a.steps < 0:
@@ -185,11 +226,124 @@ def weights_digest(model):
     return h.hexdigest()
 
 
+# --------------------------------------------------------------------------
+# Checkpoints: ftrun, or the status quo (torch.save to local disk)
+
+
+def process_start_mono():
+    """CLOCK_MONOTONIC time of this process's creation, from /proc/self/stat
+    (starttime, in clock ticks since boot); None where /proc lacks it."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat; fields[0] is field 3
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.monotonic() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def tensor_bytes(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+class FtrunCheckpoint:
+    """The state goes to the node agent's memory (ftrun.save) and comes back
+    from it after a restart (ftrun.load)."""
+
+    def load(self, device):
+        return ftrun.load()
+
+    def save(self, step, state):
+        stats = ftrun.save(step, state)
+        return {"save_ftrun_stall_s": stats["stall_seconds"]}
+
+    def finish(self):
+        ftrun.wait()  # the last step is committed before anyone reports
+
+
+class TorchCheckpoint:
+    """The status quo: every rank torch.saves its state to a local file and a
+    relaunched rank torch.loads the newest step every rank has complete."""
+
+    def __init__(self, directory, rank, world):
+        self.dir = directory
+        self.rank = rank
+        self.world = world
+        os.makedirs(directory, exist_ok=True)
+
+    def _path(self, rank, step):
+        return os.path.join(self.dir, f"rank{rank}-step{step:09d}.pt")
+
+    def _steps(self):
+        """rank -> set of steps whose file is complete (renamed into place)."""
+        out = {r: set() for r in range(self.world)}
+        for name in os.listdir(self.dir):
+            if name.startswith("rank") and name.endswith(".pt") and "-step" in name:
+                r, _, st = name[4:-3].partition("-step")
+                if r.isdigit() and st.isdigit() and int(r) in out:
+                    out[int(r)].add(int(st))
+        return out
+
+    def load(self, device):
+        steps = self._steps()
+        common = set.intersection(*steps.values()) if steps else set()
+        if not common:
+            return None
+        step = max(common)
+        return step, torch.load(self._path(self.rank, step), map_location=device)
+
+    def save(self, step, state):
+        path = self._path(self.rank, step)
+        tmp = path + ".tmp"
+        t0 = time.monotonic()
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            t1 = time.monotonic()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename is durable too
+        finally:
+            os.close(fd)
+        t2 = time.monotonic()
+        # Keep this file and the previous one: the newest step every rank has
+        # complete is one of the two (the ranks step together).
+        for old in sorted(self._steps()[self.rank])[:-2]:
+            try:
+                os.unlink(self._path(self.rank, old))
+            except FileNotFoundError:
+                pass
+        return {"save_write_s": t1 - t0, "save_fsync_s": t2 - t1}
+
+    def finish(self):
+        pass
+
+
 def main():
     a = parse_args()
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+
+    def timing(name, value):
+        if a.timing:
+            say(f"TIMING {rank} {name} {value!r}")
+
+    t_start = process_start_mono()
+    if t_start is not None:
+        timing("t_start", t_start)
+        timing("startup_s", _T_SCRIPT - t_start)
+        timing("import_s", _T_IMPORTED - t_start)
+    timing("t_imported", _T_IMPORTED)
     backend = a.backend
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -210,18 +364,34 @@ def main():
     torch.manual_seed(a.seed + 1 + rank)  # dropout masks differ between ranks
     if device.type == "cuda":
         torch.cuda.manual_seed(a.seed + 1 + rank)
+    if a.checkpoint == "ftrun":
+        ckpt = FtrunCheckpoint()
+    else:
+        ckpt = TorchCheckpoint(a.checkpoint[len("torch:"):], rank, world)
+    t_setup = time.monotonic()
+    timing("setup_s", t_setup - _T_IMPORTED)
+    timing("t_setup", t_setup)
 
     start = 0
-    resumed = ftrun.load()
+    flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    resumed = ckpt.load(device)
     if resumed is not None:
         step, state = resumed
+        t_loaded = time.monotonic()
         model.load_state_dict(state["model"])
         opt.optim.load_state_dict(state["optim"])  # this rank's shard only
         ftrun.set_rng_state(state["rng"])
         start = step + 1
         if state["step"] != step:
             raise RuntimeError(f"rank {rank}: version {step} holds the state of step {state['step']}")
+        del state, resumed
+        t_restored = time.monotonic()
+        timing("restore_s", t_restored - t_setup)
+        timing("restore_load_s", t_loaded - t_setup)
+        timing("restore_minflt", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt)
+        timing("t_restored", t_restored)
         say(f"RESUMED {rank} {start}")
+    flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     # Every rank must go on from the same step (the agent restores one version for all).
     lo = torch.tensor([start, -start], dtype=torch.int64, device=device)
     dist.all_reduce(lo, op=dist.ReduceOp.MIN)
@@ -230,22 +400,54 @@ def main():
                            f"and {-lo[1].item()}")
 
     model.train()
+    first_step = start > 0
+    saved = False
     for step in range(start, a.steps):
+        t_step = time.monotonic()
         x, y = batch(a, step, rank, device)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, a.vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=False)
         loss.backward()
+        t_sync = time.monotonic()
         mean_loss = sync_gradients(params, loss, world)
         if rank == 0:
             say(f"LOSS {step} {float(mean_loss).hex()}")
+        t_opt = time.monotonic()
         opt.step()
-        ftrun.save(step, {"model": model.state_dict(), "optim": opt.optim.state_dict(), "step": step,
-                          "rng": ftrun.rng_state()})
+        if a.timing:
+            say(f"TIMING {rank} step_s {time.monotonic() - t_step!r} {step}")
+        if first_step:  # the first step after a restore is done
+            first_step = False
+            now = time.monotonic()
+            timing("first_step_s", now - t_step)
+            timing("first_step_compute_s", t_sync - t_step)  # forward and backward
+            timing("first_step_sync_s", t_opt - t_sync)  # gradient all-reduce
+            timing("first_step_opt_s", now - t_opt)  # Adam on the shard, parameters broadcast
+            timing("first_step_minflt", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt)
+            timing("t_first_step", now)
+            if a.timing:
+                say(f"FIRSTSTEP {rank} {time.time()!r} {now!r}")
+        if step % a.save_every == a.save_every - 1 or step == a.steps - 1:
+            state = {"model": model.state_dict(), "optim": opt.optim.state_dict(), "step": step,
+                     "rng": ftrun.rng_state()}
+            if a.timing and not saved:
+                timing("state_bytes", tensor_bytes(state))
+            saved = True
+            flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t0 = time.monotonic()
+            parts = ckpt.save(step, state)
+            stall = time.monotonic() - t0
+            parts["save_minflt"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt
+            del state
+            if a.timing:
+                say(f"TIMING {rank} save_stall_s {stall!r} {step}")
+                for name, value in parts.items():
+                    say(f"TIMING {rank} {name} {value!r} {step}")
         if a.step_ms > 0:
             time.sleep(a.step_ms / 1000.0)
 
-    ftrun.wait()  # the last step is committed before anyone reports
+    ckpt.finish()
     dist.barrier()
     say(f"WEIGHTS {rank} {weights_digest(model)}")
     dist.destroy_process_group()

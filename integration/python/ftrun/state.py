@@ -53,9 +53,22 @@ Rules that come from the store (ftrun::Client):
   object.
 * Use either this module or the DeepSpeed engine (ftrun.deepspeed) or the
   low-level Client in one rank: they share the rank's version sequence.
+
+Save stall and the store's mapping: a save copies into extents of the agent's
+store, which this process maps lazily, so until the process has touched a
+page of the store once, writing it takes a page fault (~1 us per 4 KiB on
+the development VM: a 416 MiB save took 0.15 s with 106k faults, 0.035 s
+once its pages were mapped). After the first save, a background thread therefore maps in
+(MADV_POPULATE_WRITE, Linux >= 5.14) every page of the store the agent has
+already allocated (mincore), in 16 MiB slices, while training goes on; later
+saves find their pages mapped. It never allocates store memory the agent has
+not (store.prefault: false stays lazy). FTRUN_POPULATE_STORE=0 turns it off.
 """
 
+import ctypes
 import io
+import mmap
+import os
 import pickle
 import random
 import threading
@@ -87,6 +100,7 @@ _pin_memory = True
 _staging = {}           # tensor name -> pinned host buffer for CUDA tensors
 _last_saved = None      # step of this process's last save
 _warned = set()
+_populating = None      # the client whose store mapping is (being) populated
 
 
 # --------------------------------------------------------------------------
@@ -133,6 +147,68 @@ def _ftrun_error(code, message, cause=None):
     if cause is not None:
         err.__cause__ = cause
     return err
+
+
+# --------------------------------------------------------------------------
+# Mapping the store into this process ahead of the saves
+
+_MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+_POPULATE_SLICE = 16 << 20  # short holds of the mmap lock: the saves map pages too
+
+
+def _store_ranges():
+    """(start, end) of this process's shared mappings of an ftrun store (the
+    agent's memfd 'ftrun-<job>-node<N>')."""
+    out = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and fields[1] == "rw-s" and fields[5].startswith("/memfd:ftrun-"):
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    out.append((lo, hi))
+    except OSError:
+        pass
+    return out
+
+
+def _populate_store(client):
+    """Maps in the resident pages of the store (see the module docstring);
+    stops at the first error (old kernel, the client closed or replaced)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return
+    page = mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * (_POPULATE_SLICE // page))()
+    for lo, hi in _store_ranges():
+        for off in range(lo, hi, _POPULATE_SLICE):
+            if _client is not client:
+                return
+            n = min(_POPULATE_SLICE, hi - off)
+            if libc.mincore(off, n, vec) != 0:
+                return
+            resident = bytes(vec)[:(n + page - 1) // page]
+            i = 0
+            while i < len(resident):
+                if not resident[i] & 1:
+                    i += 1
+                    continue
+                j = resident.find(b"\x00", i)  # residency is bit 0; the other bits are 0
+                j = len(resident) if j < 0 else j
+                if libc.madvise(off + i * page, min(n, j * page) - i * page, _MADV_POPULATE_WRITE) != 0:
+                    return
+                i = j
+
+
+def _start_populating(client):
+    global _populating
+    if _populating is client or os.environ.get("FTRUN_POPULATE_STORE", "1") == "0":
+        return
+    _populating = client
+    threading.Thread(target=_populate_store, args=(client,), name="ftrun-populate", daemon=True).start()
 
 
 # --------------------------------------------------------------------------
@@ -301,7 +377,9 @@ class _Packer:
         # Sorted by name: the store's layout does not depend on dict order.
         arrays = {name: self.arrays[name] for name in sorted(self.arrays)}
         try:
-            return client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None)
+            stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None)
+            _start_populating(client)
+            return stats
         except _ftrun.Error as e:
             code = getattr(e, "code", "")
             msg = getattr(e, "message", str(e))
