@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/close_range.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,8 +41,10 @@ Status SpawnProcess(const SpawnSpec& spec, pid_t* pid) {
   }
   if (child == 0) {
     ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the agent died before prctl
+    if (spec.die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // the agent died before prctl
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks signals for signalfd
@@ -50,6 +53,10 @@ Status SpawnProcess(const SpawnSpec& spec, pid_t* pid) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
     }
+    // Nothing but stdio crosses the exec: libraries (UCX's listening socket)
+    // open descriptors without O_CLOEXEC, and a child holding the parent's
+    // listening socket would keep its port and swallow its connections.
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     ::execvpe(argv[0], argv.data(), envp.data());
     // Only async-signal-safe calls here: write the message piecewise.
     const char* parts[] = {"ftrun-agent: cannot exec '", argv[0], "': ", ::strerrorname_np(errno), "\n"};

@@ -20,6 +20,7 @@ struct SpawnSpec {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "KEY=VALUE", the whole environment
   std::string log_file;          // empty: inherit the agent's stdout/stderr
+  bool die_with_parent = true;   // PR_SET_PDEATHSIG SIGKILL (ranks); the runner's agents outlive it
 };
 
 // How a process ended, as waitpid reported it.

@@ -7,6 +7,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <arpa/inet.h>
 #include <netdb.h>
 
@@ -53,7 +54,17 @@ struct AgentProc {
   std::string host;  // where a remote launcher starts it
   pid_t pid = 0;
   int respawns = 0;
+  bool adopted = false;  // started by an earlier runner (`ftrun --attach`): not our child
 };
+
+// A live process that is not a zombie (adopted agents cannot be waited for).
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
 
 // The first IPv4 address of `host`, for agents and the coordinator that
 // remote launchers start elsewhere.
@@ -104,6 +115,8 @@ class Runner {
   void Loop();
   void Reaped(pid_t pid, const ExitInfo& info);
   void WriteStatus();
+  Status AdoptAgents(const std::string& coordinator);
+  void CheckAdopted();
 
   RunnerOptions o_;
   Config config_;
@@ -172,6 +185,7 @@ Status Runner::Setup() {
     FTRUN_LOG_WARN("persist.dir is set but job.id is not: this run's versions go under a new job id, and a later "
                    "run can resume from them only with job.id set to it");
   }
+  if (!o_.attach_job.empty()) job_id_ = o_.attach_job;
   if (job_id_.empty()) {
     // Inside a Slurm allocation the id names it, so the epilog finds what
     // the job left in the run directory (integration/slurm/epilog.sh).
@@ -181,12 +195,27 @@ Status Runner::Setup() {
   job_dir_ = config_.agent.run_dir + "/" + job_id_;
   FTRUN_RETURN_IF_ERROR(MakeDirs(job_dir_));
   secret_file_ = job_dir_ + "/secret";
-  ::unlink(secret_file_.c_str());
-  FTRUN_RETURN_IF_ERROR(WriteNewSecretFile(secret_file_));
+  nlohmann::json before;  // an attach: the old runner's status (its coordinator and agents)
+  if (o_.attach_job.empty()) {
+    ::unlink(secret_file_.c_str());
+    FTRUN_RETURN_IF_ERROR(WriteNewSecretFile(secret_file_));
+  } else {
+    std::ifstream f(job_dir_ + "/status.json");
+    before = nlohmann::json::parse(f, nullptr, false);
+    if (before.is_discarded() || !before.contains("coordinator") || !before.contains("agents")) {
+      return Status::InvalidArgument("ftrun --attach " + job_id_ + ": " + job_dir_ +
+                                     "/status.json is missing or has no 'coordinator' and 'agents'");
+    }
+  }
 
   UcxTransportOptions t;
   t.self = kCoordinatorPeer;
   t.listen_ip = o_.coordinator_addr;
+  if (!o_.attach_job.empty()) {  // where the agents look for it
+    std::string addr = before["coordinator"].get<std::string>();
+    t.listen_ip = addr.substr(0, addr.rfind(':'));
+    t.listen_port = static_cast<uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1)));
+  }
   if (remote() && t.listen_ip == "127.0.0.1") {  // the default: agents elsewhere cannot reach it
     char name[256] = {};
     ::gethostname(name, sizeof(name) - 1);
@@ -238,6 +267,12 @@ Status Runner::Setup() {
   }
   FTRUN_LOG_INFO("job {}: {} nodes + {} spares, {} ranks, replicas {}; coordinator at {}", job_id_, nodes_.size(),
                  spares_, TotalSlots(nodes_), config_.cluster.replicas, transport_->address());
+  if (!o_.attach_job.empty()) return AdoptAgents(before.dump());
+  {
+    nlohmann::json r;  // what `ftrun --attach` needs to take the job over
+    r["argv"] = o_.argv;
+    std::ofstream(job_dir_ + "/runner.json") << r.dump(1) << "\n";
+  }
   for (int a = 0; a < static_cast<int>(nodes_.size()) + spares_; ++a) {
     AgentProc p;
     p.id = a;
@@ -248,6 +283,37 @@ Status Runner::Setup() {
     FTRUN_RETURN_IF_ERROR(SpawnAgent(agents_.back(), p.slot < 0));
   }
   return Status::Ok();
+}
+
+// `ftrun --attach`: the agents the old runner started, as its last status
+// listed them, and which node each held.
+Status Runner::AdoptAgents(const std::string& before_text) {
+  nlohmann::json before = nlohmann::json::parse(before_text);
+  for (const auto& a : before["agents"]) {
+    AgentProc p;
+    p.id = a.value("agent", -1);
+    p.pid = a.value("pid", 0);
+    p.adopted = true;
+    for (const auto& n : before.value("nodes", nlohmann::json::array())) {
+      if (n.contains("agent") && n["agent"].is_number() && n["agent"].get<int>() == p.id) p.slot = n.value("node", -1);
+    }
+    if (p.slot >= 0 && p.slot < static_cast<int>(nodes_.size())) p.host = nodes_[static_cast<size_t>(p.slot)].host;
+    agents_.push_back(p);
+    FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
+                   p.slot >= 0 ? "node " + std::to_string(p.slot) : std::string("spare"));
+  }
+  if (agents_.empty()) return Status::InvalidArgument("ftrun --attach " + job_id_ + ": the old status lists no agents");
+  CheckAdopted();
+  return Status::Ok();
+}
+
+// Adopted agents are not our children: notice their end by polling.
+void Runner::CheckAdopted() {
+  for (AgentProc& a : agents_) {
+    if (!a.adopted || a.pid <= 0 || ProcessAlive(a.pid)) continue;
+    a.adopted = false;
+    Reaped(a.pid, ExitInfo{false, 1});
+  }
 }
 
 // --agent_addr: a template ("10.0.0.{node}") or one address per agent,
@@ -275,6 +341,9 @@ Status AgentAddress(const std::string& spec, int agent, std::string* out) {
 
 Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   SpawnSpec spec;
+  // Agents outlive a runner that dies (up to cluster.lost_node_timeout, their
+  // ranks fenced), so `ftrun --attach` can take the job over.
+  spec.die_with_parent = false;
   std::string listen;
   if (remote() && o_.agent_addr == "127.0.0.1") {  // the default: the host's own address
     FTRUN_RETURN_IF_ERROR(ResolveIpv4(a.host, "host", &listen));
@@ -394,6 +463,7 @@ void Runner::Loop() {
         while (::read(timer_fd_.get(), &x, sizeof(x)) > 0) {
         }
         coord_->Tick(now);
+        CheckAdopted();
       } else {
         for (TransportEvent& e : transport_->Poll()) {
           if (e.kind == TransportEvent::Kind::kMessage) coord_->OnMessage(e.peer, e.type, e.payload, now);
@@ -447,5 +517,43 @@ int Runner::Run() {
 }  // namespace
 
 int RunJob(const RunnerOptions& options) { return Runner(options).Run(); }
+
+int AttachJob(int argc, char** argv) {
+  CLI::App app{"ftrun --attach JOB: take over a running job whose runner died"};
+  app.name("ftrun");
+  std::string job, config_path;
+  app.add_option("--attach", job, "the job id (see `ftrun status`)")->required();
+  app.add_option("--config", config_path, "the ftrun YAML config the job was started with (for agent.run_dir)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  Config config = DefaultConfig();
+  if (!config_path.empty()) {
+    Status s = LoadConfigFile(config_path, &config);
+    if (!s.ok()) return std::fprintf(stderr, "ftrun --attach: %s\n", s.message().c_str()), 2;
+  }
+  const std::string path = config.agent.run_dir + "/" + job + "/runner.json";
+  std::ifstream f(path);
+  nlohmann::json saved = nlohmann::json::parse(f, nullptr, false);
+  if (saved.is_discarded() || !saved.contains("argv") || !saved["argv"].is_array()) {
+    std::fprintf(stderr, "ftrun --attach: cannot read %s (expected {\"argv\": [...]} written by the job's runner; "
+                 "is agent.run_dir right? pass the job's --config)\n", path.c_str());
+    return 2;
+  }
+  std::vector<std::string> words{"ftrun"};
+  for (const auto& w : saved["argv"]) words.push_back(w.get<std::string>());
+  std::vector<char*> cargv;
+  for (auto& w : words) cargv.push_back(w.data());
+  RunnerOptions options;
+  bool help = false;
+  Status s = ParseRunnerOptions(static_cast<int>(cargv.size()), cargv.data(), &options, &help);
+  if (!s.ok()) return std::fprintf(stderr, "ftrun --attach: %s: %s\n", path.c_str(), s.message().c_str()), 2;
+  options.attach_job = job;
+  InitLogging("ftrun", -1, -1, options.quiet ? "warn" : options.log_level);
+  FTRUN_LOG_WARN("attaching to job {} (its first command line: ftrun {})", job, saved["argv"].dump());
+  return RunJob(options);
+}
 
 }  // namespace ftrun

@@ -21,4 +21,13 @@ namespace ftrun {
 
 int RunJob(const RunnerOptions& options);
 
+// `ftrun --attach JOB [--config FILE]` (argv[0] is "--attach"): a runner
+// for a job whose runner died while its agents live on (they fence their
+// ranks and wait up to cluster.lost_node_timeout for a coordinator). It
+// reads the job's first command line from <agent.run_dir>/JOB/runner.json,
+// listens where the old coordinator did, adopts the agents; the coordinator
+// re-learns the committed version from their catalogs and restarts every
+// rank from it. Returns the process exit code.
+int AttachJob(int argc, char** argv);
+
 }  // namespace ftrun

@@ -298,6 +298,7 @@ Status ParseRunnerOptions(int argc, char** argv, RunnerOptions* out, bool* help)
   o.hostfile_given = app.get_option("--hostfile")->count() > 0;
   FTRUN_RETURN_IF_ERROR(Validate(&o));
   if (o.command.empty()) return Usage("no training script given; expected ftrun [options] SCRIPT [ARGS...]");
+  o.argv.assign(argv + 1, argv + argc);
   *out = std::move(o);
   return Status::Ok();
 }

@@ -65,6 +65,9 @@ struct RunnerOptions {
   std::string coordinator_addr = "127.0.0.1";  // --coordinator_addr IP
 
   std::vector<std::string> command;  // SCRIPT and its arguments, untouched
+
+  std::vector<std::string> argv;     // every argument as given (kept for `ftrun --attach`)
+  std::string attach_job;            // set by AttachJob: take over this running job's agents
 };
 
 // Parses argv (argv[0] is the program name). On success *out holds the

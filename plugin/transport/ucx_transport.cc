@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <list>
@@ -221,6 +222,11 @@ UcxTransport::~UcxTransport() {
 }
 
 Status UcxTransport::Start() {
+  // SO_REUSEADDR on the listener: a runner taking over a job listens on its
+  // dead predecessor's port, whose accepted connections sit in TIME_WAIT;
+  // Linux lets that bind through only when both sockets had the option.
+  // UCX reads UCT settings from the environment only; a user's own wins.
+  ::setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcsError("ucp_config_read", st);
