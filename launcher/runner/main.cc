@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <string>
 
+#include "launcher/runner/export_command.h"
 #include "launcher/runner/runner.h"
 #include "launcher/runner/runner_options.h"
 #include "launcher/runner/status_command.h"
@@ -9,6 +10,7 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "status") return ftrun::RunStatusCommand(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "export") return ftrun::RunExportCommand(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "--attach") return ftrun::AttachJob(argc, argv);
   ftrun::RunnerOptions options;
   bool help = false;

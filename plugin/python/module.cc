@@ -24,6 +24,10 @@
 
 namespace py = pybind11;
 
+namespace ftrun::python {
+void RegisterPersist(py::module_& m);  // persist_binding.cc: read_persisted, list_persisted
+}  // namespace ftrun::python
+
 namespace {
 
 using ftrun::Code;
@@ -356,4 +360,6 @@ PYBIND11_MODULE(_ftrun, m) {
       .def("close", &PyClient::Close, "Disconnects; idempotent.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyClient& self, py::args) { self.Close(); });
+
+  ftrun::python::RegisterPersist(m);
 }

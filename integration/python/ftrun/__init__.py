@@ -35,6 +35,12 @@ Errors: a failed call raises Error (a RuntimeError) with .code, the status
 code name ('TIMEOUT', 'RESOURCE_EXHAUSTED', ...), and .message; a code of
 INVALID_ARGUMENT raises InvalidArgumentError, which is also a ValueError.
 
+Without any agent, ftrun.load_persisted(dir, job, version=None, rank=0) reads
+a version from a persist directory (persist.dir) and ftrun.load_exported(outdir,
+rank=0) one that `ftrun export` wrote as safetensors; both return (step, state)
+as ftrun.load() does (ftrun.persisted; read_persisted, read_exported and
+persisted_versions give the raw numpy arrays and user bytes, without torch).
+
 The low-level names re-export the compiled extension ``_ftrun``, found next
 to this file or, failing that, on sys.path.
 """
@@ -60,7 +66,8 @@ __all__ = ["Client", "Error", "InvalidArgumentError", "LoadResult", "LATEST"]
 
 # The torch layer, imported on first use so that `import ftrun` needs no torch.
 _STATE_NAMES = ("save", "load", "wait", "rng_state", "set_rng_state")
-_SUBMODULES = ("state", "deepspeed")
+_PERSISTED_NAMES = ("load_persisted", "load_exported", "read_persisted", "read_exported", "persisted_versions")
+_SUBMODULES = ("state", "deepspeed", "persisted")
 
 
 def __getattr__(name):
@@ -68,6 +75,10 @@ def __getattr__(name):
         from . import state
 
         return getattr(state, name)
+    if name in _PERSISTED_NAMES:
+        from . import persisted
+
+        return getattr(persisted, name)
     if name in _SUBMODULES:
         import importlib
 
@@ -76,4 +87,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_STATE_NAMES) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(_STATE_NAMES) | set(_PERSISTED_NAMES) | set(_SUBMODULES))
