@@ -106,7 +106,7 @@ class Agent {
   Status RestoreFromDisk();
   Status LoadFromDisk(const class PersistReader& reader, uint64_t version, const std::vector<int>& ranks,
                       uint64_t* bytes);
-  Status LoadRankFromDisk(const class PersistReader& reader, Manifest* m, uint64_t* bytes);
+  Status LoadRankFromDisk(const class PersistReader& reader, Manifest* m, uint64_t* bytes, class Progress* progress);
   void PullFromDisk(const PullMsg& m);
   void DropFilesAbove(uint64_t version, const std::vector<int>& ranks);
 

@@ -4,6 +4,7 @@
 // registers with the coordinator (a cluster: the coordinator then learns the
 // version from every node's catalog and starts the job from it).
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +12,7 @@
 
 #include "launcher/agent/agent.h"
 #include "plugin/common/log.h"
+#include "plugin/common/progress.h"
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/version_scan.h"
@@ -116,10 +118,22 @@ Status Agent::LoadFromDisk(const PersistReader& reader, uint64_t version, const 
                            uint64_t* bytes) {
   std::vector<Manifest> all;
   FTRUN_RETURN_IF_ERROR(reader.LoadVersion(version, nullptr, &all));
+  auto mine = [&](const Manifest& m) {
+    return std::find(ranks.begin(), ranks.end(), m.rank) != ranks.end() && !store_->Find(m.rank, version);
+  };
+  uint64_t total = 0;
+  for (const Manifest& m : all) total += mine(m) ? m.state_bytes() : 0;
+  Progress progress("restoring version " + std::to_string(version) + " from disk", total,
+                    total >= (256ull << 20) && ::isatty(STDERR_FILENO) == 1);
   for (Manifest& m : all) {
-    if (std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end() || store_->Find(m.rank, version)) continue;
-    FTRUN_RETURN_IF_ERROR(LoadRankFromDisk(reader, &m, bytes));
+    if (!mine(m)) continue;
+    Status s = LoadRankFromDisk(reader, &m, bytes, &progress);
+    if (!s.ok()) {
+      progress.End();
+      return s;
+    }
   }
+  progress.End();
   for (int rank : ranks) {
     if (store_->Find(rank, version) == nullptr) {
       return Status::NotFound("rank " + std::to_string(rank) + " is not in version " + std::to_string(version) +
@@ -195,7 +209,7 @@ void Agent::DropFilesAbove(uint64_t version, const std::vector<int>& ranks) {
 
 // Reads one rank's chunks into the store (each checked against its hash by
 // the reader) and adds its manifest.
-Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_t* bytes) {
+Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_t* bytes, Progress* progress) {
   std::vector<ChunkRef*> want;
   std::vector<uint64_t> lengths;
   std::unordered_set<ChunkHash, ChunkHashHasher> seen;
@@ -213,6 +227,7 @@ Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_
     want[i]->offset = offsets[i];
     s = reader.ReadChunk(*want[i], arena_.base() + offsets[i]);
     *bytes += want[i]->length;
+    progress->Add(want[i]->length);
   }
   if (s.ok()) s = store_->AddManifest(kDiskOwner, *m);
   store_->ReleaseReservations(kDiskOwner);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "plugin/common/log.h"
+#include "plugin/common/progress.h"
 #include "plugin/config/units.h"
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/env.h"
@@ -71,59 +72,10 @@ std::string Listing(std::vector<std::string> items, bool quote = true) {
   return s;
 }
 
-std::string Seconds(double s) {
-  char buf[48];
-  if (s < 60) {
-    std::snprintf(buf, sizeof(buf), "%.*f s", s < 10 ? 1 : 0, s);
-  } else if (s < 3600) {
-    std::snprintf(buf, sizeof(buf), "%d min %02d s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%d h %02d min", static_cast<int>(s) / 3600, static_cast<int>(s) % 3600 / 60);
-  }
-  return buf;
-}
 
 // Bytes done, rate and time left. On a terminal the line on stderr is
 // rewritten in place at most every 250 ms; elsewhere nothing is shown until
 // the caller prints its final line.
-class Progress {
- public:
-  Progress(uint64_t total, bool tty) : total_(total), tty_(tty), start_(Clock::now()) {
-    if (tty_) Show();
-  }
-  void Add(uint64_t n) {
-    done_ += n;
-    if (!tty_) return;
-    if (Clock::now() - last_ >= std::chrono::milliseconds(250)) Show();
-  }
-  // Clears the progress line (the caller prints the result).
-  void End() {
-    if (tty_) std::fprintf(stderr, "\r\033[K"), std::fflush(stderr);
-  }
-  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-  std::string rate() const {
-    const double s = elapsed();
-    return s > 0 ? FormatSize(static_cast<uint64_t>(static_cast<double>(done_) / s)) + "/s" : "-";
-  }
-
- private:
-  void Show() {
-    last_ = Clock::now();
-    const double s = elapsed();
-    const double bps = s > 0.05 ? static_cast<double>(done_) / s : 0;
-    const std::string left = bps > 0 ? Seconds(static_cast<double>(total_ - done_) / bps) : "--";
-    const int pct = total_ ? static_cast<int>(100.0 * static_cast<double>(done_) / static_cast<double>(total_)) : 100;
-    std::fprintf(stderr, "\r\033[Kexport: %s of %s (%d%%), %s, %s left", FormatSize(done_).c_str(),
-                 FormatSize(total_).c_str(), pct, bps > 0 ? rate().c_str() : "-/s", left.c_str());
-    std::fflush(stderr);
-  }
-
-  const uint64_t total_;
-  const bool tty_;
-  const Clock::time_point start_;
-  Clock::time_point last_{};
-  uint64_t done_ = 0;
-};
 
 // The version to export: --version's, or the newest complete one. Errors
 // name the path and what was expected.
@@ -385,7 +337,7 @@ int RunExportCommand(int argc, char** argv) {
 
   uint64_t total = 0, tensors = 0;
   for (int r : ranks) total += manifests[r].state_bytes() + manifests[r].user_bytes.size();
-  Progress progress(total, ::isatty(2) == 1);
+  Progress progress("export", total, ::isatty(2) == 1);
   Exporter exporter(env, reader, out, &progress);
   Json index{{"format", "ftrun.export"}, {"format_version", 1},         {"job", job},
              {"version", scan.version},  {"world_size", scan.world_size}, {"user_bytes_tensor", kUserBytesTensor},
@@ -408,7 +360,7 @@ int RunExportCommand(int argc, char** argv) {
   std::printf("exported version %llu of job '%s' (world size %d; %zu rank(s), %llu tensors, %s) to %s in %s (%s)\n",
               static_cast<unsigned long long>(scan.version), job.c_str(), scan.world_size, ranks.size(),
               static_cast<unsigned long long>(tensors), FormatSize(total).c_str(), out.c_str(),
-              Seconds(progress.elapsed()).c_str(), progress.rate().c_str());
+              FormatSeconds(progress.elapsed()).c_str(), progress.rate().c_str());
   return 0;
 }
 
