@@ -165,6 +165,7 @@ std::string ClusterMsgName(uint16_t type) {
     case ClusterMsg::kFatal: return "fatal";
     case ClusterMsg::kRoundFailed: return "round-failed";
     case ClusterMsg::kPullFailed: return "pull-failed";
+    case ClusterMsg::kDiskFailed: return "disk-failed";
     case ClusterMsg::kAssign: return "assign";
     case ClusterMsg::kMembership: return "membership";
     case ClusterMsg::kHalt: return "halt";

@@ -37,6 +37,7 @@ enum class ClusterMsg : uint16_t {
   kFatal,         // epoch, message: the sender cannot go on (e.g. no holder had a shard)
   kRoundFailed,   // epoch, version: the sender cannot copy that round's version (released, refused)
   kPullFailed,    // epoch, rank, version, message: no holder it was given could provide that shard
+  kDiskFailed,    // epoch, version, message: the sender cannot read its ranks of that version from disk
   // coordinator -> agent
   kAssign = 32,    // AssignMsg: the slot (node) this agent now is
   kMembership,     // MembershipMsg

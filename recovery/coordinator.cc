@@ -133,6 +133,12 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       }
       return;
     }
+    case ClusterMsg::kDiskFailed: {
+      uint64_t version = r.Get<uint64_t>();
+      std::string msg = r.GetString();
+      if (epoch == epoch_ && r.ok()) DiskFailed(from, version, msg, now);
+      return;
+    }
     case ClusterMsg::kFatal: {
       std::string msg = r.GetString();
       return Stop(1, "agent " + std::to_string(from) + ": " + msg);
@@ -291,9 +297,38 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
 // No agent holds a committed version: start from the newest one complete in
 // the persist directory, if any. Every node reads its own ranks from disk
 // (a pull with no holders) and answers kHeld, then kReady.
+std::optional<uint64_t> Coordinator::DiskVersion() const {
+  if (!o_.disk_versions) return std::nullopt;
+  for (uint64_t v : o_.disk_versions()) {
+    if (!bad_disk_versions_.count(v)) return v;
+  }
+  return std::nullopt;
+}
+
+// A node could not read its ranks of `version` (a chunk that fails its hash,
+// a missing file): every node goes to the next older version on disk.
+void Coordinator::DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now) {
+  if (phase_ != Phase::kRecovering || !committed_ || *committed_ != version) return;
+  bad_disk_versions_.insert(version);
+  std::optional<uint64_t> older = DiskVersion();
+  if (!older) {
+    return Stop(1, "agent " + std::to_string(from) + ": " + why + "; no older complete version on disk");
+  }
+  FTRUN_LOG_WARN("agent {}: {}; going back to version {}, the next older one on disk", from, why, *older);
+  epoch_++;  // answers about the abandoned version (kHeld, kReady) now carry a stale epoch
+  committed_ = older;
+  held_.clear();
+  disk_restore_ = true;
+  for (auto& [id, a] : agents_) {
+    if (!a.alive || a.slot < 0) continue;
+    a.ready = false;
+    out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+  }
+  MaybeStart(now);
+}
+
 void Coordinator::RestoreFromDisk() {
-  if (!o_.disk_version) return;
-  std::optional<uint64_t> v = o_.disk_version();
+  std::optional<uint64_t> v = DiskVersion();
   if (!v) return;
   committed_ = v;
   FTRUN_LOG_WARN("no committed version in any agent's RAM: restoring version {} from the persist directory", *v);
@@ -317,7 +352,7 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
-  if (std::optional<uint64_t> d = o_.disk_version ? o_.disk_version() : std::nullopt) {
+  if (std::optional<uint64_t> d = DiskVersion()) {
     FTRUN_LOG_WARN("ranks {} have no complete copy of committed version {} on any live node: going back to version "
                    "{}, the newest complete in the persist directory ({} steps lost)",
                    Join(uncovered), *committed_, *d, *committed_ - std::min(*committed_, *d));

@@ -52,10 +52,11 @@ class Coordinator {
     std::chrono::milliseconds lost_node_timeout{60000};
     int max_restarts = 3;
     int master_port = 29500;
-    // With a persist directory: the newest version complete on disk, asked
-    // when the job forms with no committed version in any agent's RAM (a
-    // job started again after it was killed whole).
-    std::function<std::optional<uint64_t>()> disk_version;
+    // With a persist directory: the versions complete on disk, newest
+    // first, asked when the job forms with no committed version in any
+    // agent's RAM (a job started again after it was killed whole) and when
+    // more nodes are lost than the replicas cover.
+    std::function<std::vector<uint64_t>()> disk_versions;
   };
 
   class Outbox {
@@ -106,6 +107,9 @@ class Coordinator {
   // Stops the job, naming them, if some rank has no live copy of the
   // committed version; false then.
   void RestoreFromDisk();
+  // The newest version on disk not known to be unreadable, if any.
+  std::optional<uint64_t> DiskVersion() const;
+  void DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now);
   PullMsg DiskPull(int slot) const;  // read the slot's ranks of committed_ from disk
   bool CheckCoverage(const std::string& detail);
   void AssignReplacements(Time now);
@@ -142,6 +146,7 @@ class Coordinator {
   Time last_heartbeat_sent_{};
   bool done_ = false;
   bool disk_restore_ = false;  // this recovery goes back to a version on disk
+  std::set<uint64_t> bad_disk_versions_;  // some node could not read its ranks of them
   int exit_code_ = 0;
   std::string exit_message_;
 };

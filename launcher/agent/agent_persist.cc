@@ -164,11 +164,18 @@ void Agent::PullFromDisk(const PullMsg& m) {
   Status s = persist() ? LoadFromDisk(reader, m.version, ranks, &bytes)
                        : Status::FailedPrecondition("this agent has no persist.dir");
   if (!s.ok()) {
+    // What was read of it goes; the coordinator picks an older version.
+    store_->DiscardAbove(m.version > 0 ? std::optional<uint64_t>(m.version - 1) : std::nullopt);
     ByteWriter w;
     w.Put<uint64_t>(m.epoch);
+    if (s.code() == Code::kFailedPrecondition) {  // another job's or world size's: no older one fits either
+      w.PutString("node " + std::to_string(o_.node_rank) + ": " + s.message());
+      return SendToCoordinator(ClusterMsg::kFatal, w.data());
+    }
+    w.Put<uint64_t>(m.version);
     w.PutString("node " + std::to_string(o_.node_rank) + " cannot restore version " + std::to_string(m.version) +
                 " from disk: " + s.message());
-    return SendToCoordinator(ClusterMsg::kFatal, w.data());
+    return SendToCoordinator(ClusterMsg::kDiskFailed, w.data());
   }
   FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
                  "{:.0f} ms; training resumes after step {}",

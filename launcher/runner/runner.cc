@@ -238,15 +238,14 @@ Status Runner::Setup() {
   if (!config_.persist.dir.empty()) {
     int world = 0;
     for (const auto& n : nodes_) world += static_cast<int>(n.slots.size());
-    co.disk_version = [dir = config_.persist.dir, job = job_id_, world]() -> std::optional<uint64_t> {
+    co.disk_versions = [dir = config_.persist.dir, job = job_id_, world]() {
       PersistReader reader(nullptr, dir, job, world);
       std::vector<uint64_t> versions;
       std::vector<std::string> skipped;
       Status s = reader.ListComplete(&versions, &skipped);
       for (const auto& why : skipped) FTRUN_LOG_WARN("persist: {} ignored: {}", reader.job_dir(), why);
       if (!s.ok()) FTRUN_LOG_ERROR("persist: cannot read {}: {}", reader.job_dir(), s.message());
-      if (!s.ok() || versions.empty()) return std::nullopt;
-      return versions.front();
+      return versions;
     };
   }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());

@@ -229,6 +229,9 @@ void SnapshotStore::ReleaseBetween(std::optional<uint64_t> low, uint64_t high) {
 }
 
 void SnapshotStore::DiscardAbove(std::optional<uint64_t> version) {
+  // Going back below the floor (a job restored from an older version on
+  // disk): versions at or under `version` are live again, not releasable.
+  release_floor_ = version ? std::min(release_floor_, *version) : 0;
   std::vector<uint64_t> drop;
   for (const auto& [v, ranks] : versions_) {
     if (!version || v > *version) drop.push_back(v);

@@ -67,7 +67,8 @@ class SnapshotStore {
   void ReleaseBetween(std::optional<uint64_t> low, uint64_t high);
   // Drops every manifest of versions above `version` (nullopt: all), e.g.
   // the uncommitted saves of a failed generation; resets each rank's last
-  // saved version accordingly.
+  // saved version accordingly, and lowers the release floor to `version`
+  // (a job going back to an older version).
   void DiscardAbove(std::optional<uint64_t> version);
 
   void Pin(uint64_t version);

@@ -99,9 +99,11 @@ cl_want = golden(4, cl_args)
 cl_config = ("job:\n  id: cl-%d\nstore:\n  memory_budget: 128MiB\n  chunk_size: 1MiB\n"
              "persist:\n  dir: %s\n  every_versions: 5\n" % (rng.randrange(1 << 30), disk2))
 cl = ClusterJob(2, 2, cl_args, config=cl_config)
-st = cl.wait_for(lambda s: any((cl.agent_state(a) or {}).get("persist", {}).get("last_written_version") is not None
+# Two complete versions (every 5th): the older one is the fallback when a
+# chunk of the newer one turns out corrupt.
+st = cl.wait_for(lambda s: all(((cl.agent_state(a) or {}).get("persist", {}).get("last_written_version") or 0) >= 10
                                for a in range(2)), timeout=90)
-check(st is not None, "cluster: a version reaches disk")
+check(st is not None, "cluster: two versions reach disk")
 out = subprocess.run([RUNNER, "status", "--run_dir", os.path.join(cl.dir, "run")], capture_output=True, text=True).stdout
 print(out, flush=True)
 check("disk +backlog" in out and re.search(r" v\d+ \+\d+", out), "ftrun status shows each node's newest version on disk "
@@ -113,10 +115,23 @@ if st:
         pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
     kill_all(pids)
 cl.wait(30)
+# A flipped bit in the newest chunk file on disk (written by the newest
+# version only: older versions share the older chunk files).
+chunks = [os.path.join(d, f) for d, _, fs in os.walk(disk2) for f in fs if "/chunks/" in d and ".tmp" not in f]
+flipped = None
+if check(len(chunks) > 0, "cluster: chunk files on disk"):
+    flipped = max(chunks, key=os.path.getmtime)
+    with open(flipped, "r+b") as f:
+        f.seek(4096 + 100)
+        b = f.read(1)
+        f.seek(4096 + 100)
+        f.write(bytes([b[0] ^ 0x10]))
 cl = ClusterJob(2, 2, cl_args, config=cl_config)
 rc = cl.wait(180)
 check(rc == 0, f"cluster restarted: exit 0 (got {rc})\n{cl.log[-3000:]}")
-check(len(restored_from_disk(cl.log)) == 2, "cluster restarted: both nodes restored their ranks from disk")
+check("the next older one on disk" in cl.log and os.path.basename(flipped or "?") in cl.log,
+      "a corrupt chunk on disk: the node names the file and the job goes back to the next older version")
+check(len(restored_from_disk(cl.log)) >= 2, "cluster restarted: both nodes restored their ranks from disk")
 check("from the persist directory" in cl.log, "the coordinator restores the version on disk (no RAM copy left)")
 check(digests(cl.log) == cl_want, "cluster restarted: digests equal the failure-free run's")
 
@@ -136,7 +151,8 @@ def on_disk_everywhere(s):
 
 st = lj.wait_for(on_disk_everywhere, timeout=120)
 if check(st is not None, "two-node loss: versions reach disk on every node"):
-    victims = rng.sample(range(4), 2)
+    first = rng.randrange(4)
+    victims = [first, (first + 1) % 4]  # a node and the holder of its copies (the next on the placement ring)
     print(f"committed {st['committed_version']}: SIGKILL nodes {victims} at once (replicas: 1)", flush=True)
     for n in victims:
         lj.kill_node(n)

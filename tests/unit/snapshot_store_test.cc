@@ -151,3 +151,20 @@ TEST_CASE("discarding a failed generation's versions resets the version order", 
   s.ReleaseReservations(1);
   CHECK(s.Stats().used_bytes == 0);
 }
+
+TEST_CASE("going back to an older version: a pin and unpin of it does not release it", "[store]") {
+  SnapshotStore s(kBase, 64 * 4096, "cfg.yaml:3: store.memory_budget");
+  auto offs = Reserve(s, 1, {4});
+  REQUIRE(s.AddManifest(1, Make(0, 10, {{"aaaa", true}}, offs)).ok());
+  s.ReleaseReservations(1);
+  s.ReleaseBelow(10);  // version 10 committed
+  s.DiscardAbove(5);   // the job goes back to version 5 (restored from disk)
+  CHECK(s.Versions().empty());
+  offs = Reserve(s, 1, {4});
+  REQUIRE(s.AddManifest(1, Make(0, 5, {{"bbbb", true}}, offs)).ok());
+  s.ReleaseReservations(1);
+  s.ReleaseBelow(5);  // version 5 committed again
+  s.Pin(5);           // a rank loads it ...
+  s.Unpin(5);         // ... and is done
+  CHECK(s.Find(0, 5) != nullptr);
+}
