@@ -20,12 +20,20 @@ def alive(pid):
 
 for sig in (signal.SIGINT, signal.SIGTERM):
     job = ClusterJob(2, 2, ARGS, config="store:\n  memory_budget: 256MiB\n", spares=1)
-    st = job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or 0) >= 3, timeout=90)
+
+    def seen(s):
+        """Every process of the job, once each agent's status (written after the runner's) lists its ranks."""
+        out = []
+        for i, a in enumerate(s.get("agents", [])):
+            out.append(a["pid"])
+            out += [r["pid"] for r in (job.agent_state(i) or {}).get("ranks", []) if r.get("pid")]
+        return out
+
+    st = job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or 0) >= 3
+                      and len(seen(s)) == 2 + 1 + 4, timeout=90)
     pids = []
     if check(st is not None, f"{sig.name}: the job runs and commits"):
-        for i, a in enumerate(st["agents"]):
-            pids.append(a["pid"])
-            pids += [r["pid"] for r in (job.agent_state(i) or {}).get("ranks", []) if r.get("pid")]
+        pids = seen(st)
     check(len(pids) == 2 + 1 + 4, f"{sig.name}: 3 agents and 4 ranks seen ({pids})")
     job.proc.send_signal(sig)
     rc = job.wait(timeout=60)
