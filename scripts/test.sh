@@ -14,7 +14,8 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 ./build-asan/tests/ftrun_transport_tests
 # (test_crash_modes is left out here: ASan turns the trainer's deliberate
 # segfault into its own exit code.)
-for t in test_restart_random_kills test_agent_lifecycle test_c_client test_cluster_node_loss; do
+for t in test_restart_random_kills test_agent_lifecycle test_c_client test_cluster_node_loss test_persist \
+    test_slurm_scripts test_runner_attach; do
   echo "== $t (ASan+UBSan)"
   FTRUN_BUILD_DIR="$PWD/build-asan" FTRUN_SOURCE_DIR="$PWD" /usr/bin/python3 "tests/integration/$t.py"
 done

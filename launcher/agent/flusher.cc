@@ -31,6 +31,7 @@ Flusher::~Flusher() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (writing_) store_->Unpin(*writing_);
+  if (pending_) store_->Unpin(*pending_);
 }
 
 Status Flusher::Start() {
@@ -59,35 +60,52 @@ Status Flusher::Start() {
 void Flusher::OnCommitted(uint64_t version, Clock::time_point now) {
   if (committed_ && version <= *committed_) return;
   committed_ = version;
-  ++commits_since_write_;
+  const uint64_t every = o_.config.every_versions > 0 ? static_cast<uint64_t>(o_.config.every_versions) : 1;
+  if (version % every == 0) SetPending(version);
   MaybeStart(now, false);
+}
+
+void Flusher::SetPending(uint64_t version) {
+  if (pending_) store_->Unpin(*pending_);
+  store_->Pin(version);
+  pending_ = version;
 }
 
 void Flusher::Tick(Clock::time_point now) { MaybeStart(now, false); }
 
 void Flusher::MaybeStart(Clock::time_point now, bool ignore_backoff) {
-  if (writing_ || !committed_ || (last_written_ && *last_written_ >= *committed_)) return;
+  if (writing_ || !pending_ || paused_) return;
+  if (last_written_ && *last_written_ >= *pending_) {
+    store_->Unpin(*pending_);
+    pending_.reset();
+    return;
+  }
   if (!ignore_backoff) {
     if (failures_ > 0 && now < backoff_until_) return;
     const PersistConfig& c = o_.config;
-    bool by_count = c.every_versions > 0 && commits_since_write_ >= c.every_versions;
     bool by_time = c.every_seconds.count() > 0 && now - last_write_time_ >= c.every_seconds;
-    if (!by_count && !by_time && failures_ == 0) return;
+    if (c.every_versions == 0 && !by_time && failures_ == 0) return;
   }
   Job job;
-  job.version = *committed_;
+  job.version = *pending_;
   for (int rank : o_.ranks()) {
     const Manifest* m = store_->Find(rank, job.version);
     if (m == nullptr) {
       FTRUN_LOG_WARN("persist: rank {} has no manifest of committed version {} on this node; not writing it",
                      rank, job.version);
+      store_->Unpin(*pending_);
+      pending_.reset();
       return;
     }
     job.manifests.push_back(*m);
   }
-  if (job.manifests.empty()) return;  // a spare: nothing of its own
-  store_->Pin(job.version);
-  writing_ = job.version;
+  if (job.manifests.empty()) {  // a spare: nothing of its own
+    store_->Unpin(*pending_);
+    pending_.reset();
+    return;
+  }
+  writing_ = job.version;  // the pending pin goes with it
+  pending_.reset();
   {
     std::lock_guard<std::mutex> l(mu_);
     job_ = std::move(job);
@@ -159,14 +177,18 @@ void Flusher::OnEvent(Clock::time_point now) {
     done_.reset();
   }
   if (!d) return;
-  store_->Unpin(d->version);
   writing_.reset();
+  const bool failed = !d->status.ok() && d->status.code() != Code::kUnavailable;
+  if (failed && !pending_ && !paused_) {
+    pending_ = d->version;  // retried (its pin kept), unless a newer one is waiting
+  } else {
+    store_->Unpin(d->version);
+  }
   bytes_written_ += d->progress.bytes_written;
   chunk_bytes_skipped_ += d->progress.chunk_bytes_skipped;
   if (d->status.ok()) {
     last_written_ = d->version;
     ++versions_written_;
-    commits_since_write_ = 0;
     last_write_time_ = now;
     last_rate_mb_s_ = d->took.count() > 0 ? d->progress.bytes_written / 1e6 / (d->took.count() / 1e9) : 0;
     if (failures_ > 0) FTRUN_LOG_WARN("persist: the disk works again after {} failed write(s)", failures_);
@@ -191,6 +213,9 @@ void Flusher::OnEvent(Clock::time_point now) {
 
 std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
   auto deadline = Clock::now() + bound;
+  if (committed_ && (!last_written_ || *last_written_ < *committed_) && (!pending_ || *pending_ < *committed_)) {
+    SetPending(*committed_);  // the end of the job: the last committed version, aligned or not
+  }
   while (true) {
     auto now = Clock::now();
     if (!writing_) MaybeStart(now, true);
@@ -213,15 +238,20 @@ std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
 }
 
 void Flusher::Rewind(uint64_t version) {
+  paused_ = true;  // nothing new starts while the write in progress ends
+  if (pending_ && *pending_ > version) {
+    store_->Unpin(*pending_);
+    pending_.reset();
+  }
   if (writing_) {
     writer_->Cancel();
     pollfd p{event_.get(), POLLIN, 0};
     while (writing_ && ::poll(&p, 1, 10000) > 0) OnEvent(Clock::now());
     writer_->ClearCancel();
   }
+  paused_ = false;
   if (committed_ && *committed_ > version) committed_ = version;
   if (last_written_ && *last_written_ > version) last_written_ = version;
-  commits_since_write_ = 0;
 }
 
 nlohmann::json Flusher::StatusJson() const {

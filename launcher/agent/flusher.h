@@ -1,12 +1,16 @@
 // Flusher: the agent's lazy persistence (issue 4; DESIGN.md save path step
-// 6). When persist.every_versions commits or persist.every_seconds have
-// passed since the last version written, the newest committed version is
-// pinned in the store and this node's manifests of it go to a writer
-// thread, which writes the chunks not on disk yet (PersistWriter, paced by
-// persist.rate_limit) and the node's marker, then applies retention (node 0
-// only: on a shared directory one node deletes). The event loop learns the
-// end through event_fd() and unpins. Versions committed meanwhile are not
-// queued: the next write takes the newest one.
+// 6). The versions written are the committed ones that are multiples of
+// persist.every_versions (every one when it is 0), so that every node of a
+// cluster writes the same versions and each becomes complete on disk once
+// all nodes' markers are there. The newest such version is pinned in the
+// store as soon as it commits; it is written when the writer is idle and
+// (with every_versions 0) persist.every_seconds have passed since the last
+// write. A newer one replaces a pending one that was not started (so a slow
+// disk skips versions, never queues them). This node's manifests go to a
+// writer thread, which writes the chunks not on disk yet (PersistWriter,
+// paced by persist.rate_limit) and the node's marker, then applies retention
+// (node 0 only: on a shared directory one node deletes). The event loop
+// learns the end through event_fd() and unpins.
 //
 // Training never waits for it. A failing disk (ENOSPC, EIO) is logged, shown
 // in the status, and retried with a backoff (1 s doubling to 60 s); RAM is
@@ -90,6 +94,7 @@ class Flusher {
   };
 
   void MaybeStart(Clock::time_point now, bool ignore_backoff);
+  void SetPending(uint64_t version);  // pins it; unpins the one it replaces
   void ThreadMain();
   std::string RunRetention(uint64_t protect);
 
@@ -105,7 +110,8 @@ class Flusher {
   std::optional<uint64_t> committed_;     // newest committed version
   std::optional<uint64_t> last_written_;  // newest version this node wrote
   std::optional<uint64_t> writing_;       // pinned, with the thread
-  int commits_since_write_ = 0;
+  std::optional<uint64_t> pending_;       // pinned, next to write
+  bool paused_ = false;                   // Rewind waits for the thread
   Clock::time_point last_write_time_;
   Clock::time_point backoff_until_;
   int failures_ = 0;  // in a row

@@ -411,6 +411,11 @@ Status ValidateClusterConfig(const Config& c, int num_nodes) {
                      std::to_string(c.agent.ranks_per_node) + " ranks x " + std::to_string(1 + c.cluster.replicas) +
                      " copies x " + FormatSize(s.snapshot_bytes) + "); raise it or lower cluster.replicas");
   }
+  if (num_nodes > 1 && !c.persist.dir.empty() && c.persist.every_versions == 0) {
+    return Error(c.persist.dir_loc, "persist.every_versions",
+                 "a job of " + std::to_string(num_nodes) + " nodes with persist.dir needs it above 0: every node "
+                 "writes the committed versions that are multiples of it, so that they complete on disk together");
+  }
   return Status::Ok();
 }
 

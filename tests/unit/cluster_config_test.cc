@@ -48,4 +48,16 @@ TEST_CASE("cluster config: replicas below the node count, budget for the copies 
   REQUIRE(ValidateClusterConfig(c, 4).ok());
 }
 
+TEST_CASE("cluster config: a persist dir on several nodes needs persist.every_versions", "[config]") {
+  Config c;
+  REQUIRE(ParseConfig("persist:\n  dir: /p\n  every_seconds: 30s\n", "x.yaml", &c).ok());
+  REQUIRE(ValidateClusterConfig(c, 1).ok());  // one node: time alone is fine
+  Status s = ValidateClusterConfig(c, 2);
+  REQUIRE(!s.ok());
+  REQUIRE(s.message().find("x.yaml:2") != std::string::npos);
+  REQUIRE(s.message().find("persist.every_versions") != std::string::npos);
+  REQUIRE(ParseConfig("persist:\n  dir: /p\n  every_versions: 5\n", "x.yaml", &c).ok());
+  REQUIRE(ValidateClusterConfig(c, 2).ok());
+}
+
 }  // namespace ftrun
