@@ -18,6 +18,7 @@
 namespace ftrun::bench {
 
 int RunBaselineTorch(int argc, char** argv, Result* out);  // bench/baseline_torch_bench.cc
+int RunFlush(int argc, char** argv, Result* out);          // bench/flush_bench.cc
 
 std::string SiblingBinary(const std::string& name) {
   char buf[PATH_MAX];
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
                 "  replicate       replication to a holder over UCX vs ucx_perftest; incremental bytes on the wire\n"
                 "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
                 "  baseline-torch  train_gpt.py: torch.save/torch.load + relaunch vs ftrun (save, restore, recovery)\n"
+                "  flush           the lazy flusher's disk rate vs fio; step time with and without it\n"
                 "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;
   }
@@ -118,8 +120,9 @@ int main(int argc, char** argv) {
   else if (scenario == "replicate") rc = RunReplicate(static_cast<int>(rest.size()), rest.data(), &r);
   else if (scenario == "restart-node") rc = RunRestartNode(static_cast<int>(rest.size()), rest.data(), &r);
   else if (scenario == "baseline-torch") rc = RunBaselineTorch(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "flush") rc = RunFlush(static_cast<int>(rest.size()), rest.data(), &r);
   else {
-    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch)\n", scenario.c_str());
+    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch, flush)\n", scenario.c_str());
     return 2;
   }
   if (rc != 0) return rc;

@@ -1,12 +1,13 @@
 // IoWorkers: a few threads that run the flusher's blocking file jobs (write
-// a chunk file and sync it, sync a directory) so that several are in flight
-// while the calling thread prepares the next ones. A chunk file is synced on
-// its own (fdatasync), so one writer alone leaves the disk idle during every
-// sync; concurrent syncs also share the filesystem's journal commits.
+// a chunk file; sync, close and rename one; sync a directory) so that several
+// are in flight while the calling thread prepares the next ones.
 //
 // The queue is bounded: Submit blocks while it is full. The first failure
-// sticks: later jobs are dropped, and Submit and Finish return it.
-// Submit and Finish are called from one thread; jobs run on the workers.
+// sticks: later jobs are dropped (destroyed unrun, outside the lock, so what
+// they capture can clean up after itself), and Submit and Finish return it.
+// Submit may be called from any thread, jobs of another IoWorkers included
+// (the persist writer's write jobs hand each file to its sync workers);
+// Finish from one, after every Submit to it returned. Jobs run on the workers.
 #pragma once
 
 #include <condition_variable>
@@ -23,8 +24,11 @@ namespace ftrun {
 
 class IoWorkers {
  public:
-  // threads 0: every job runs at once, inside Submit.
-  IoWorkers(int threads, size_t max_queued);
+  // threads 0: every job runs at once, inside Submit. nice > 0: each worker
+  // lowers its own CPU priority to it first (setpriority on the thread; best
+  // effort), so that the jobs' CPU time - the filesystem's, mostly - goes to
+  // whatever else wants the cores first.
+  IoWorkers(int threads, size_t max_queued, int nice = 0);
   ~IoWorkers();  // Finish()
   IoWorkers(const IoWorkers&) = delete;
   IoWorkers& operator=(const IoWorkers&) = delete;
@@ -36,7 +40,7 @@ class IoWorkers {
   Status Finish();
 
  private:
-  void Run();
+  void Run(int nice);
 
   const size_t max_queued_;  // Constant after construction
   std::vector<std::thread> threads_;

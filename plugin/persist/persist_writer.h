@@ -9,7 +9,12 @@
 // still checks the hash on every read, against bit rot). The order is:
 //   1. manifests (tmp, sync, rename), first so that retention running
 //      elsewhere sees the chunks this version will reference;
-//   2. chunks not on disk yet (tmp, sync, rename);
+//   2. chunks not on disk yet (tmp, sync, rename). Write threads write tmp
+//      files (not synced) and hand each to a sync thread, which syncs,
+//      closes and renames it; at most 4 x io_threads files wait for a sync.
+//      So the disk is sent the next files' bytes while others are synced,
+//      and a chunk's final name still appears only after its bytes are
+//      durable;
 //   3. fsync of every directory a name was added to: chunk subdirectories
 //      (also those of skipped chunks not known to be durable), chunks/, the
 //      version directory, the job directory, the root;
@@ -24,10 +29,11 @@
 // retention.h), on every node, before new ones are written.
 //
 // Threads: WriteVersion runs on one thread at a time (the flusher's), which
-// also calls the ChunkSource and paces the rate limit; io_threads workers
-// write the chunk files and sync directories meanwhile, and are joined
-// before WriteVersion returns. Cancel, ClearCancel and Progress may be
-// called from any thread.
+// also calls the ChunkSource and paces the rate limit; io_threads write
+// workers (hash check, tmp file) and as many sync workers (sync, close,
+// rename; then the directories) do the rest meanwhile, at nice io_nice, and
+// are joined before WriteVersion returns. Cancel, ClearCancel and Progress
+// may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -63,11 +69,24 @@ struct PersistWriterOptions {
   int node = 0;               // this agent's node: names its marker and tmp files
   uint64_t rate_limit = 0;    // bytes/s over all bytes written; 0 = unlimited
   uint64_t burst = 0;         // token bucket size; 0 = RateLimiter's default
-  bool verify_source = true;  // hash chunk bytes before writing them under that hash
-  // Chunk files written (and directories synced) at once; 0 = on the caller.
-  // On this project's virtio disk, 4 MiB chunks: 1 thread ~0.6 GB/s, 2
-  // ~1.0, 4 ~1.3 (each file is fdatasync'ed; the disk idles during a sync).
+  // Hash chunk bytes before writing them under that hash. Cheap (XXH3, ~30
+  // GB/s on a worker thread) and worth it: a chunk file is shared by every
+  // later version that has those bytes, so one written wrong would poison all
+  // of them, and the store does not re-check what ranks copied into it.
+  bool verify_source = true;
+  // Write threads and as many sync threads (and directory syncs at once);
+  // 0 = everything on the caller. Each write thread has one chunk file at a
+  // time in flight (PosixEnv: O_DIRECT from the caller's memory, 4 x 1 MiB
+  // writes at once); a written file goes to a sync thread, so the disk keeps
+  // receiving writes while files are synced. On this project's virtio disk,
+  // 1 GiB versions of 4 MiB chunks: ~1.5-1.8 GB/s with 4, about what fio does
+  // at its best there (docs/benchmarks.md, "flush").
   int io_threads = 4;
+  // Nice value the I/O threads give themselves (Linux, per thread): their
+  // CPU time - the hash check, and the filesystem's, which on a journal-less
+  // ext4 with many recently deleted files dominates - goes to the training
+  // ranks on the same node first. 0 = the caller's priority.
+  int io_nice = 19;
   Env* env = nullptr;  // nullptr = PosixEnv()
   // Tests: replace steady_clock::now and the cancellable wait of the rate limit.
   std::function<std::chrono::steady_clock::time_point()> clock;
@@ -123,9 +142,12 @@ class PersistWriter {
   void NeedDir(const std::string& dir, SyncPlan* plan) const;
   Status MakeDirs(uint64_t version, SyncPlan* plan);
   Status WriteChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source, SyncPlan* plan);
-  Status QueueChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source, IoWorkers* workers,
-                     SyncPlan* plan);
-  Status WriteChunk(const ChunkRef& ref, const void* data, const std::string& subdir);
+  Status QueueChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source, IoWorkers* writes,
+                     IoWorkers* syncs, SyncPlan* plan);
+  struct PendingChunk;
+  Status WriteChunk(const ChunkRef& ref, const void* data, const std::string& subdir, const std::string& which,
+                    IoWorkers* syncs);
+  Status CommitChunk(PendingChunk* chunk);
   // tmp name, append the pieces, sync, close, rename. Callers pace first.
   Status WriteFileAtomically(const std::string& path, const std::vector<Piece>& pieces);
   Status Pace(uint64_t n);

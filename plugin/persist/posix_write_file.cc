@@ -68,12 +68,21 @@ PosixWriteFile::PosixWriteFile(std::string path, UniqueFd fd, bool direct, bool 
       direct_(direct),
       fake_einval_(fake_einval),
       pool_(pool) {
+  EnsureContext();
+}
+
+void PosixWriteFile::EnsureContext() {
+  if (ctx_) return;
   ctx_ = pool_->Get();
   size_t n = ctx_->buffers.size();
   queue_depth_ = ctx_->has_ring ? static_cast<int>(n) : 0;
   busy_.assign(n, false);
   slot_offset_.assign(n, 0);
   slot_len_.assign(n, 0);
+}
+
+void PosixWriteFile::ReleaseIfIdle() {
+  if (ctx_ && cur_ < 0 && in_flight_ == 0) pool_->Put(std::move(ctx_));
 }
 
 PosixWriteFile::~PosixWriteFile() {
@@ -101,7 +110,15 @@ void PosixWriteFile::Release() {
 Status PosixWriteFile::Append(const void* data, size_t n) {
   if (!error_.ok()) return error_;
   if (closed_) return Fail(Status::IoError("cannot append to '" + path_ + "': the file is closed"));
+  EnsureContext();
   const char* p = static_cast<const char*>(data);
+  if (direct_ && cur_ < 0 && n >= kDirectAlign && reinterpret_cast<uintptr_t>(p) % kDirectAlign == 0) {
+    const size_t k = n / kDirectAlign * kDirectAlign;
+    Status st = AppendFromCaller(p, k);
+    if (!st.ok()) return Fail(st);
+    p += k;
+    n -= k;
+  }
   while (n > 0) {
     if (cur_ < 0) {
       Status st;
@@ -123,6 +140,87 @@ Status PosixWriteFile::Append(const void* data, size_t n) {
       FTRUN_RETURN_IF_ERROR(Issue(slot, off, ctx_->buffer_size));
     }
   }
+  ReleaseIfIdle();
+  return Status::Ok();
+}
+
+// p is aligned, n a multiple of the block size, nothing is buffered (cur_ <
+// 0), so offset_ is aligned too. Returns only once no write of p[0, n) is in
+// flight, unless the ring cannot be waited on (then the file fails and the
+// ring is never reused; the kernel keeps the pages it writes pinned).
+Status PosixWriteFile::AppendFromCaller(const char* p, size_t n) {
+  FTRUN_RETURN_IF_ERROR(Drain());  // buffered writes still in flight: their slots and ring entries
+  const uint64_t base = offset_;
+  if (!ctx_->has_ring || (direct_ && fake_einval_ && !direct_ok_)) {
+    ssize_t res = static_cast<ssize_t>(n);
+    if (direct_ && fake_einval_ && !direct_ok_) {
+      res = -EINVAL;
+    } else if (int err = PwriteAll(p, n, base); err != 0) {
+      res = -err;
+    }
+    FTRUN_RETURN_IF_ERROR(CompleteWrite(p, base, n, res));
+    offset_ = base + n;
+    return Status::Ok();
+  }
+  struct Piece {
+    size_t at = 0, len = 0;
+    bool busy = false;
+  };
+  std::vector<Piece> pieces(ctx_->buffers.size());
+  const size_t piece = ctx_->buffer_size;
+  size_t issued = 0;
+  int pending = 0;
+  bool ring_ok = true;
+  Status st;
+  while ((st.ok() && ring_ok && issued < n) || pending > 0) {
+    while (st.ok() && ring_ok && issued < n && pending < static_cast<int>(pieces.size())) {
+      size_t slot = 0;
+      while (pieces[slot].busy) ++slot;
+      const size_t len = std::min(piece, n - issued);
+      io_uring_sqe* sqe = io_uring_get_sqe(&ctx_->ring);
+      FTRUN_CHECK(sqe != nullptr);  // never more writes than ring entries
+      io_uring_prep_write(sqe, fd_.get(), p + issued, static_cast<unsigned>(len), base + issued);
+      io_uring_sqe_set_data64(sqe, static_cast<uint64_t>(slot));
+      int rc = io_uring_submit(&ctx_->ring);
+      if (rc != 1) {  // refused at run time: reap what is in flight, then pwrite
+        FTRUN_LOG_WARN("persist: io_uring_submit on '{}' failed ({}); writing with pwrite", path_,
+                       std::strerror(rc < 0 ? -rc : EAGAIN));
+        ring_ok = false;
+        break;
+      }
+      pieces[slot] = {issued, len, true};
+      ++pending;
+      issued += len;
+    }
+    if (pending == 0) break;
+    io_uring_cqe* cqe = nullptr;
+    int rc;
+    do {
+      rc = io_uring_wait_cqe(&ctx_->ring, &cqe);
+    } while (rc == -EINTR);
+    if (rc < 0) {
+      in_flight_ += pending;  // Release leaks the context rather than reuse its ring
+      return Fail(Status::FromErrno("cannot wait for writes to '" + path_ + "'", -rc));
+    }
+    const size_t slot = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+    const ssize_t res = cqe->res;
+    io_uring_cqe_seen(&ctx_->ring, cqe);
+    --pending;
+    pieces[slot].busy = false;
+    Status done = CompleteWrite(p + pieces[slot].at, base + pieces[slot].at, pieces[slot].len, res);
+    if (!done.ok() && st.ok()) st = done;
+  }
+  FTRUN_RETURN_IF_ERROR(st);
+  if (!ring_ok) {
+    ctx_->DropRing();
+    queue_depth_ = 0;
+    if (issued < n) {
+      int err = PwriteAll(p + issued, n - issued, base + issued);
+      FTRUN_RETURN_IF_ERROR(
+          CompleteWrite(p + issued, base + issued, n - issued, err != 0 ? -err : static_cast<ssize_t>(n - issued)));
+    }
+  }
+  offset_ = base + n;
   return Status::Ok();
 }
 
@@ -164,10 +262,11 @@ Status PosixWriteFile::Issue(int slot, uint64_t offset, size_t len) {
 }
 
 Status PosixWriteFile::Complete(int slot, ssize_t res) {
-  const size_t len = slot_len_[slot];
-  const uint64_t off = slot_offset_[slot];
-  const char* buf = ctx_->buffers[slot];
   busy_[slot] = false;
+  return CompleteWrite(ctx_->buffers[slot], slot_offset_[slot], slot_len_[slot], res);
+}
+
+Status PosixWriteFile::CompleteWrite(const char* buf, uint64_t off, size_t len, ssize_t res) {
   if (res == -EINVAL && opened_direct_ && !direct_ok_) {
     // Every write in flight at the switch fails the same way; redo each.
     if (direct_) FTRUN_RETURN_IF_ERROR(FallBackToBuffered());

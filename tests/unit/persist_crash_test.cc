@@ -44,6 +44,38 @@ void CheckAllCompleteVerify(Env* env, const std::string& root) {
   }
 }
 
+// Every chunk file under its final name is whole: its header decodes, its
+// size is the header's length, its bytes hash to its name. A name that looks
+// final is never torn, whatever version it belongs to (complete or not).
+// Returns how many there are.
+int CheckChunkFilesWhole(Env* env, const std::string& job_dir) {
+  std::vector<std::string> subs, names;
+  if (!env->ListDir(job_dir + "/chunks", &subs).ok()) return 0;
+  int n = 0;
+  for (const auto& sub : subs) {
+    REQUIRE(env->ListDir(job_dir + "/chunks/" + sub, &names).ok());
+    for (const auto& name : names) {
+      ChunkHash want;
+      if (!ParseChunkFileName(name, &want)) continue;  // a tmp file
+      const std::string path = job_dir + "/chunks/" + sub + "/" + name;
+      std::string bytes;
+      REQUIRE(env->ReadFile(path, &bytes).ok());
+      ChunkHash hash;
+      uint64_t length = 0;
+      Status st = DecodeChunkHeader(bytes.data(), bytes.size(), path, &hash, &length);
+      INFO(path << ": " << st.ToString());
+      CHECK(st.ok());
+      CHECK(hash == want);
+      CHECK(bytes.size() == kChunkHeaderSize + length);
+      if (st.ok() && bytes.size() == kChunkHeaderSize + length) {
+        CHECK(HashBytes(bytes.data() + kChunkHeaderSize, length) == want);
+      }
+      ++n;
+    }
+  }
+  return n;
+}
+
 // Files left under tmp names anywhere below `dir`.
 int TmpFiles(const std::string& dir) {
   std::vector<std::string> names;
@@ -70,7 +102,7 @@ TEST_CASE("a crash at any point of the first write leaves nothing or a complete 
     REQUIRE(w.WriteVersion(1, Ptrs(job.v1), job.bank.Source()).ok());
     total = env.ops();
   }
-  int complete_after_crash = 0;
+  int complete_after_crash = 0, chunk_files_seen = 0;
   for (uint64_t k = 0; k <= total; ++k) {
     ScratchDir dir("/dev/shm");
     const std::string root = dir.path() + "/persist";
@@ -83,12 +115,14 @@ TEST_CASE("a crash at any point of the first write leaves nothing or a complete 
     std::vector<uint64_t> versions = Complete(&env, root);
     complete_after_crash += Has(versions, 1);
     CheckAllCompleteVerify(&env, root);
+    chunk_files_seen += CheckChunkFilesWhole(&env, root + "/job");
     // The restarted agent writes it again and it is complete.
     REQUIRE(PersistWriter(WriterOptions(&env, root, "job", 2)).WriteVersion(1, Ptrs(job.v1), job.bank.Source()).ok());
     CHECK(Complete(&env, root) == std::vector<uint64_t>{1});
     CheckAllCompleteVerify(&env, root);
   }
   CHECK(complete_after_crash == 1);  // only when the last call (the marker's dir sync) went through
+  CHECK(chunk_files_seen > 0);       // crashes after some chunks were durable, before the marker
 }
 
 TEST_CASE("a crash at any point of a later write never damages the complete version", "[persist][crash]") {
@@ -118,6 +152,7 @@ TEST_CASE("a crash at any point of a later write never damages the complete vers
     CHECK(Has(versions, 1));
     CHECK(Has(versions, 2) == (k == total));
     CheckAllCompleteVerify(&env, dir.path());
+    CheckChunkFilesWhole(&env, dir.path() + "/job");
     uint64_t restorable = 0;
     REQUIRE(PersistReader(&env, dir.path(), "job", 2).FindRestorable(nullptr, &restorable).ok());
     CHECK(restorable == (k == total ? 2 : 1));

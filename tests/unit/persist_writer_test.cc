@@ -1,10 +1,20 @@
 // PersistWriter: round trip through the reader, dedup, multi-node markers,
 // retries, cancel, rate limit (token math only, never wall-clock time).
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "plugin/persist/disk_format.h"
+#include "plugin/persist/io_workers.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/rate_limiter.h"
 #include "plugin/persist/retention.h"
@@ -299,6 +309,303 @@ TEST_CASE("the writer paces every byte it writes at the rate limit", "[persist][
   REQUIRE(PosixEnv()->GetFileSize(vdir + "/node0.COMPLETE", &marker).ok());
   CHECK(p.chunks_written == 4);
   CHECK(p.bytes_written == 4 * kChunkHeaderSize + (3u << 20) + 1000 + manifest + marker);
+}
+
+}  // namespace ftrun
+
+// ---------------------------------------------------------------------------
+// The write pipeline: zero-copy appends, write threads handing files to sync
+// threads, the I/O workers.
+
+namespace ftrun {
+namespace {
+
+// Forwards to a base Env and records the calls that make a chunk durable;
+// `on_sync` runs before a file's Sync (on the thread that syncs it).
+class RecordingEnv : public Env {
+ public:
+  explicit RecordingEnv(Env* base) : base_(base) {}
+  std::function<void(const std::string& path)> on_sync;
+
+  std::vector<std::string> events() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return events_;
+  }
+  int created(const std::string& substr) const {
+    std::lock_guard<std::mutex> l(mu_);
+    int n = 0;
+    for (const auto& e : events_) n += e.rfind("create ", 0) == 0 && e.find(substr) != std::string::npos;
+    return n;
+  }
+
+  Status NewWritableFile(const std::string& path, std::unique_ptr<WritableFile>* out) override {
+    std::unique_ptr<WritableFile> f;
+    FTRUN_RETURN_IF_ERROR(base_->NewWritableFile(path, &f));
+    Record("create " + path);
+    *out = std::make_unique<File>(this, std::move(f));
+    return Status::Ok();
+  }
+  Status NewRandomAccessFile(const std::string& path, std::unique_ptr<RandomAccessFile>* out) override {
+    return base_->NewRandomAccessFile(path, out);
+  }
+  Status CreateDir(const std::string& path, bool* created) override { return base_->CreateDir(path, created); }
+  Status SyncDir(const std::string& path) override {
+    FTRUN_RETURN_IF_ERROR(base_->SyncDir(path));
+    Record("syncdir " + path);
+    return Status::Ok();
+  }
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    FTRUN_RETURN_IF_ERROR(base_->RenameFile(from, to));
+    Record("rename " + from + " " + to);
+    return Status::Ok();
+  }
+  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  Status DeleteDir(const std::string& path) override { return base_->DeleteDir(path); }
+  Status ListDir(const std::string& path, std::vector<std::string>* names) override {
+    return base_->ListDir(path, names);
+  }
+  Status GetFileSize(const std::string& path, uint64_t* size) override { return base_->GetFileSize(path, size); }
+  Status IsDirectory(const std::string& path, bool* is_dir) override { return base_->IsDirectory(path, is_dir); }
+
+ private:
+  class File : public WritableFile {
+   public:
+    File(RecordingEnv* env, std::unique_ptr<WritableFile> base) : env_(env), base_(std::move(base)) {}
+    Status Append(const void* data, size_t n) override { return base_->Append(data, n); }
+    Status Sync() override {
+      if (env_->on_sync) env_->on_sync(path());
+      FTRUN_RETURN_IF_ERROR(base_->Sync());
+      env_->Record("sync " + path());
+      return Status::Ok();
+    }
+    Status Close() override { return base_->Close(); }
+    WriteMode mode() const override { return base_->mode(); }
+    const std::string& path() const override { return base_->path(); }
+
+   private:
+    RecordingEnv* const env_;
+    std::unique_ptr<WritableFile> base_;
+  };
+  void Record(std::string e) {
+    std::lock_guard<std::mutex> l(mu_);
+    events_.push_back(std::move(e));
+  }
+
+  Env* const base_;
+  mutable std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+// Page-aligned bytes, as the agent's arena hands them to the writer.
+struct AlignedBytes {
+  explicit AlignedBytes(size_t n, uint64_t seed) : size(n) {
+    REQUIRE(posix_memalign(reinterpret_cast<void**>(&p), 4096, std::max<size_t>(n, 1)) == 0);
+    std::string s = Pattern(seed, n);
+    std::memcpy(p, s.data(), n);
+  }
+  ~AlignedBytes() { std::free(p); }
+  AlignedBytes(const AlignedBytes&) = delete;
+  AlignedBytes& operator=(const AlignedBytes&) = delete;
+  std::string str() const { return std::string(p, size); }
+  char* p = nullptr;
+  size_t size;
+};
+
+std::string ReadBack(Env* env, const std::string& path) {
+  std::string bytes;
+  REQUIRE(env->ReadFile(path, &bytes).ok());
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("aligned appends are written from the caller's memory and never touched after Append returns",
+          "[persist][writer][zerocopy]") {
+  using Refuse = PosixEnvOptions::RefuseDirect;
+  PosixEnvOptions deflt, small, no_ring, refused, refused_small;
+  small.buffer_size = 8192;  // a 1 MiB append is 128 pieces, 3 in flight at a time
+  small.queue_depth = 3;
+  no_ring.io_uring = false;  // one O_DIRECT pwrite from the caller's memory
+  refused.refuse_direct = Refuse::kAtWrite;  // the first direct write fails: buffered from then on
+  refused_small = small;
+  refused_small.refuse_direct = Refuse::kAtWrite;
+  struct Case {
+    const char* name;
+    std::string base;
+    PosixEnvOptions o;
+  };
+  for (const Case& c : {Case{"disk", "", deflt}, Case{"tmpfs", "/dev/shm", deflt}, Case{"small buffers", "", small},
+                        Case{"pwrite", "", no_ring}, Case{"O_DIRECT refused at write", "", refused},
+                        Case{"O_DIRECT refused at write, small buffers", "", refused_small}}) {
+    SECTION(c.name) {
+      ScratchDir dir(c.base);
+      auto env = NewPosixEnv(c.o);
+      // Each plan is a list of appends: (size, aligned source?), then the
+      // file must hold exactly their bytes although every source was
+      // scribbled over as soon as its Append returned.
+      using Plan = std::vector<std::pair<size_t, bool>>;
+      const std::vector<Plan> plans = {
+          {{(1u << 20) + 4096, true}},                              // all zero copy
+          {{4096, true}, {(3u << 20) + 1000, true}},                // a chunk file: header, then bytes and a tail
+          {{100, false}, {1u << 20, true}, {4096, true}},           // buffered first: the rest is copied
+          {{(1u << 20), true}, {0, true}, {5000, false}, {8192, true}},
+          {{12288, true}, {12288, true}, {1, false}},
+      };
+      int n = 0;
+      for (const Plan& plan : plans) {
+        const std::string path = dir.path() + "/f" + std::to_string(n++);
+        std::unique_ptr<WritableFile> f;
+        REQUIRE(env->NewWritableFile(path, &f).ok());
+        std::string expect;
+        uint64_t seed = 1;
+        for (const auto& [size, aligned] : plan) {
+          AlignedBytes src(size + (aligned ? 0 : 1), seed++);
+          const char* p = aligned ? src.p : src.p + 1;
+          expect.append(p, size);
+          Status st = f->Append(p, size);
+          INFO(st.ToString());
+          REQUIRE(st.ok());
+          std::memset(src.p, 0xAB, src.size);  // the caller reuses its memory at once
+        }
+        REQUIRE(f->Sync().ok());
+        REQUIRE(f->Close().ok());
+        std::string got = ReadBack(env.get(), path);
+        CHECK(got.size() == expect.size());
+        CHECK(got == expect);
+      }
+    }
+  }
+}
+
+TEST_CASE("a chunk's name appears only after its bytes are synced, and the marker after everything",
+          "[persist][writer]") {
+  ScratchDir dir;
+  ChunkBank bank;
+  std::vector<Manifest> ms = {bank.Build(0, 1, Specs(1, 2)), bank.Build(1, 1, Specs(3, 4))};
+  RecordingEnv env(PosixEnv());
+  PersistWriter w(WriterOptions(&env, dir.path(), "job", 2));
+  REQUIRE(w.WriteVersion(1, Ptrs(ms), bank.Source()).ok());
+  std::vector<std::string> ev = env.events();
+  auto at = [&](const std::string& e) {
+    auto it = std::find(ev.begin(), ev.end(), e);
+    return it == ev.end() ? -1 : static_cast<int>(it - ev.begin());
+  };
+  int chunk_renames = 0, last_chunk_rename = -1, last_dir_sync_before_marker = -1;
+  const std::string marker_tmp = TmpName(VersionDir(dir.path() + "/job", 1) + "/node0.COMPLETE", 0);
+  const int marker_rename = at("rename " + marker_tmp + " " + VersionDir(dir.path() + "/job", 1) + "/node0.COMPLETE");
+  REQUIRE(marker_rename >= 0);
+  for (int i = 0; i < static_cast<int>(ev.size()); ++i) {
+    const std::string& e = ev[i];
+    if (e.rfind("syncdir ", 0) == 0 && i < marker_rename) last_dir_sync_before_marker = i;
+    if (e.rfind("rename ", 0) != 0 || e.find("/chunks/") == std::string::npos) continue;
+    const std::string tmp = e.substr(7, e.find(' ', 7) - 7);
+    INFO(e);
+    const int synced = at("sync " + tmp);
+    CHECK(synced >= 0);
+    CHECK(synced < i);
+    ++chunk_renames;
+    last_chunk_rename = i;
+  }
+  CHECK(chunk_renames == 12);
+  CHECK(last_chunk_rename < last_dir_sync_before_marker);  // the directories are synced after the last name
+  CHECK(at("sync " + marker_tmp) < marker_rename);
+  CHECK(PersistReader(PosixEnv(), dir.path(), "job", 2).Verify(1).ok());
+}
+
+TEST_CASE("the next chunk files are written while one is being synced", "[persist][writer]") {
+  ScratchDir dir;
+  ChunkBank bank;
+  std::vector<Manifest> ms = {bank.Build(0, 1, Specs(1, 2)), bank.Build(1, 1, Specs(3, 4))};  // 12 chunks
+  RecordingEnv env(PosixEnv());
+  std::atomic<bool> first{true}, overlapped{false};
+  env.on_sync = [&](const std::string& path) {
+    if (path.find("/chunks/") == std::string::npos || !first.exchange(false)) return;
+    // Hold the first chunk's sync until three more chunk files exist (at most 10 s).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline && env.created("/chunks/") < 4) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    overlapped = env.created("/chunks/") >= 4;
+  };
+  PersistWriter w(WriterOptions(&env, dir.path(), "job", 2));
+  REQUIRE(w.WriteVersion(1, Ptrs(ms), bank.Source()).ok());
+  CHECK(overlapped);
+  CHECK(w.Progress().chunks_written == 12);
+  CHECK(PersistReader(PosixEnv(), dir.path(), "job", 2).Verify(1).ok());
+}
+
+TEST_CASE("chunks from page-aligned memory round-trip, with I/O threads and without", "[persist][writer][zerocopy]") {
+  for (int threads : {0, 1, 4}) {
+    ScratchDir dir;
+    // One rank, two tensors laid out in an aligned "arena" of 4 MiB chunks
+    // (the last one short), as the agent's store hands them out.
+    const size_t chunk = 4u << 20;
+    AlignedBytes arena(3 * chunk + 12345, 42);
+    Manifest m;
+    m.rank = 0;
+    m.version = 1;
+    TensorManifest t;
+    t.info = {"w", DType::kUInt8, {static_cast<int64_t>(arena.size)}, arena.size, Device::kHost};
+    for (size_t off = 0; off < arena.size; off += chunk) {
+      size_t len = std::min(chunk, arena.size - off);
+      t.chunks.push_back({HashBytes(arena.p + off, len), len, off});
+    }
+    m.tensors.push_back(t);
+    PersistWriterOptions o = WriterOptions(PosixEnv(), dir.path(), "job", 1);
+    o.io_threads = threads;
+    PersistWriter w(o);
+    ChunkSource source = [&](const ChunkRef& ref, const void** data) {
+      *data = arena.p + ref.offset;
+      return Status::Ok();
+    };
+    std::vector<const Manifest*> ptrs = {&m};
+    INFO("io_threads " << threads);
+    REQUIRE(w.WriteVersion(1, ptrs, source).ok());
+    CHECK(w.Progress().chunks_written == 4);
+    PersistReader r(PosixEnv(), dir.path(), "job", 1);
+    CHECK(r.Verify(1).ok());
+    std::string back(t.chunks.back().length, '\0');
+    REQUIRE(r.ReadChunk(t.chunks.back(), back.data()).ok());
+    CHECK(back == std::string(arena.p + 3 * chunk, 12345));
+  }
+}
+
+TEST_CASE("I/O workers: lower priority, jobs submitted from other workers, dropped jobs cleaned up",
+          "[persist][writer]") {
+  {
+    IoWorkers w(2, 4, 19);
+    std::atomic<int> nice{-100};
+    REQUIRE(w.Submit([&] {
+      errno = 0;
+      nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+      return Status::Ok();
+    }).ok());
+    REQUIRE(w.Finish().ok());
+    CHECK(nice == 19);
+  }
+  {
+    // A job of one pool submits to another, as write workers hand files to
+    // sync workers; after the first failure later jobs are destroyed unrun.
+    IoWorkers second(2, 2);
+    IoWorkers first(3, 2);
+    std::atomic<int> ran{0};
+    auto alive = std::make_shared<int>(0);
+    for (int i = 0; i < 50; ++i) {
+      Status st = first.Submit([&, i, alive] {
+        return second.Submit([&, i, alive] {
+          ++ran;
+          return i == 10 ? Status::IoError("job 10 failed") : Status::Ok();
+        });
+      });
+      if (!st.ok()) break;
+    }
+    Status a = first.Finish();
+    Status b = second.Finish();
+    CHECK(Contains(b.message(), "job 10 failed"));
+    CHECK((a.ok() || Contains(a.message(), "job 10 failed")));
+    CHECK(ran < 50);
+    CHECK(alive.use_count() == 1);  // every job, run or dropped, was destroyed
+  }
 }
 
 }  // namespace ftrun
