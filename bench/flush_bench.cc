@@ -10,16 +10,19 @@
 // The ceiling is fio in the same directory, in the same run: new files of
 // the same bytes in all, each written sequentially with O_DIRECT through
 // io_uring and fsync'ed once at its end (end_fsync=1: a version is durable
-// when the writer is done with it, so the ceiling must be too). A round of
-// fio runs a few configurations - one file at depth 4 and at 16, four files
-// at depth 4 each, as the writer does - and keeps its best (this virtio disk
-// does worse at depth 16 than at 4). A round runs before the agent, after
-// it, and in the gap after every version is on disk, while the ranks
-// compute; each version (but the first, which also makes the chunk
-// directories) is compared with the mean of the rounds just before and just
-// after it, and throughput_over_fio is the median of those ratios. The disk
-// is shared and its speed drifts by tens of percent within minutes, so a
-// ceiling measured next to each version is the fair one.
+// when the writer is done with it, so the ceiling must be too). Before the
+// agent, fio runs a sweep of a few shapes - one file at depth 4 and at 16,
+// four files at once with 1 MiB writes at depth 4 or 4 MiB writes at depth 1
+// (as the writer does); this virtio disk does worse at depth 16 than at 4 -
+// and the best shape then runs again in the gap after every version is on
+// disk, while the ranks compute (a whole sweep in every gap slowed the disk
+// down for the versions after it). Each version but the first (which also
+// makes the chunk directories) is compared with the mean of the fio runs
+// just before and just after it, and throughput_over_fio is the median of
+// those ratios: the disk is shared and its speed drifts by tens of percent
+// within minutes, so a ceiling measured next to each version is the fair
+// one. A sweep after the agent, and the median version over the median of
+// the sweeps' best, are reported too.
 //
 // Step slowdown. The same trainer with a shorter emulated compute and
 // persist on (every_versions 1: the flusher writes back to back while the
@@ -186,6 +189,14 @@ struct RunResult {
   std::vector<VersionWrite> writes;                 // from the agent's log
   double writing_fraction = 0;                      // status samples with persist.state "writing", in the window
   std::vector<std::pair<double, bool>> writing_samples;
+  // The ranks' /proc/<pid>/schedstat summed: time on a CPU and time waiting
+  // for one (runnable, not running), sampled with the status.
+  struct Sched {
+    double t, run_s, wait_s;
+  };
+  std::vector<Sched> sched;
+  double rank_run_ms_per_step = 0, rank_wait_ms_per_step = 0;  // in the window, per rank
+  int refused_saves = 0;     // "save of version V refused" in the agent's log (store full)
   double cpu_ours_s = 0;     // the agent's and the ranks' CPU time
   double cpu_machine_s = 0;  // every process's, from /proc/stat
   double wall_s = 0;
@@ -271,8 +282,10 @@ RunResult RunAgent(const std::string& synthetic, const RunSpec& s,
   const std::string logs = s.scratch + ".ranks";
   ::mkdir(logs.c_str(), 0755);
   // The store holds the version being written, the newest committed one and
-  // the one being saved, each whole (every chunk changes): 4 x the state.
-  const uint64_t budget_mib = 4 * static_cast<uint64_t>(s.ranks) * s.state_bytes >> 20;
+  // the ones being saved (a rank may be a step ahead of another), each whole
+  // (every chunk changes): 4 x the state was seen to refuse a save now and
+  // then with persist on; 6 x never did.
+  const uint64_t budget_mib = 6 * static_cast<uint64_t>(s.ranks) * s.state_bytes >> 20;
   std::ofstream y(cfg);
   y << "job:\n  max_restarts: 0\n  hang_timeout: 300s\n  stop_grace: 2s\n"
     << "store:\n  memory_budget: " << budget_mib << "MiB\n"
@@ -324,6 +337,16 @@ RunResult RunAgent(const std::string& synthetic, const RunSpec& s,
       if (ReadJson(status, &j)) {
         if (res.prefaulted_s < 0 && j["store"]["prefaulted"] == true) res.prefaulted_s = Seconds(now.time_since_epoch());
         if (j.contains("persist")) res.writing_samples.emplace_back(Seconds(now.time_since_epoch()), j["persist"]["state"] == "writing");
+        RunResult::Sched x{Seconds(now.time_since_epoch()), 0, 0};
+        int seen = 0;
+        for (const auto& rank : j["ranks"]) {
+          std::ifstream f("/proc/" + std::to_string(rank["pid"].get<int>()) + "/schedstat");
+          double run_ns = 0, wait_ns = 0;
+          if (f >> run_ns >> wait_ns) ++seen;
+          x.run_s += run_ns / 1e9;
+          x.wait_s += wait_ns / 1e9;
+        }
+        if (seen == s.ranks) res.sched.push_back(x);
       }
     }
     pid_t r = ::waitpid(agent, &st, WNOHANG);
@@ -346,6 +369,9 @@ RunResult RunAgent(const std::string& synthetic, const RunSpec& s,
   res.wall_s = Seconds(std::chrono::steady_clock::now() - wall0);
   const std::string agent_log = ReadAll(log);
   res.writes = ParseWrites(agent_log);
+  for (size_t at = agent_log.find(" refused: "); at != std::string::npos; at = agent_log.find(" refused: ", at + 1)) {
+    ++res.refused_saves;
+  }
   res.step_s = follow.steps();
   res.ok = rc == 0 && res.error.empty();
   if (rc != 0 && res.error.empty()) {
@@ -409,16 +435,28 @@ double MeanStep(RunResult* r, int warmup, double* first_s, double* last_s) {
     writing += w;
   }
   r->writing_fraction = in > 0 ? static_cast<double>(writing) / in : 0;
-  return n > 0 ? sum / n : 0;
+  const double mean = n > 0 ? sum / n : 0;
+  const RunResult::Sched* a = nullptr;
+  const RunResult::Sched* b = nullptr;
+  for (const auto& x : r->sched) {
+    if (a == nullptr && x.t >= *first_s) a = &x;
+    if (x.t <= *last_s) b = &x;
+  }
+  if (a != nullptr && b != nullptr && b->t > a->t && mean > 0 && !r->step_s.empty()) {
+    const double steps_per_rank = (b->t - a->t) / mean, ranks = static_cast<double>(r->step_s.size());
+    r->rank_run_ms_per_step = (b->run_s - a->run_s) / ranks / steps_per_rank * 1e3;
+    r->rank_wait_ms_per_step = (b->wait_s - a->wait_s) / ranks / steps_per_rank * 1e3;
+  }
+  return mean;
 }
 
 }  // namespace
 
 int RunFlush(int argc, char** argv, Result* out) {
   CLI::App app{"ftrun-bench flush: the lazy flusher's disk throughput vs fio; step time with and without it"};
-  int ranks = 2, versions = 8, thr_step_ms = 4500, step_ms = 100, steps = 40, pairs = 5, warmup = 5;
+  int ranks = 2, versions = 8, thr_step_ms = 5000, step_ms = 100, steps = 60, pairs = 5, warmup = 15;
   int fio_runs = 1;
-  std::string state = "512MiB", dir = "/var/tmp", fio_configs = "1M:4:1,1M:16:1,1M:4:4";
+  std::string state = "512MiB", dir = "/var/tmp", fio_configs = "1M:4:1,1M:16:1,1M:4:4,4M:1:4";
   bool allow_tmpfs = false, skip_throughput = false, skip_slowdown = false;
   double max_foreign = 0.15;
   int retries = 3, quiet_wait_s = 120;
@@ -427,10 +465,12 @@ int RunFlush(int argc, char** argv, Result* out) {
   app.add_option("--dir", dir, "where persist.dir and fio's file go (a real disk, not tmpfs)");
   app.add_option("--versions", versions, "throughput: versions written (the first is not counted)");
   app.add_option("--throughput-step-ms", thr_step_ms, "throughput: emulated compute per step (ranks idle meanwhile)");
-  app.add_option("--fio-runs", fio_runs, "fio rounds before the agent, and as many after (besides one after each version)");
+  app.add_option("--fio-runs", fio_runs,
+                 "fio sweeps of every configuration before the agent, and as many after (>= 1); between versions "
+                 "only the best configuration before runs");
   app.add_option("--fio", fio_configs,
-                 "fio configurations of a round, BS:DEPTH:FILES, the best of each round counts (the writer: 1 MiB "
-                 "writes, 4 files at a time, 4 in flight each)");
+                 "fio configurations of a round, BS:DEPTH:FILES, the best of each round counts (the writer: 4 files "
+                 "at a time, one 4 MiB write in flight each)");
   app.add_option("--step-ms", step_ms, "slowdown: emulated compute per step");
   app.add_option("--steps", steps, "slowdown: steps per run");
   app.add_option("--pairs", pairs, "slowdown: pairs of runs, persist off and on (order alternating)");
@@ -482,20 +522,31 @@ int RunFlush(int argc, char** argv, Result* out) {
                   {"state_per_rank", state}};
 
   if (!skip_throughput) {
-    std::vector<double> fio_gbs;  // the best configuration of each round
-    auto fio_round = [&](const std::string& when) {
+    std::vector<double> fio_gbs, sweep_gbs;  // the best of each round; of the sweeps only
+    std::map<std::string, double> best_by_config;  // over the sweeps before the agent
+    auto fio_round = [&](const std::string& when, const std::vector<FioConfig>& cs) {
       double best = -1;
-      for (const FioConfig& c : configs) {
+      for (const FioConfig& c : cs) {
         double g = RunFio(fio, dir, version_bytes, c, scratch);
         best = std::max(best, g);
+        if (when == "before") best_by_config[c.ToString()] = std::max(best_by_config[c.ToString()], g);
         std::fprintf(stderr, "fio %s, %s: %.3f GB/s\n", when.c_str(), c.ToString().c_str(), g);
         out->details["fio_gb_s"].push_back({{"when", when}, {"config", c.ToString()}, {"gb_s", g}});
       }
       if (best > 0) fio_gbs.push_back(best);
+      if (best > 0 && cs.size() == configs.size()) sweep_gbs.push_back(best);
       return best;
     };
     WaitForQuiet(max_foreign, std::chrono::seconds(quiet_wait_s));
-    for (int i = 0; i < fio_runs; ++i) fio_round("before");
+    for (int i = 0; i < std::max(fio_runs, 1); ++i) fio_round("before", configs);
+    // Between versions only the configuration that did best before: a whole
+    // sweep in every gap (4 GiB) was seen to slow this disk down for the
+    // versions after it, fio's own runs not.
+    std::vector<FioConfig> gap_config = {configs[0]};
+    for (const FioConfig& c : configs) {
+      if (best_by_config[c.ToString()] > best_by_config[gap_config[0].ToString()]) gap_config = {c};
+    }
+    out->details["fio_between_versions"] = gap_config[0].ToString();
     // A round of fio right after each version is on disk, in the gap before
     // the next one (the ranks compute meanwhile): each version is compared
     // with the rounds just before and just after it. A gap round still
@@ -506,7 +557,7 @@ int RunFlush(int argc, char** argv, Result* out) {
     };
     std::vector<Gap> gaps;
     auto on_version = [&](const VersionWrite& w) {
-      double best = fio_round("after version " + std::to_string(w.version));
+      double best = fio_round("after version " + std::to_string(w.version), gap_config);
       gaps.push_back({w.version, best, Seconds(std::chrono::steady_clock::now().time_since_epoch())});
     };
     RunSpec s;
@@ -524,6 +575,8 @@ int RunFlush(int argc, char** argv, Result* out) {
       std::fprintf(stderr, "ftrun-bench flush: throughput run failed: %s\n", r.error.c_str());
       return 1;
     }
+    if (r.refused_saves > 0) std::fprintf(stderr, "warning: %d saves refused (store full)\n", r.refused_saves);
+    out->details["throughput_saves_refused"] = r.refused_saves;
     // Saves of step v+1 seen (every rank) before the round after version v
     // ended: the next version's write may have overlapped that round.
     auto overlapped = [&](const Gap& g) {
@@ -558,7 +611,7 @@ int RunFlush(int argc, char** argv, Result* out) {
                    static_cast<unsigned long long>(w.version), w.mib_written, w.ms, gbs, ratio,
                    note.empty() ? "" : "; ", note.c_str());
     }
-    for (int i = 0; i < fio_runs; ++i) fio_round("after");
+    for (int i = 0; i < std::max(fio_runs, 1); ++i) fio_round("after", configs);
     out->details["versions"] = writes;
     if (ratios.empty() || fio_gbs.empty()) {
       std::fprintf(stderr, "ftrun-bench flush: no whole version written after the first with fio rounds around it\n");
@@ -567,8 +620,11 @@ int RunFlush(int argc, char** argv, Result* out) {
     double rate = Median(rates), ceiling = Median(fio_gbs), ratio = Median(ratios);
     out->figures.push_back({"throughput_over_fio", ratio, "ratio", ">= 0.9", ratio >= 0.9});
     out->figures.push_back({"  flush (median version)", rate, "GB/s", "", true});
-    out->figures.push_back({"  fio (median of every round's best)", ceiling, "GB/s", "", true});
+    out->figures.push_back({"  fio (median of every round)", ceiling, "GB/s", "", true});
     out->figures.push_back({"  median version over median fio", rate / ceiling, "ratio", "", true});
+    const double sweep = Median(sweep_gbs);
+    out->figures.push_back({"  fio, best shape before/after", sweep, "GB/s", "", true});
+    out->figures.push_back({"  median version over that", rate / sweep, "ratio", "", true});
     out->figures.push_back({"  versions counted", static_cast<double>(ratios.size()), "", "", true});
     out->figures.push_back({"  version bytes", static_cast<double>(version_bytes) / 1048576.0, "MiB", "", true});
   }
@@ -603,17 +659,23 @@ int RunFlush(int argc, char** argv, Result* out) {
           double first = 0, last = 0;
           double m = MeanStep(&r, warmup, &first, &last);
           const double others = (r.cpu_machine_s - r.cpu_ours_s) / r.wall_s;
-          const bool disturbed = others > max_foreign;
+          // A refused save (the store full) skips the copy: such a step is
+          // not comparable.
+          const bool disturbed = others > max_foreign || r.refused_saves > 0;
           std::fprintf(stderr,
-                       "pair %d, persist %s: mean step %.1f ms, %zu versions written, flusher writing %.0f%%; CPU: "
-                       "agent and ranks %.2f cores, other processes %.2f cores%s\n",
-                       p, on ? "on" : "off", m * 1e3, r.writes.size(), 100 * r.writing_fraction,
-                       r.cpu_ours_s / r.wall_s, others,
+                       "pair %d, persist %s: mean step %.1f ms (a rank on a CPU %.1f ms of it, waiting for one %.1f ms), "
+                       "%zu versions written, flusher writing %.0f%%; CPU: agent and ranks %.2f cores, other "
+                       "processes %.2f cores; %d saves refused%s\n",
+                       p, on ? "on" : "off", m * 1e3, r.rank_run_ms_per_step, r.rank_wait_ms_per_step,
+                       r.writes.size(), 100 * r.writing_fraction, r.cpu_ours_s / r.wall_s, others, r.refused_saves,
                        !disturbed ? "" : attempt < retries ? " (disturbed: again)" : " (disturbed: kept)");
           runs.push_back({{"pair", p}, {"persist", on}, {"mean_step_ms", m * 1e3},
                           {"versions_written", r.writes.size()}, {"writing_fraction", r.writing_fraction},
                           {"window_s", last - first}, {"cpu_cores_ours", r.cpu_ours_s / r.wall_s},
-                          {"cpu_cores_others", others}, {"counted", !disturbed || attempt >= retries}});
+                          {"cpu_cores_others", others}, {"rank_on_cpu_ms_per_step", r.rank_run_ms_per_step},
+                          {"rank_waiting_for_cpu_ms_per_step", r.rank_wait_ms_per_step},
+                          {"saves_refused", r.refused_saves},
+                          {"counted", !disturbed || attempt >= retries}});
           if (!disturbed || attempt >= retries) {
             mean[on ? 1 : 0] = m;
             break;

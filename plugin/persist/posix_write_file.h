@@ -5,11 +5,12 @@
 //
 // Zero copy: under O_DIRECT, an Append whose source is block-aligned, made
 // while nothing is buffered, writes its aligned part straight from the
-// caller's memory (pieces of buffer_size, queue_depth at a time) and waits
-// for those writes before it returns, so the caller's bytes are never copied
-// and never referenced after Append. That is how the persist writer writes
-// chunks from the agent's page-aligned arena: a bounce copy costs a core
-// ~0.1 s per GiB, which the training ranks on the same node would feel.
+// caller's memory (pieces of up to 4 MiB, queue_depth x buffer_size bytes
+// at a time) and waits for those writes before it returns, so the caller's
+// bytes are never copied and never referenced after Append. That is how the
+// persist writer writes chunks from the agent's page-aligned arena: a bounce
+// copy costs a core ~0.1 s per GiB, which the training ranks on the same
+// node would feel.
 //
 // The unaligned tail under O_DIRECT is written padded to the block size and
 // the file is then cut to its real size with ftruncate; the partial block
