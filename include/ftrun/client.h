@@ -81,8 +81,38 @@ struct ClientOptions {
 
 class Client;
 
+// A tensor of a loaded version mapped copy-on-write from the store's shared
+// memory (Snapshot::Map): reading it reads the store's pages, nothing is
+// copied; writing a page gives this process a private copy of that page, and
+// the store never sees the write. Until Detach, unwritten pages still are the
+// store's, so the Snapshot it came from must stay open (its version pinned).
+class MappedTensor {
+ public:
+  ~MappedTensor();  // unmaps
+  MappedTensor(const MappedTensor&) = delete;
+  MappedTensor& operator=(const MappedTensor&) = delete;
+
+  void* data() const { return data_; }
+  uint64_t nbytes() const { return nbytes_; }
+  bool detached() const { return detached_; }
+  // Makes every page private (one copy of each page not written yet), after
+  // which the mapping no longer depends on the store and the Snapshot may
+  // close. Safe while other threads read or write the bytes.
+  Status Detach();
+
+  MappedTensor(void* base, uint64_t span, void* data, uint64_t nbytes);
+
+ private:
+  void* base_;      // the mapping: [base_, base_ + span_)
+  uint64_t span_;
+  void* data_;
+  uint64_t nbytes_;
+  bool detached_ = false;
+};
+
 // A loaded version: its tensors' descriptions and user bytes; Read copies a
-// tensor out of shared memory, checking every chunk's hash.
+// tensor out of shared memory, Map maps it copy-on-write; both check every
+// chunk's hash.
 class Snapshot {
  public:
   ~Snapshot();
@@ -97,6 +127,12 @@ class Snapshot {
   Status Read(std::string_view name, void* dst, uint64_t dst_bytes) const;
   // Same, into CUDA memory when built with CUDA (kUnimplemented otherwise).
   Status ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes) const;
+  // Maps tensor `name` copy-on-write (see MappedTensor), checking every
+  // chunk's hash: no copy, so restoring a large state costs page-table
+  // updates instead of a copy into fresh memory. kFailedPrecondition when
+  // its chunks cannot be mapped as one range (a chunk not page-aligned in
+  // the segment): Read it instead. kCorruption as Read.
+  Status Map(std::string_view name, std::unique_ptr<MappedTensor>* out) const;
 
   struct Impl;
   explicit Snapshot(std::unique_ptr<Impl> impl);

@@ -1,6 +1,9 @@
 // Client::Impl: the state behind ftrun::Client. Internal to libftrun.
 #pragma once
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12,9 +15,24 @@
 #include "plugin/store/arena.h"
 #include "plugin/store/manifest.h"
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+
 namespace ftrun {
 
 class DeviceSaver;
+
+// madvise(advice) over the pages that hold [p, p + n). Best effort where
+// used for speed: older kernels, or memory that cannot be populated, simply
+// fault on first touch instead.
+inline int PopulateRange(void* p, uint64_t n, int advice) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  auto end = reinterpret_cast<uintptr_t>(p) + n;
+  return n > 0 ? ::madvise(reinterpret_cast<void*>(begin), end - begin, advice) : 0;
+}
 
 // What the rank last saved (or loaded) of one tensor: lets the next Save
 // skip chunks by generation, or hash before copying where a chunk did not
@@ -87,6 +105,16 @@ struct Client::Impl {
 };
 
 struct Snapshot::Impl {
+  // Tensor `name` of the manifest, and "version V tensor 'name'" for errors.
+  Status Find(std::string_view name, const TensorManifest** tm, std::string* where) const;
+  // kCorruption when chunk j of a tensor lies outside the store segment.
+  Status CheckBounds(const ChunkRef& c, size_t j, const std::string& where) const;
+  // kCorruption naming the chunk when its bytes hash to `got`, not c.hash.
+  static Status HashMismatch(const ChunkRef& c, size_t j, const ChunkHash& got, const std::string& where);
+  // Tells the client what was restored, so its next Save hash-compares
+  // against it instead of copying every chunk.
+  void Remember(const TensorManifest& tm, std::vector<ChunkHash> hashes) const;
+
   Client::Impl* client = nullptr;
   Manifest manifest;
   std::vector<TensorInfo> infos;

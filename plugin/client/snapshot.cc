@@ -1,8 +1,6 @@
 // Load: the agent hands over a manifest with arena offsets and keeps the
-// version pinned; Read copies chunks out, checking each one's hash.
-#include <sys/mman.h>
-#include <unistd.h>
-
+// version pinned; Read copies chunks out, checking each one's hash (Map, in
+// mapped_tensor.cc, maps them instead).
 #include <cstdint>
 #include <cstring>
 
@@ -10,24 +8,7 @@
 #include "plugin/client/device_saver.h"
 #include "plugin/common/bytes.h"
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#define MADV_POPULATE_WRITE 23
-#endif
-
 namespace ftrun {
-namespace {
-
-// Best effort: older kernels, or memory that cannot be populated, simply
-// fault on first touch instead.
-void PopulateRange(void* p, uint64_t n, int advice) {
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
-  auto end = reinterpret_cast<uintptr_t>(p) + n;
-  if (n > 0) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
-}
-
-}  // namespace
 
 Snapshot::Snapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -41,14 +22,41 @@ uint64_t Snapshot::version() const { return impl_->manifest.version; }
 const std::vector<TensorInfo>& Snapshot::tensors() const { return impl_->infos; }
 const std::string& Snapshot::user_bytes() const { return impl_->manifest.user_bytes; }
 
-Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) const {
-  const Manifest& m = impl_->manifest;
-  const TensorManifest* tm = nullptr;
-  for (const auto& t : m.tensors) {
-    if (t.info.name == name) tm = &t;
+Status Snapshot::Impl::Find(std::string_view name, const TensorManifest** tm, std::string* where) const {
+  *tm = nullptr;
+  for (const auto& t : manifest.tensors) {
+    if (t.info.name == name) *tm = &t;
   }
-  const std::string where = "version " + std::to_string(m.version) + " tensor '" + std::string(name) + "'";
-  if (tm == nullptr) return Status::NotFound(where + " is not in the snapshot");
+  *where = "version " + std::to_string(manifest.version) + " tensor '" + std::string(name) + "'";
+  if (*tm == nullptr) return Status::NotFound(*where + " is not in the snapshot");
+  return Status::Ok();
+}
+
+Status Snapshot::Impl::CheckBounds(const ChunkRef& c, size_t j, const std::string& where) const {
+  const Arena& arena = client->arena;
+  if (c.offset < arena.data_offset() || c.length > arena.size() || c.offset > arena.size() - c.length) {
+    return Status::Corruption(where + " chunk " + std::to_string(j) + " lies outside the store segment");
+  }
+  return Status::Ok();
+}
+
+Status Snapshot::Impl::HashMismatch(const ChunkRef& c, size_t j, const ChunkHash& got, const std::string& where) {
+  return Status::Corruption(where + " chunk " + std::to_string(j) + ": bytes hash to " + got.ToHex() +
+                            ", the manifest says " + c.hash.ToHex() + " (corrupted in shared memory)");
+}
+
+void Snapshot::Impl::Remember(const TensorManifest& tm, std::vector<ChunkHash> hashes) const {
+  CachedTensor seen;
+  seen.nbytes = tm.info.nbytes;
+  seen.hashes = std::move(hashes);
+  seen.changed_last.assign(seen.hashes.size(), false);
+  client->cache[tm.info.name] = std::move(seen);
+}
+
+Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) const {
+  const TensorManifest* tm = nullptr;
+  std::string where;
+  FTRUN_RETURN_IF_ERROR(impl_->Find(name, &tm, &where));
   if (dst_bytes != tm->info.nbytes) {
     return Status::InvalidArgument(where + " is " + std::to_string(tm->info.nbytes) + " bytes, the destination " +
                                    std::to_string(dst_bytes));
@@ -57,26 +65,18 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
   // Fault the destination in with one call instead of a trap per 4 KiB page
   // (a restarted rank's memory is usually fresh).
   PopulateRange(dst, dst_bytes, MADV_POPULATE_WRITE);
-  CachedTensor seen;
-  seen.nbytes = tm->info.nbytes;
+  std::vector<ChunkHash> hashes;
   char* out = static_cast<char*>(dst);
   for (size_t j = 0; j < tm->chunks.size(); ++j) {
     const ChunkRef& c = tm->chunks[j];
-    if (c.offset < arena.data_offset() || c.length > arena.size() || c.offset > arena.size() - c.length) {
-      return Status::Corruption(where + " chunk " + std::to_string(j) + " lies outside the store segment");
-    }
+    FTRUN_RETURN_IF_ERROR(impl_->CheckBounds(c, j, where));
     PopulateRange(arena.base() + c.offset, c.length, MADV_POPULATE_READ);  // this process maps it lazily
     ChunkHash h = HashAndCopy(out, arena.base() + c.offset, c.length);
-    if (h != c.hash) {
-      return Status::Corruption(where + " chunk " + std::to_string(j) + ": bytes hash to " + h.ToHex() +
-                                ", the manifest says " + c.hash.ToHex() + " (corrupted in shared memory)");
-    }
+    if (h != c.hash) return Impl::HashMismatch(c, j, h, where);
     out += c.length;
-    seen.hashes.push_back(h);
+    hashes.push_back(h);
   }
-  // The next Save can hash-compare against what was restored.
-  seen.changed_last.assign(seen.hashes.size(), false);
-  impl_->client->cache[tm->info.name] = std::move(seen);
+  impl_->Remember(*tm, std::move(hashes));
   return Status::Ok();
 }
 

@@ -154,6 +154,7 @@ class PyClient {
     }
     std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()),
                           static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));
+    DetachMapped();
     ftrun::SaveStats stats;
     Check(Call([&](ftrun::Client& c) { return c.Save(version, refs, user, &stats); }));
     return StatsToDict(stats);
@@ -180,7 +181,7 @@ class PyClient {
     return d;
   }
 
-  py::object Load(const py::object& version_arg);
+  py::object Load(const py::object& version_arg, bool map);
 
   void Close() {
     py::gil_scoped_release nogil;
@@ -191,59 +192,125 @@ class PyClient {
  private:
   // Keeps a loaded snapshot (and, through `client`, its connection) alive,
   // and destroys both without the GIL and under mu_, also when unwinding.
+  // (Mapped arrays may outlive the PyClient: the mutex is shared.)
   struct OpenSnapshot {
-    PyClient* owner;
+    std::shared_ptr<std::mutex> mu;
     std::shared_ptr<ftrun::Client> client;
     std::unique_ptr<ftrun::Snapshot> snap;
     ~OpenSnapshot() {
       py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(owner->mu_);
+      std::lock_guard<std::mutex> lock(*mu);
       snap.reset();
       client.reset();
     }
   };
 
-  std::mutex mu_;
+  // A loaded tensor mapped copy-on-write from the store (load(map=True)):
+  // the base of its numpy array. Its snapshot stays open (the version
+  // pinned) until the mapping is detached or the array is freed.
+  struct Mapped {
+    std::shared_ptr<OpenSnapshot> open;  // declared first: closed after the unmap
+    std::unique_ptr<ftrun::MappedTensor> tensor;
+  };
+
+  // Before a save: a newer committed version lets the store reuse the
+  // extents of the loaded one, so every mapped tensor still alive gets
+  // private pages first and its snapshot closes. Nothing to do once the
+  // loaded arrays are freed (the usual case: load_state_dict copied them).
+  void DetachMapped() {
+    std::vector<std::shared_ptr<Mapped>> live;
+    for (auto& w : mapped_) {
+      if (auto m = w.lock()) live.push_back(std::move(m));
+    }
+    mapped_.clear();
+    if (live.empty()) return;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      for (auto& m : live) {
+        Status s = m->tensor->Detach();
+        if (st.ok()) st = s;
+      }
+    }
+    for (auto& m : live) {
+      if (m->tensor->detached()) m->open.reset();  // closes the snapshot once the last goes
+      else mapped_.push_back(m);
+    }
+    live.clear();
+    Check(st);
+  }
+
+  std::shared_ptr<std::mutex> mu_ptr_ = std::make_shared<std::mutex>();
+  std::mutex& mu_ = *mu_ptr_;
   // Guarded by mu_. shared: an open snapshot must not outlive its client.
   std::shared_ptr<ftrun::Client> client_;
+  // Guarded by the GIL: the mapped tensors handed out by load(map=True).
+  std::vector<std::weak_ptr<Mapped>> mapped_;
 };
 
-py::object PyClient::Load(const py::object& version_arg) {
+py::object PyClient::Load(const py::object& version_arg, bool map) {
   const uint64_t version =
       version_arg.is_none() ? ftrun::Client::kLatest : version_arg.cast<uint64_t>();
-  OpenSnapshot open{this, nullptr, nullptr};
+  auto open = std::make_shared<OpenSnapshot>();
+  open->mu = mu_ptr_;
   Check(Call([&](ftrun::Client& c) {
-    open.client = client_;
-    return c.Load(version, &open.snap);
+    open->client = client_;
+    return c.Load(version, &open->snap);
   }));
 
-  // Allocate every array with the GIL, then fill them all without it.
-  const std::vector<ftrun::TensorInfo>& infos = open.snap->tensors();
+  // Map (map=True, tensors of 64 KiB or more) or read every tensor without
+  // the GIL, then build the arrays with it. Tensors that cannot be mapped
+  // are read into arrays allocated first.
+  constexpr uint64_t kMapMinBytes = 64 << 10;
+  const std::vector<ftrun::TensorInfo>& infos = open->snap->tensors();
+  std::vector<std::unique_ptr<ftrun::MappedTensor>> maps(infos.size());
+  Status st;
+  if (map) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < infos.size() && st.ok(); ++i) {
+      if (infos[i].nbytes < kMapMinBytes) continue;
+      st = open->snap->Map(infos[i].name, &maps[i]);
+      if (st.code() == Code::kFailedPrecondition) st = Status::Ok();  // read below
+    }
+  }
+  Check(st);
   py::dict arrays, dtypes, devices;
-  std::vector<std::pair<void*, uint64_t>> dsts;
-  for (const ftrun::TensorInfo& t : infos) {
+  std::vector<std::pair<size_t, py::array>> to_read;
+  std::vector<void*> dsts;  // to_read's, taken with the GIL
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const ftrun::TensorInfo& t = infos[i];
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-    py::array a(py::dtype(NumpyDTypeName(t.dtype)), shape);
-    dsts.emplace_back(a.mutable_data(), static_cast<uint64_t>(a.nbytes()));
+    py::array a;
+    if (maps[i]) {
+      void* data = maps[i]->data();
+      auto* m = new std::shared_ptr<Mapped>(new Mapped{open, std::move(maps[i])});
+      mapped_.push_back(*m);
+      py::capsule base(m, [](void* p) { delete static_cast<std::shared_ptr<Mapped>*>(p); });
+      a = py::array(py::dtype(NumpyDTypeName(t.dtype)), shape, {}, data, base);
+    } else {
+      a = py::array(py::dtype(NumpyDTypeName(t.dtype)), shape);
+      to_read.emplace_back(i, a);
+      dsts.push_back(a.mutable_data());
+    }
     arrays[t.name.c_str()] = a;
     dtypes[t.name.c_str()] = ftrun::DTypeName(t.dtype);
     devices[t.name.c_str()] = t.device == ftrun::Device::kCuda ? "cuda" : "cpu";
   }
-  Status st;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < infos.size() && st.ok(); ++i) {
-      st = open.snap->Read(infos[i].name, dsts[i].first, dsts[i].second);
+    for (size_t k = 0; k < to_read.size() && st.ok(); ++k) {
+      st = open->snap->Read(infos[to_read[k].first].name, dsts[k], infos[to_read[k].first].nbytes);
     }
   }
   Check(st);
 
   py::object result = py::reinterpret_steal<py::object>(PyStructSequence_New(g_load_result));
   if (!result) throw py::error_already_set();
-  PyStructSequence_SetItem(result.ptr(), 0, py::int_(open.snap->version()).release().ptr());
+  PyStructSequence_SetItem(result.ptr(), 0, py::int_(open->snap->version()).release().ptr());
   PyStructSequence_SetItem(result.ptr(), 1, arrays.release().ptr());
-  PyStructSequence_SetItem(result.ptr(), 2, py::bytes(open.snap->user_bytes()).release().ptr());
+  PyStructSequence_SetItem(result.ptr(), 2, py::bytes(open->snap->user_bytes()).release().ptr());
   PyStructSequence_SetItem(result.ptr(), 3, dtypes.release().ptr());
   PyStructSequence_SetItem(result.ptr(), 4, devices.release().ptr());
   return result;
@@ -308,6 +375,14 @@ shape, and the result's .dtypes dict (name -> saved dtype name) says which,
 e.g. torch.from_numpy(a).view(torch.bfloat16) when .dtypes[name] ==
 'bfloat16'. .devices (name -> 'cpu' or 'cuda') tells where each was saved
 from; the arrays are always in host memory.
+
+map=True maps every tensor of 64 KiB or more copy-on-write from the agent's
+shared memory instead of copying it (hashes are still checked): the load
+costs page-table updates, not a copy into fresh memory. Writing to such an
+array gives this process a private copy of the page written; the agent's
+copy never changes. While such arrays are alive the version stays pinned in
+the store; the next save first makes their remaining pages private (a copy),
+so drop them once their contents are put back (e.g. after load_state_dict).
 )doc";
 
 }  // namespace
@@ -351,7 +426,7 @@ PYBIND11_MODULE(_ftrun, m) {
            py::arg("timeout_ms") = 60000,
            "Blocks until `version` (or a newer one) is committed; Error TIMEOUT after "
            "timeout_ms.")
-      .def("load", &PyClient::Load, py::arg("version") = py::none(), kLoadDoc)
+      .def("load", &PyClient::Load, py::arg("version") = py::none(), py::arg("map") = false, kLoadDoc)
       .def("list_versions", &PyClient::ListVersions,
            "dict(committed=[...ascending], pending=[this rank's uncommitted], "
            "restore=int or None)")

@@ -13,6 +13,12 @@ rc = job.wait(timeout=120)
 check(rc == 0, f"py_rank_checks: agent exit {rc}\n{job.log[-4000:]}")
 check(job.log.count("PYRANK OK") == 2, "both ranks report OK")
 
+job = Job(2, [], "job:\n  max_restarts: 0\nstore:\n  memory_budget: 32MiB\n  chunk_size: 1MiB\n",
+          command=[PY, os.path.join(HERE, "py_rank_mapped.py")])
+rc = job.wait(timeout=120)
+check(rc == 0, f"py_rank_mapped: agent exit {rc}\n{job.log[-4000:]}")
+check(job.log.count("PYRANK OK mapped") == 2, "both ranks report OK for mapped loads")
+
 job = Job(1, [], "job:\n  max_restarts: 0\nstore:\n  memory_budget: 8MiB\n  chunk_size: 1MiB\n",
           command=[PY, os.path.join(HERE, "py_rank_budget.py")])
 rc = job.wait(timeout=120)

@@ -332,7 +332,7 @@ class FtrunCheckpointEngine:
             return self._loaded[1]
         self._loaded = None
         try:
-            loaded = _state._Loaded(self.client.load(version), _FORMAT)
+            loaded = _state._Loaded(self.client.load(version, map=_state.load_maps()), _FORMAT)
         except _ftrun.Error as e:
             if getattr(e, "code", "") not in ("NOT_FOUND", "FAILED_PRECONDITION"):
                 raise
@@ -344,7 +344,7 @@ class FtrunCheckpointEngine:
                     f"ftrun.deepspeed: {path} names tag '{tag}' (version {version}), which the agent does not "
                     f"hold ({e}); it keeps only the last committed version "
                     f"({'none' if restore is None else restore})") from e
-            loaded = _state._Loaded(self.client.load(restore), _FORMAT)
+            loaded = _state._Loaded(self.client.load(restore, map=_state.load_maps()), _FORMAT)
             warnings.warn(f"ftrun.deepspeed: tag '{tag}' (version {version}) is gone; loading version "
                           f"{restore} (tag '{loaded.payload.get('tag')}'), the one the agent restores",
                           RuntimeWarning, stacklevel=3)

@@ -39,6 +39,15 @@ What is stored where:
   tensors are views of the loaded buffers (torch.from_numpy, no extra copy);
   CUDA tensors go back to their device when it exists (else they stay on the
   CPU, with a warning), or where map_location says.
+* Tensors of 64 KiB or more are not even copied out of the agent's store:
+  load() maps them copy-on-write (Client.load(map=True); chunk hashes are
+  still checked), so a restore costs page-table updates instead of a copy
+  into fresh memory, and load_state_dict then copies them once, into the
+  model. Writing to a loaded tensor copies only the page written; the store
+  never changes. Drop the loaded state once it is put back: while its
+  tensors live the version stays pinned in the store, and the next save
+  first gives them private copies of their remaining pages.
+  FTRUN_LOAD_MAP=0 copies instead.
 
 Rules that come from the store (ftrun::Client):
 
@@ -534,7 +543,12 @@ def _load_version(client, version, expect_format):
             if not lv["committed"]:
                 return None
             version = lv["committed"][-1]
-    return _Loaded(client.load(version), expect_format)
+    return _Loaded(client.load(version, map=load_maps()), expect_format)
+
+
+def load_maps():
+    """Whether loads map tensors copy-on-write (see the module docstring)."""
+    return os.environ.get("FTRUN_LOAD_MAP", "1") != "0"
 
 
 # --------------------------------------------------------------------------
