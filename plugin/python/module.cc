@@ -9,6 +9,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -275,6 +276,8 @@ py::object PyClient::Load(const py::object& version_arg, bool map) {
     }
   }
   Check(st);
+  mapped_.erase(std::remove_if(mapped_.begin(), mapped_.end(), [](const auto& w) { return w.expired(); }),
+                mapped_.end());
   py::dict arrays, dtypes, devices;
   std::vector<std::pair<size_t, py::array>> to_read;
   std::vector<void*> dsts;  // to_read's, taken with the GIL
