@@ -50,6 +50,7 @@ Status Flusher::Start() {
   w.rate_limit = o_.config.rate_limit;
   w.env = env_;
   writer_ = std::make_unique<PersistWriter>(w);
+  scrubber_ = std::make_unique<ChunkScrubber>(writer_.get());
   event_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!event_.valid()) return Status::FromErrno("eventfd", errno);
   last_write_time_ = Clock::now();
@@ -130,12 +131,14 @@ void Flusher::ThreadMain() {
     std::vector<const Manifest*> ptrs;
     for (const Manifest& m : job.manifests) ptrs.push_back(&m);
     const char* base = o_.arena_base;
-    d.status = writer_->WriteVersion(job.version, ptrs, [base](const ChunkRef& c, const void** data) {
+    const ChunkSource source = [base](const ChunkRef& c, const void** data) {
       if (c.offset == kNoOffset) return Status::Corruption("chunk without a store offset");
       *data = base + c.offset;
       return Status::Ok();
-    });
+    };
+    d.status = writer_->WriteVersion(job.version, ptrs, source);
     d.took = Clock::now() - t0;
+    if (d.status.ok()) d.status = ScrubWritten(job.version, ptrs, source, &d.scrub);
     PersistProgress after = writer_->Progress();
     d.progress.bytes_written = after.bytes_written - before.bytes_written;
     d.progress.chunk_bytes_written = after.chunk_bytes_written - before.chunk_bytes_written;
@@ -148,6 +151,48 @@ void Flusher::ThreadMain() {
     uint64_t one = 1;
     (void)::write(event_.get(), &one, sizeof one);
   }
+}
+
+namespace {
+
+void LogFinding(uint64_t version, const ScrubFinding& f) {
+  if (f.repair.ok()) {
+    FTRUN_LOG_WARN("persist: chunk file '{}' ({} of version {}) failed its check ({}); repaired from RAM", f.path,
+                   f.which, version, f.problem);
+  } else if (f.repair.code() == Code::kUnavailable) {  // stopped first: the next write checks it again
+    FTRUN_LOG_WARN("persist: chunk file '{}' ({} of version {}) failed its check ({}); not repaired: {}", f.path,
+                   f.which, version, f.problem, f.repair.message());
+  } else {
+    FTRUN_LOG_ERROR("persist: chunk file '{}' ({} of version {}) failed its check ({}); not repaired: {}", f.path,
+                    f.which, version, f.problem, f.repair.message());
+  }
+}
+
+}  // namespace
+
+// On the writer thread, `version` complete on disk and still pinned (so the
+// RAM copies the repairs write from are valid). A stopped scrub leaves the
+// version written (*note says so); a failed repair fails the write, so that
+// the backoff and retry apply and the version stays pinned until then.
+Status Flusher::ScrubWritten(uint64_t version, const std::vector<const Manifest*>& manifests, const ChunkSource& source,
+                             std::string* note) {
+  const auto t0 = Clock::now();
+  const ScrubProgress before = scrubber_->Progress();
+  std::vector<ScrubFinding> findings;
+  Status st = scrubber_->Scrub(version, manifests, source, &findings);
+  for (const ScrubFinding& f : findings) LogFinding(version, f);
+  const ScrubProgress after = scrubber_->Progress();
+  const uint64_t checked = after.chunks_scrubbed - before.chunks_scrubbed;
+  const uint64_t repaired = after.chunks_repaired - before.chunks_repaired;
+  if (checked > 0) {
+    *note = "scrub: " + std::to_string(checked) + " reused chunk file(s) checked, " + std::to_string(repaired) +
+            " repaired from RAM, in " + std::to_string(static_cast<int64_t>(Ms(Clock::now() - t0))) + " ms";
+  }
+  if (st.code() == Code::kUnavailable) {
+    *note = st.message();
+    return Status::Ok();
+  }
+  return st;
 }
 
 std::string Flusher::RunRetention(uint64_t protect) {
@@ -194,9 +239,10 @@ void Flusher::OnEvent(Clock::time_point now) {
     if (failures_ > 0) FTRUN_LOG_WARN("persist: the disk works again after {} failed write(s)", failures_);
     failures_ = 0;
     last_error_.clear();
-    FTRUN_LOG_INFO("persist: version {} on disk in {:.0f} ms ({:.1f} MiB written, {:.1f} MiB already there){}{}",
+    FTRUN_LOG_INFO("persist: version {} on disk in {:.0f} ms ({:.1f} MiB written, {:.1f} MiB already there){}{}{}{}",
                    d->version, Ms(d->took), d->progress.bytes_written / 1048576.0,
-                   d->progress.chunk_bytes_skipped / 1048576.0, d->retention.empty() ? "" : "; ", d->retention);
+                   d->progress.chunk_bytes_skipped / 1048576.0, d->scrub.empty() ? "" : "; ", d->scrub,
+                   d->retention.empty() ? "" : "; ", d->retention);
   } else if (d->status.code() == Code::kUnavailable) {
     FTRUN_LOG_WARN("persist: writing version {} stopped: {}", d->version, d->status.message());
   } else {
@@ -213,6 +259,13 @@ void Flusher::OnEvent(Clock::time_point now) {
 
 std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
   auto deadline = Clock::now() + bound;
+  // The job ends: the last version on disk matters more than checking the
+  // chunk files it reuses (the next start checks them).
+  scrubber_->Stop();
+  struct ResumeScrubs {
+    ChunkScrubber* s;
+    ~ResumeScrubs() { s->Resume(); }
+  } resume{scrubber_.get()};
   if (committed_ && (!last_written_ || *last_written_ < *committed_) && (!pending_ || *pending_ < *committed_)) {
     SetPending(*committed_);  // the end of the job: the last committed version, aligned or not
   }
@@ -267,6 +320,12 @@ nlohmann::json Flusher::StatusJson() const {
   j["bytes_written"] = bytes_written_;
   j["bytes_skipped"] = chunk_bytes_skipped_;
   j["last_rate_mb_s"] = last_rate_mb_s_;
+  const ScrubProgress scrub = scrubber_ ? scrubber_->Progress() : ScrubProgress{};
+  j["chunks_scrubbed"] = scrub.chunks_scrubbed;  // reused chunk files read back and checked
+  j["bytes_scrubbed"] = scrub.bytes_scrubbed;
+  j["chunks_scrub_failed"] = scrub.chunks_bad;   // failed the check: corrupt, wrong size, missing
+  j["chunks_repaired"] = scrub.chunks_repaired;  // of those, rewritten from RAM
+  j["chunk_repairs_failed"] = scrub.repairs_failed;
   j["failures_in_a_row"] = failures_;
   j["last_error"] = last_error_;
   return j;

@@ -12,12 +12,19 @@
 // (node 0 only: on a shared directory one node deletes). The event loop
 // learns the end through event_fd() and unpins.
 //
+// After a version is on disk, still pinned, the writer thread scrubs it
+// (ChunkScrubber, scrub.h): the chunk files it shares with older versions
+// are read back once, and a bad one is rewritten from the RAM copy, so that
+// a chunk that rotted on disk does not make every newer version that reuses
+// it unrestorable. A repair that fails counts as a failed write (retried).
+//
 // Training never waits for it. A failing disk (ENOSPC, EIO) is logged, shown
 // in the status, and retried with a backoff (1 s doubling to 60 s); RAM is
 // untouched, so nothing committed is lost because the disk failed.
 //
 // Drain (at the job's end or on SIGTERM) writes the last committed version
-// if it is not on disk yet, waiting up to a bound.
+// if it is not on disk yet, waiting up to a bound; it stops scrubs, which
+// can wait for the next start.
 //
 // Threads: everything but the writer thread's body runs on the agent's
 // event loop.
@@ -39,6 +46,7 @@
 #include "plugin/config/config.h"
 #include "plugin/persist/env.h"
 #include "plugin/persist/persist_writer.h"
+#include "plugin/persist/scrub.h"
 #include "plugin/store/snapshot_store.h"
 
 namespace ftrun {
@@ -91,11 +99,14 @@ class Flusher {
     PersistProgress progress;  // of this write
     std::chrono::nanoseconds took{0};
     std::string retention;     // what retention did, for the log
+    std::string scrub;         // what the scrub did, for the log
   };
 
   void MaybeStart(Clock::time_point now, bool ignore_backoff);
   void SetPending(uint64_t version);  // pins it; unpins the one it replaces
   void ThreadMain();
+  Status ScrubWritten(uint64_t version, const std::vector<const Manifest*>& manifests, const ChunkSource& source,
+                      std::string* note);
   std::string RunRetention(uint64_t protect);
 
   Options o_;
@@ -103,6 +114,7 @@ class Flusher {
   std::unique_ptr<Env> own_env_;
   Env* env_ = nullptr;
   std::unique_ptr<PersistWriter> writer_;
+  std::unique_ptr<ChunkScrubber> scrubber_;  // checks writer_'s versions
   UniqueFd event_;
   std::thread thread_;
 

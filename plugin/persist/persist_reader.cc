@@ -70,6 +70,12 @@ Status PersistReader::LoadVersion(uint64_t version, const std::map<int, Manifest
 }
 
 Status PersistReader::ReadChunk(const ChunkRef& ref, void* dst) const {
+  Status st = CheckChunkFile(ref, dst);
+  if (st.ok() || (st.code() != Code::kCorruption && st.code() != Code::kNotFound)) return st;
+  return Status(st.code(), st.message() + "; the chunk had no RAM holder to repair it from");
+}
+
+Status PersistReader::CheckChunkFile(const ChunkRef& ref, void* dst) const {
   const std::string path = ChunkPath(job_dir_, ref.hash);
   std::unique_ptr<RandomAccessFile> f;
   Status st = env_->NewRandomAccessFile(path, &f);

@@ -42,8 +42,14 @@ class PersistReader {
 
   // Reads ref.length bytes of chunk ref.hash into dst. kCorruption naming
   // the file when its header, size or hash is wrong (dst then holds garbage:
-  // never use it); kNotFound when the file is missing.
+  // never use it); kNotFound when the file is missing. A restore reads from
+  // disk only the chunks no RAM copy holds, so these errors also say that
+  // the chunk had no RAM holder to repair it from (the fallback to an older
+  // version is logged with this message).
   Status ReadChunk(const ChunkRef& ref, void* dst) const;
+  // The same read and checks, with errors about the file only: for the
+  // flusher's scrub (scrub.h), which does hold the chunk in RAM.
+  Status CheckChunkFile(const ChunkRef& ref, void* dst) const;
 
   // Reads every chunk of complete `version` once and checks its hash.
   Status Verify(uint64_t version, uint64_t* chunks_checked = nullptr) const;

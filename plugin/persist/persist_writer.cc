@@ -74,8 +74,9 @@ Status PersistWriter::Stopped() const {
   return Status::Unavailable("persist: writing " + writing_ + " to '" + job_dir_ + "' stopped (cancelled)");
 }
 
-Status PersistWriter::Pace(uint64_t n) {
-  if (cancel_) return Stopped();
+Status PersistWriter::Pace(uint64_t n, const std::atomic<bool>* stop) {
+  auto stopped = [&] { return cancel_.load() || (stop != nullptr && stop->load()); };
+  if (stopped()) return Stopped();
   auto now = options_.clock ? options_.clock() : std::chrono::steady_clock::now();
   std::chrono::nanoseconds wait = limiter_.Debit(n, now);
   if (wait.count() <= 0) return Status::Ok();
@@ -84,9 +85,14 @@ Status PersistWriter::Pace(uint64_t n) {
     options_.sleep(wait);
   } else {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, wait, [&] { return cancel_.load(); });
+    cv_.wait_for(lock, wait, stopped);
   }
-  return cancel_ ? Stopped() : Status::Ok();
+  return stopped() ? Stopped() : Status::Ok();
+}
+
+void PersistWriter::Interrupt() {
+  std::lock_guard<std::mutex> lock(mu_);  // a waiter checks its stop flag under mu_: no lost wakeup
+  cv_.notify_all();
 }
 
 Status PersistWriter::CheckArgs(uint64_t version, const std::vector<const Manifest*>& manifests) const {
@@ -236,6 +242,10 @@ Status PersistWriter::CommitChunk(PendingChunk* chunk) {
   FTRUN_RETURN_IF_ERROR(closed);
   FTRUN_RETURN_IF_ERROR(env_->RenameFile(chunk->tmp, chunk->path));
   chunk->renamed = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    written_.insert(chunk->ref.hash);
+  }
   Count(&PersistProgress::bytes_written, kChunkHeaderSize + chunk->ref.length);
   Count(&PersistProgress::chunks_written, 1);
   Count(&PersistProgress::chunk_bytes_written, chunk->ref.length);
@@ -298,6 +308,11 @@ Status PersistWriter::QueueChunks(const std::vector<const Manifest*>& manifests,
 Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Manifest*>& manifests,
                                    const ChunkSource& source) {
   writing_ = "version " + std::to_string(version);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    written_.clear();
+    written_version_.reset();
+  }
   FTRUN_RETURN_IF_ERROR(CheckArgs(version, manifests));
   if (cancel_) return Stopped();
   std::vector<std::string> files;
@@ -310,6 +325,8 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
   FTRUN_RETURN_IF_ERROR(CheckOwnMarker(version, marker, &done));
   if (done) {
     Count(&PersistProgress::versions_already_complete, 1);
+    std::lock_guard<std::mutex> lock(mu_);
+    written_version_ = version;
     return Status::Ok();
   }
   const std::string context = "persist: writing " + writing_ + " to '" + job_dir_ + "'";
@@ -351,7 +368,44 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
   durable_ = std::move(plan.chunks);
   durable_dirs_.insert(plan.now_durable.begin(), plan.now_durable.end());
   Count(&PersistProgress::versions_written, 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  written_version_ = version;
   return Status::Ok();
+}
+
+std::unordered_set<ChunkHash, ChunkHashHasher> PersistWriter::WrittenChunks(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (written_version_ != version) return {};
+  return written_;
+}
+
+Status PersistWriter::PaceRead(uint64_t n, const std::atomic<bool>* stop) { return Pace(n, stop); }
+
+Status PersistWriter::RewriteChunk(const ChunkRef& ref, const void* data, const std::string& which) {
+  writing_ = "a repair of " + which;
+  FTRUN_RETURN_IF_ERROR(Pace(kChunkHeaderSize + ref.length));
+  // On an I/O thread, at its low priority, like the writes: the hash check
+  // and the file.
+  IoWorkers worker(std::min(options_.io_threads, 1), 1, options_.io_nice);
+  Status st = worker.Submit([&] {
+    if (HashBytes(data, ref.length) != ref.hash) {
+      return Status::Corruption("the bytes of " + which + " in memory do not match their hash; not written");
+    }
+    const std::string subdir = ChunkSubdir(job_dir_, ref.hash);
+    bool created = false;  // retention may have removed an emptied subdirectory
+    FTRUN_RETURN_IF_ERROR(env_->CreateDir(subdir, &created));
+    alignas(4096) char header[kChunkHeaderSize];
+    EncodeChunkHeader(ref.hash, ref.length, header);
+    // The rename replaces the bad file at once: a reader sees the old file
+    // or the new one, never a torn one.
+    FTRUN_RETURN_IF_ERROR(WriteFileAtomically(subdir + "/" + ref.hash.ToHex(),
+                                              {{header, sizeof(header)}, {data, static_cast<size_t>(ref.length)}}));
+    FTRUN_RETURN_IF_ERROR(env_->SyncDir(subdir));
+    if (created) FTRUN_RETURN_IF_ERROR(env_->SyncDir(ChunksDir(job_dir_)));
+    return Status::Ok();
+  });
+  Status done = worker.Finish();
+  return st.ok() ? done : st;
 }
 
 }  // namespace ftrun

@@ -6,7 +6,9 @@
 // Crash consistency. Every file is written under a tmp name, synced, and
 // renamed; so a name that looks final is never torn, and a chunk file that
 // exists under its hash holds the synced bytes of that hash (the reader
-// still checks the hash on every read, against bit rot). The order is:
+// still checks the hash on every read, against bit rot, and the flusher's
+// scrub, scrub.h, reads back once the files a version reuses and rewrites a
+// rotten one with RewriteChunk). The order is:
 //   1. manifests (tmp, sync, rename), first so that retention running
 //      elsewhere sees the chunks this version will reference;
 //   2. chunks not on disk yet (tmp, sync, rename). Write threads write tmp
@@ -32,8 +34,9 @@
 // also calls the ChunkSource and paces the rate limit; io_threads write
 // workers (hash check, tmp file) and as many sync workers (sync, close,
 // rename; then the directories) do the rest meanwhile, at nice io_nice, and
-// are joined before WriteVersion returns. Cancel, ClearCancel and Progress
-// may be called from any thread.
+// are joined before WriteVersion returns. The scrub (scrub.h) uses PaceRead
+// and RewriteChunk on that same thread, between WriteVersion calls. Cancel,
+// ClearCancel, cancelled and Progress may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -42,6 +45,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -118,10 +122,31 @@ class PersistWriter {
   // between writes with kUnavailable.
   Status WriteVersion(uint64_t version, const std::vector<const Manifest*>& manifests, const ChunkSource& source);
 
-  // Makes the running and every later WriteVersion stop, until ClearCancel.
+  // Makes the running and every later WriteVersion (and scrub) stop, until
+  // ClearCancel.
   void Cancel();
   void ClearCancel();
+  bool cancelled() const { return cancel_; }
   PersistProgress Progress() const;
+
+  // For the scrub (scrub.h), which checks the chunk files a version shares
+  // with older ones:
+  // The chunks the last WriteVersion wrote itself, if it was for `version`
+  // and succeeded; none when it found the version complete already.
+  std::unordered_set<ChunkHash, ChunkHashHasher> WrittenChunks(uint64_t version) const;
+  // Takes n bytes read from the rate limit the writes are paced by, so that
+  // reads and writes together stay under it; kUnavailable after Cancel, or
+  // once *stop (if given) is true: Interrupt wakes the wait to look at it.
+  Status PaceRead(uint64_t n, const std::atomic<bool>* stop = nullptr);
+  void Interrupt();
+  // Replaces the file of chunk ref.hash with `data`, the way a new chunk is
+  // written (tmp, sync, rename, its directory synced), paced like one. The
+  // bytes are hashed first whatever verify_source says: kCorruption, and
+  // nothing written, when they do not match ref.hash. `which` names the
+  // chunk in errors.
+  Status RewriteChunk(const ChunkRef& ref, const void* data, const std::string& which);
+  const PersistWriterOptions& options() const { return options_; }
+  Env* env() const { return env_; }
 
  private:
   struct Piece {
@@ -150,7 +175,7 @@ class PersistWriter {
   Status CommitChunk(PendingChunk* chunk);
   // tmp name, append the pieces, sync, close, rename. Callers pace first.
   Status WriteFileAtomically(const std::string& path, const std::vector<Piece>& pieces);
-  Status Pace(uint64_t n);
+  Status Pace(uint64_t n, const std::atomic<bool>* stop = nullptr);
   Status Stopped() const;
   void Count(uint64_t PersistProgress::*field, uint64_t n);
 
@@ -169,6 +194,10 @@ class PersistWriter {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // wakes the rate limit's wait on Cancel
   PersistProgress progress_;    // Guarded by mu_
+  // Guarded by mu_: what the last successful WriteVersion wrote (sync workers
+  // add to `written_` as chunks are renamed; WriteVersion sets the version).
+  std::unordered_set<ChunkHash, ChunkHashHasher> written_;
+  std::optional<uint64_t> written_version_;
 };
 
 }  // namespace ftrun

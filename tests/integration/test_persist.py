@@ -12,11 +12,16 @@
    RAM, the flusher reports the failure and recovers when space returns.
 4. Bad inputs: the same job id with another world size is refused with an
    error naming both sizes, and the versions on disk are left intact.
+5. More nodes lost than the replicas cover: the job goes back to the disk.
+6. A chunk file that rots on disk (one flipped bit) while the versions that
+   reuse it are in RAM is repaired from RAM by the next write, so that a
+   later restart restores the newest version rather than an older one.
 """
 import os
 import random
 import re
 import signal
+import struct
 import subprocess
 import tempfile
 import time
@@ -42,6 +47,15 @@ def kill_all(pids):
 
 def restored_from_disk(log):
     return [line for line in log.splitlines() if "from disk" in line and "restored version" in line]
+
+
+def referenced_by(manifest, files):
+    """The chunk files a manifest file references: it holds each chunk's hash
+    as two u64 LE, low half first; the file name is the hex, high half first."""
+    with open(manifest, "rb") as f:
+        data = f.read()
+    return [p for p in files if struct.pack("<QQ", int(os.path.basename(p)[16:], 16),
+                                            int(os.path.basename(p)[:16], 16)) in data]
 
 
 def bad_restores(log):
@@ -115,12 +129,22 @@ if st:
         pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
     kill_all(pids)
 cl.wait(30)
-# A flipped bit in the newest chunk file on disk (written by the newest
-# version only: older versions share the older chunk files).
+# A flipped bit in a chunk file of the newest complete version that no older
+# complete version references (a version still being written when the
+# cluster was killed does not count: the restart never reads it).
 chunks = [os.path.join(d, f) for d, _, fs in os.walk(disk2) for f in fs if "/chunks/" in d and ".tmp" not in f]
+complete = sorted(d for d, _, fs in os.walk(disk2) if "node0.COMPLETE" in fs and "node1.COMPLETE" in fs)
 flipped = None
-if check(len(chunks) > 0, "cluster: chunk files on disk"):
-    flipped = max(chunks, key=os.path.getmtime)
+if check(len(complete) >= 2, f"cluster: two complete versions on disk ({complete})"):
+    older = set()
+    for v in complete[:-1]:
+        for r in range(4):
+            older.update(referenced_by(os.path.join(v, "rank%d.manifest" % r), chunks))
+    only_newest = [p for r in range(4) for p in referenced_by(os.path.join(complete[-1], "rank%d.manifest" % r), chunks)
+                   if p not in older]
+    if check(only_newest, "cluster: the newest complete version has chunk files of its own"):
+        flipped = only_newest[0]
+if flipped:
     with open(flipped, "r+b") as f:
         f.seek(4096 + 100)
         b = f.read(1)
@@ -193,5 +217,103 @@ else:
         check("works again" in job.log, "the log says the disk works again")
     finally:
         subprocess.run(["umount", "-l", mnt])
+
+# --- 6. a chunk file rots on disk: repaired from RAM -----------------------
+# A chunk file is reused by every later version with the same bytes, and the
+# writer does not rewrite files that exist, so one flipped bit would make all
+# of them unrestorable. The flusher reads back once (per agent) the chunk
+# files a version reuses and rewrites a bad one from RAM. Rank 1's state
+# never changes here (--change-only-rank 0): its chunk files are reused by
+# every version. A chunk the agent wrote itself counts as checked, so the bit
+# is flipped under the agent that restored from those files, before its first
+# write.
+
+
+def log_of(job):
+    with open(os.path.join(job.dir, "out.log"), errors="replace") as f:
+        return f.read()
+
+
+def wait_log(job, pattern, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = re.search(pattern, log_of(job))
+        if m or job.proc.poll() is not None:
+            return m
+        time.sleep(0.05)
+    return None
+
+
+def complete_versions(job_dir):
+    """The versions with this (only) node's COMPLETE marker, oldest first."""
+    return sorted(int(n[1:]) for n in os.listdir(job_dir)
+                  if re.fullmatch(r"v\d{20}", n) and os.path.exists(os.path.join(job_dir, n, "node0.COMPLETE")))
+
+
+def chunk_files(job_dir):
+    return [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(job_dir, "chunks"))
+            for f in fs if re.fullmatch(r"[0-9a-f]{32}", f)]
+
+
+def kill_job(job, st):
+    kill_all([job.proc.pid] + [r.get("pid") for r in (st or {}).get("ranks", [])])
+    job.wait(30)
+
+
+disk6 = tempfile.mkdtemp(prefix="ftrun-persist-rot-")
+job6 = "rot-%d" % rng.randrange(1 << 30)
+jdir6 = os.path.join(disk6, job6)
+rot_args = ["--steps", "60", "--state-bytes", "8MiB", "--tensors", "4", "--change-fraction", "0.25",
+            "--change-only-rank", "0"]
+rot_want = golden(2, rot_args)
+rot_config = ("job:\n  id: %s\nstore:\n  memory_budget: 128MiB\n  chunk_size: 1MiB\n"
+              "persist:\n  dir: %s\n  every_versions: 2\n  every_seconds: 0s\n" % (job6, disk6))
+# A: a few versions on disk, then killed whole.
+job = Job(2, rot_args + ["--step-ms", "100"], config=rot_config, job_id=job6)
+st = job.wait_for(lambda s: ((s.get("persist") or {}).get("last_written_version") or 0) >= 6, timeout=60)
+check(st is not None and job.proc.poll() is None, "rot: versions reach disk")
+kill_job(job, st)
+# B: restores the newest version from those files, then (slow steps: seconds
+# before its first write) one bit of a rank-1 chunk file rots.
+v0 = complete_versions(jdir6)[-1]
+job = Job(2, rot_args + ["--step-ms", "1500"], config=rot_config, job_id=job6)
+m = wait_log(job, r"restored version (\d+) of ranks", 60)
+check(m is not None and int(m.group(1)) == v0, f"rot: the restart restores version {v0} from disk")
+rank1 = referenced_by(os.path.join(jdir6, "v%020d" % v0, "rank1.manifest"), chunk_files(jdir6))
+rotten = rank1[0] if rank1 else None
+st = job.state() or {}
+if check(rotten and (st.get("persist") or {}).get("last_written_version") is None,
+         f"rot: a chunk file of version {v0} to flip, before the first write ({len(rank1)} files, {st.get('persist')})"):
+    with open(rotten, "r+b") as f:
+        f.seek(4096 + 100)
+        good = f.read(1)
+        f.seek(4096 + 100)
+        f.write(bytes([good[0] ^ 0x04]))
+    print(f"flipped a bit of {rotten} (version {v0}, rank 1)", flush=True)
+    m = wait_log(job, r".*chunk file '[^']*%s'.*repaired from RAM.*" % os.path.basename(rotten), 60)
+    check(m is not None and "rank 1 " in m.group(0) and os.path.basename(rotten) in m.group(0),
+          "rot: the next write finds the bad file and repairs it from RAM, naming the file, chunk and rank:\n" +
+          (m.group(0) if m else log_of(job)[-3000:]))
+    st = job.wait_for(lambda s: (s.get("persist") or {}).get("chunks_repaired", 0) >= 1, timeout=30)
+    check(st is not None and st["persist"].get("chunks_scrubbed", 0) >= 1 and
+          st["persist"].get("chunks_scrub_failed", 0) >= 1,
+          f"rot: the status counts the scrub and the repair ({(st or {}).get('persist')})")
+    with open(rotten, "rb") as f:
+        f.seek(4096 + 100)
+        check(f.read(1) == good, "rot: the chunk file holds its right bytes again")
+kill_job(job, job.state())
+# C: restores the newest complete version (which reuses the repaired file),
+# not an older one, and ends as the failure-free run.
+newest = complete_versions(jdir6)[-1]
+check(newest > v0 and rotten in referenced_by(os.path.join(jdir6, "v%020d" % newest, "rank1.manifest"),
+                                              chunk_files(jdir6)),
+      f"rot: a later version ({newest}) is complete on disk and reuses the repaired file")
+job = Job(2, rot_args + ["--step-ms", "25"], config=rot_config, job_id=job6)
+rc = job.wait(120)
+check(rc == 0, f"rot: the restarted job exits 0 (got {rc})\n{job.log[-3000:]}")
+check(any(("restored version %d " % newest) in line for line in restored_from_disk(job.log)),
+      f"rot: the restart restores the newest complete version {newest}:\n" + "\n".join(restored_from_disk(job.log)))
+check(not bad_restores(job.log), "rot: no version on disk failed to restore:\n" + "\n".join(bad_restores(job.log)))
+check(digests(job.log) == rot_want, "rot: digests equal the failure-free run's")
 
 finish()

@@ -46,6 +46,9 @@ TEST_CASE("a bit flipped on disk is caught on read, and restore falls back", "[p
   CHECK(st.code() == Code::kCorruption);
   CHECK(Contains(st.message(), "chunk file '" + path + "': its bytes hash to "));
   CHECK(Contains(st.message(), "expected " + w.Bias2().hash.ToHex() + " (corrupted on disk)"));
+  // A restore reads from disk only what no RAM copy holds: its fallback says so.
+  CHECK(Contains(st.message(), "the chunk had no RAM holder to repair it from"));
+  CHECK_FALSE(Contains(r.CheckChunkFile(w.Bias2(), buf.data()).message(), "RAM"));
 
   st = r.Verify(2);
   CHECK(st.code() == Code::kCorruption);
@@ -59,6 +62,7 @@ TEST_CASE("a bit flipped on disk is caught on read, and restore falls back", "[p
   REQUIRE(skipped.size() == 1);
   CHECK(Contains(skipped[0], "version 2: "));
   CHECK(Contains(skipped[0], path));
+  CHECK(Contains(skipped[0], "no RAM holder"));
 }
 
 TEST_CASE("a bit flipped in what a read returns is caught too", "[persist][reader]") {
@@ -101,6 +105,7 @@ TEST_CASE("missing and truncated chunk files", "[persist][reader]") {
   st = r.ReadChunk(w.Bias2(), buf.data());
   CHECK(st.code() == Code::kNotFound);
   CHECK(Contains(st.message(), "chunk " + w.Bias2().hash.ToHex() + " is missing"));
+  CHECK(Contains(st.message(), "no RAM holder"));
   uint64_t version = 0;
   REQUIRE(r.FindRestorable(nullptr, &version).ok());
   CHECK(version == 1);

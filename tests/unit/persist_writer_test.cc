@@ -1,5 +1,7 @@
 // PersistWriter: round trip through the reader, dedup, multi-node markers,
-// retries, cancel, rate limit (token math only, never wall-clock time).
+// retries, cancel, rate limit (token math only, never wall-clock time); and
+// at the end the scrub (ChunkScrubber) that repairs reused chunk files from
+// RAM.
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -14,10 +16,12 @@
 #include <thread>
 
 #include "plugin/persist/disk_format.h"
+#include "plugin/persist/fault_env.h"
 #include "plugin/persist/io_workers.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/rate_limiter.h"
 #include "plugin/persist/retention.h"
+#include "plugin/persist/scrub.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {
@@ -605,6 +609,326 @@ TEST_CASE("I/O workers: lower priority, jobs submitted from other workers, dropp
     CHECK((a.ok() || Contains(a.message(), "job 10 failed")));
     CHECK(ran < 50);
     CHECK(alive.use_count() == 1);  // every job, run or dropped, was destroyed
+  }
+}
+
+}  // namespace ftrun
+
+// ---------------------------------------------------------------------------
+// The scrub: chunk files a version reuses are read back once, and a bad one
+// is rewritten from the RAM copy.
+
+namespace ftrun {
+namespace {
+
+// Version 1 as an earlier agent wrote it, and version 2 of this agent: the
+// weight (3 chunks of 64 KiB) is the same, the bias changed.
+struct Reused {
+  ChunkBank bank;
+  std::vector<Manifest> v1 = {bank.Build(0, 1, {{"w", 150000, 1}, {"b", 1000, 2}})};
+  std::vector<Manifest> v2 = {bank.Build(0, 2, {{"w", 150000, 1}, {"b", 1000, 3}})};
+  const ChunkRef& Weight(size_t i) const { return v2[0].tensors[0].chunks[i]; }
+};
+
+std::string JobDir(const ScratchDir& dir) { return dir.path() + "/job"; }
+
+// Counts the chunk files opened for reading; `on_open` runs first.
+class ReadCountingEnv : public RecordingEnv {
+ public:
+  using RecordingEnv::RecordingEnv;
+  std::function<void()> on_open;
+  std::atomic<int> opened{0};
+  Status NewRandomAccessFile(const std::string& path, std::unique_ptr<RandomAccessFile>* out) override {
+    if (path.find("/chunks/") != std::string::npos) {
+      if (on_open) on_open();
+      ++opened;
+    }
+    return RecordingEnv::NewRandomAccessFile(path, out);
+  }
+};
+
+bool NoTmpFiles(const std::string& job_dir) {
+  std::vector<std::string> subs, names;
+  if (!PosixEnv()->ListDir(ChunksDir(job_dir), &subs).ok()) return true;
+  for (const auto& s : subs) {
+    REQUIRE(PosixEnv()->ListDir(ChunksDir(job_dir) + "/" + s, &names).ok());
+    for (const auto& f : names) {
+      int node = 0;
+      if (IsTmpName(f, &node)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a bit flipped in a reused chunk file is repaired from RAM by the next write", "[persist][scrub]") {
+  ScratchDir dir;
+  FaultEnv env(PosixEnv());
+  Reused r;
+  REQUIRE(PersistWriter(WriterOptions(&env, dir.path(), "job", 1)).WriteVersion(1, Ptrs(r.v1), r.bank.Source()).ok());
+  const std::string path = ChunkPath(JobDir(dir), r.Weight(1).hash);
+  REQUIRE(env.FlipBitOnDisk(path, kChunkHeaderSize + 100, 2).ok());  // rots at rest
+  PersistReader reader(&env, dir.path(), "job", 1);
+  REQUIRE(reader.Verify(1).code() == Code::kCorruption);
+
+  // The agent restarted: its writer reuses the weight's files.
+  RecordingEnv rec(&env);
+  PersistWriter w(WriterOptions(&rec, dir.path(), "job", 1));
+  ChunkScrubber scrub(&w);
+  REQUIRE(w.WriteVersion(2, Ptrs(r.v2), r.bank.Source()).ok());
+  CHECK(w.Progress().chunks_skipped == 3);
+  std::vector<ScrubFinding> found;
+  Status st = scrub.Scrub(2, Ptrs(r.v2), r.bank.Source(), &found);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].path == path);
+  CHECK(found[0].ref.hash == r.Weight(1).hash);
+  CHECK(Contains(found[0].which, "rank 0 tensor 'w' chunk #1 (" + r.Weight(1).hash.ToHex() + ")"));
+  CHECK(Contains(found[0].problem, "its bytes hash to "));
+  CHECK_FALSE(Contains(found[0].problem, "no RAM holder"));  // this one had one
+  CHECK(found[0].repair.ok());
+  ScrubProgress p = scrub.Progress();
+  CHECK(p.chunks_scrubbed == 3);  // the weight's; the bias was written by this write
+  CHECK(p.bytes_scrubbed == 150000);
+  CHECK(p.chunks_bad == 1);
+  CHECK(p.chunks_repaired == 1);
+  CHECK(p.repairs_failed == 0);
+
+  // Crash-safe as a new chunk: tmp synced, renamed over the bad file, the
+  // directory synced after the rename.
+  const std::vector<std::string> ev = rec.events();
+  auto at = [&](const std::string& e) { return std::find(ev.begin(), ev.end(), e) - ev.begin(); };
+  const std::string tmp = TmpName(path, 0);
+  const auto renamed = at("rename " + tmp + " " + path);
+  REQUIRE(renamed < static_cast<long>(ev.size()));
+  CHECK(at("sync " + tmp) < renamed);
+  const std::string subdir_synced = "syncdir " + ChunkSubdir(JobDir(dir), r.Weight(1).hash);
+  CHECK(std::find(ev.begin() + renamed, ev.end(), subdir_synced) != ev.end());
+  CHECK(NoTmpFiles(JobDir(dir)));
+
+  // Both versions verify again, so the newest one is restored.
+  CHECK(reader.Verify(1).ok());
+  CHECK(reader.Verify(2).ok());
+  uint64_t version = 0;
+  REQUIRE(reader.FindRestorable(nullptr, &version).ok());
+  CHECK(version == 2);
+
+  // Each chunk is checked once: a third version reusing everything reads nothing.
+  std::vector<Manifest> v3 = {r.bank.Build(0, 3, {{"w", 150000, 1}, {"b", 1000, 3}})};
+  REQUIRE(w.WriteVersion(3, Ptrs(v3), r.bank.Source()).ok());
+  REQUIRE(scrub.Scrub(3, Ptrs(v3), r.bank.Source(), &found).ok());
+  CHECK(found.empty());
+  CHECK(scrub.Progress().chunks_scrubbed == 3);
+}
+
+TEST_CASE("chunks this writer wrote are not read back", "[persist][scrub]") {
+  ScratchDir dir;
+  ReadCountingEnv env(PosixEnv());
+  Reused r;
+  PersistWriter w(WriterOptions(&env, dir.path(), "job", 1));
+  ChunkScrubber scrub(&w);
+  std::vector<ScrubFinding> found;
+  REQUIRE(w.WriteVersion(1, Ptrs(r.v1), r.bank.Source()).ok());
+  REQUIRE(scrub.Scrub(1, Ptrs(r.v1), r.bank.Source(), &found).ok());
+  REQUIRE(w.WriteVersion(2, Ptrs(r.v2), r.bank.Source()).ok());
+  REQUIRE(scrub.Scrub(2, Ptrs(r.v2), r.bank.Source(), &found).ok());
+  CHECK(env.opened == 0);
+  CHECK(scrub.Progress().chunks_scrubbed == 0);
+}
+
+TEST_CASE("a bad header, a short file and a missing file are rewritten too", "[persist][scrub]") {
+  ScratchDir dir;
+  FaultEnv env(PosixEnv());
+  Reused r;
+  {
+    PersistWriter first(WriterOptions(&env, dir.path(), "job", 1));
+    REQUIRE(first.WriteVersion(1, Ptrs(r.v1), r.bank.Source()).ok());
+    REQUIRE(first.WriteVersion(2, Ptrs(r.v2), r.bank.Source()).ok());
+  }
+  const std::string path = ChunkPath(JobDir(dir), r.Weight(0).hash);
+  std::string problem;
+  SECTION("header") {
+    REQUIRE(env.FlipBitOnDisk(path, 20, 0).ok());
+    problem = "header checksum mismatch";
+  }
+  SECTION("short") {
+    REQUIRE(truncate(path.c_str(), kChunkHeaderSize + 1000) == 0);
+    problem = "expected " + std::to_string(kChunkHeaderSize + r.Weight(0).length);
+  }
+  SECTION("missing") {
+    REQUIRE(PosixEnv()->DeleteFile(path).ok());
+    problem = "is missing";
+  }
+  // A restarted agent writes version 2 again (its marker is there: nothing
+  // is written) and scrubs all of it.
+  PersistWriter w(WriterOptions(&env, dir.path(), "job", 1));
+  ChunkScrubber scrub(&w);
+  REQUIRE(w.WriteVersion(2, Ptrs(r.v2), r.bank.Source()).ok());
+  CHECK(w.Progress().versions_already_complete == 1);
+  std::vector<ScrubFinding> found;
+  Status st = scrub.Scrub(2, Ptrs(r.v2), r.bank.Source(), &found);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].path == path);
+  CHECK(Contains(found[0].problem, problem));
+  CHECK(found[0].repair.ok());
+  CHECK(scrub.Progress().chunks_scrubbed == 4);
+  CHECK(scrub.Progress().chunks_repaired == 1);
+  PersistReader reader(&env, dir.path(), "job", 1);
+  CHECK(reader.Verify(1).ok());
+  CHECK(reader.Verify(2).ok());
+  std::string back(r.Weight(0).length, '\0');
+  REQUIRE(reader.ReadChunk(r.Weight(0), back.data()).ok());
+  CHECK(back == r.bank.Bytes(r.Weight(0).hash));
+}
+
+TEST_CASE("a RAM copy that does not match its hash is never written; the error names the file", "[persist][scrub]") {
+  ScratchDir dir;
+  FaultEnv env(PosixEnv());
+  Reused r;
+  REQUIRE(PersistWriter(WriterOptions(&env, dir.path(), "job", 1)).WriteVersion(1, Ptrs(r.v1), r.bank.Source()).ok());
+  const std::string path = ChunkPath(JobDir(dir), r.Weight(2).hash);
+  REQUIRE(env.FlipBitOnDisk(path, kChunkHeaderSize + 7, 5).ok());
+  std::string on_disk;
+  REQUIRE(env.ReadFile(path, &on_disk).ok());
+
+  PersistWriter w(WriterOptions(&env, dir.path(), "job", 1));
+  ChunkScrubber scrub(&w);
+  std::string rotten = r.bank.Bytes(r.Weight(2).hash);
+  rotten[3] ^= 1;  // a bit flip in RAM as well
+  ChunkSource source = [&](const ChunkRef& ref, const void** data) {
+    if (ref.hash == r.Weight(2).hash) return *data = rotten.data(), Status::Ok();
+    return r.bank.Source()(ref, data);
+  };
+  REQUIRE(w.WriteVersion(2, Ptrs(r.v2), source).ok());
+  std::vector<ScrubFinding> found;
+  Status st = scrub.Scrub(2, Ptrs(r.v2), source, &found);
+  CHECK(st.code() == Code::kCorruption);
+  CHECK(Contains(st.message(), "chunk file '" + path + "' failed its check and cannot be repaired from RAM"));
+  CHECK(Contains(st.message(), "rank 0 tensor 'w' chunk #2"));
+  CHECK(Contains(st.message(), "do not match their hash; not written"));
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].repair.code() == Code::kCorruption);
+  CHECK(scrub.Progress().chunks_repaired == 0);
+  CHECK(scrub.Progress().repairs_failed == 1);
+  std::string after;
+  REQUIRE(env.ReadFile(path, &after).ok());
+  CHECK(after == on_disk);  // left as it was: not replaced by other wrong bytes
+  CHECK(NoTmpFiles(JobDir(dir)));
+
+  // The retry (the flusher's backoff) checks only what is not known good
+  // and, with a good RAM copy, repairs it.
+  REQUIRE(w.WriteVersion(2, Ptrs(r.v2), r.bank.Source()).ok());
+  REQUIRE(scrub.Scrub(2, Ptrs(r.v2), r.bank.Source(), &found).ok());
+  CHECK(scrub.Progress().chunks_scrubbed == 4);  // 3, then the bad one again
+  CHECK(scrub.Progress().chunks_repaired == 1);
+  CHECK(PersistReader(&env, dir.path(), "job", 1).Verify(2).ok());
+}
+
+TEST_CASE("a repair that fails on a full disk is reported, and a retry repairs", "[persist][scrub]") {
+  ScratchDir dir;
+  FaultEnv env(PosixEnv());
+  Reused r;
+  REQUIRE(PersistWriter(WriterOptions(&env, dir.path(), "job", 1)).WriteVersion(1, Ptrs(r.v1), r.bank.Source()).ok());
+  const std::string path = ChunkPath(JobDir(dir), r.Weight(0).hash);
+  REQUIRE(env.FlipBitOnDisk(path, kChunkHeaderSize + 65535, 7).ok());
+  PersistWriter w(WriterOptions(&env, dir.path(), "job", 1));
+  ChunkScrubber scrub(&w);
+  REQUIRE(w.WriteVersion(2, Ptrs(r.v2), r.bank.Source()).ok());
+  env.FailWrites(WriteFault{28, 1000});
+  std::vector<ScrubFinding> found;
+  Status st = scrub.Scrub(2, Ptrs(r.v2), r.bank.Source(), &found);
+  CHECK(st.code() == Code::kIoError);
+  CHECK(Contains(st.message(), "chunk file '" + path + "' failed its check and cannot be repaired from RAM"));
+  CHECK(Contains(st.message(), "No space left on device"));
+  CHECK(scrub.Progress().repairs_failed == 1);
+  CHECK(NoTmpFiles(JobDir(dir)));
+  env.ClearWriteFaults();
+  REQUIRE(w.WriteVersion(2, Ptrs(r.v2), r.bank.Source()).ok());
+  st = scrub.Scrub(2, Ptrs(r.v2), r.bank.Source(), &found);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  CHECK(scrub.Progress().chunks_repaired == 1);
+  CHECK(PersistReader(&env, dir.path(), "job", 1).Verify(2).ok());
+}
+
+TEST_CASE("a scrub stops promptly when cancelled or stopped", "[persist][scrub]") {
+  using namespace std::chrono;
+  ScratchDir dir;
+  ChunkBank bank;
+  // 40 chunks of 64 KiB on disk, written by an earlier agent.
+  std::vector<Manifest> v1 = {bank.Build(0, 1, {{"w", 40u << 16, 7}})};
+  REQUIRE(PersistWriter(WriterOptions(PosixEnv(), dir.path(), "job", 1)).WriteVersion(1, Ptrs(v1), bank.Source()).ok());
+
+  SECTION("Cancel during a rate-limit wait") {
+    PersistWriterOptions o = WriterOptions(PosixEnv(), dir.path(), "job", 1);
+    o.rate_limit = 1024;  // 1 KiB/s: reading every chunk back would take 45 minutes
+    o.burst = 1024;
+    PersistWriter w(o);
+    ChunkScrubber scrub(&w);
+    REQUIRE(w.WriteVersion(1, Ptrs(v1), bank.Source()).ok());  // complete already: nothing paced
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(milliseconds(50));
+      w.Cancel();
+    });
+    auto t0 = steady_clock::now();
+    std::vector<ScrubFinding> found;
+    Status st = scrub.Scrub(1, Ptrs(v1), bank.Source(), &found);
+    auto took = steady_clock::now() - t0;
+    canceller.join();
+    CHECK(st.code() == Code::kUnavailable);
+    CHECK(Contains(st.message(), "scrubbing the chunk files of version 1"));
+    CHECK(Contains(st.message(), "stopped (cancelled)"));
+    CHECK(took < seconds(5));
+    CHECK(scrub.Progress().chunks_scrubbed <= 1);
+  }
+  SECTION("Stop during a rate-limit wait (the flusher's Drain)") {
+    PersistWriterOptions o = WriterOptions(PosixEnv(), dir.path(), "job", 1);
+    o.rate_limit = 1024;
+    o.burst = 1024;
+    PersistWriter w(o);
+    ChunkScrubber scrub(&w);
+    REQUIRE(w.WriteVersion(1, Ptrs(v1), bank.Source()).ok());
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(milliseconds(50));
+      scrub.Stop();
+    });
+    auto t0 = steady_clock::now();
+    std::vector<ScrubFinding> found;
+    Status st = scrub.Scrub(1, Ptrs(v1), bank.Source(), &found);
+    auto took = steady_clock::now() - t0;
+    stopper.join();
+    CHECK(st.code() == Code::kUnavailable);
+    CHECK(Contains(st.message(), "stopped (asked to stop)"));
+    CHECK(took < seconds(5));
+    CHECK_FALSE(w.cancelled());  // the writer itself goes on
+  }
+  for (bool cancel : {true, false}) {
+    DYNAMIC_SECTION((cancel ? "Cancel" : "Stop") << " while the I/O threads read") {
+      ReadCountingEnv env(PosixEnv());
+      PersistWriter w(WriterOptions(&env, dir.path(), "job", 1));
+      ChunkScrubber scrub(&w);
+      env.on_open = [&] {
+        if (env.opened == 2) cancel ? w.Cancel() : scrub.Stop();
+      };
+      REQUIRE(w.WriteVersion(1, Ptrs(v1), bank.Source()).ok());
+      std::vector<ScrubFinding> found;
+      Status st = scrub.Scrub(1, Ptrs(v1), bank.Source(), &found);
+      CHECK(st.code() == Code::kUnavailable);
+      CHECK(found.empty());
+      // Reads already started finish; nothing queued after the cancel is read.
+      CHECK(env.opened <= 2 + w.options().io_threads);
+      CHECK(scrub.Progress().chunks_scrubbed < 40);
+      // The chunks not checked are checked by the next scrub.
+      w.ClearCancel();
+      scrub.Resume();
+      env.on_open = nullptr;
+      REQUIRE(scrub.Scrub(1, Ptrs(v1), bank.Source(), &found).ok());
+      CHECK(scrub.Progress().chunks_scrubbed == 40);
+    }
   }
 }
 
