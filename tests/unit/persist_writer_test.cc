@@ -874,15 +874,14 @@ TEST_CASE("a scrub stops promptly when cancelled or stopped", "[persist][scrub]"
       std::this_thread::sleep_for(milliseconds(50));
       w.Cancel();
     });
-    auto t0 = steady_clock::now();
     std::vector<ScrubFinding> found;
     Status st = scrub.Scrub(1, Ptrs(v1), bank.Source(), &found);
-    auto took = steady_clock::now() - t0;
     canceller.join();
     CHECK(st.code() == Code::kUnavailable);
     CHECK(Contains(st.message(), "scrubbing the chunk files of version 1"));
     CHECK(Contains(st.message(), "stopped (cancelled)"));
-    CHECK(took < seconds(5));
+    // Returned before reading more than the chunk in flight: at 1 KiB/s the
+    // rest would take 45 minutes (no wall-clock bound asserted: the count says it).
     CHECK(scrub.Progress().chunks_scrubbed <= 1);
   }
   SECTION("Stop during a rate-limit wait (the flusher's Drain)") {
@@ -896,14 +895,12 @@ TEST_CASE("a scrub stops promptly when cancelled or stopped", "[persist][scrub]"
       std::this_thread::sleep_for(milliseconds(50));
       scrub.Stop();
     });
-    auto t0 = steady_clock::now();
     std::vector<ScrubFinding> found;
     Status st = scrub.Scrub(1, Ptrs(v1), bank.Source(), &found);
-    auto took = steady_clock::now() - t0;
     stopper.join();
     CHECK(st.code() == Code::kUnavailable);
     CHECK(Contains(st.message(), "stopped (asked to stop)"));
-    CHECK(took < seconds(5));
+    CHECK(scrub.Progress().chunks_scrubbed <= 1);
     CHECK_FALSE(w.cancelled());  // the writer itself goes on
   }
   for (bool cancel : {true, false}) {
