@@ -14,11 +14,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import netns_cluster as nc  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
+from ftrun_chaos import netns_cluster as nc  # noqa: E402
 from ftrun_testlib import check, finish  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos", "ftrun_chaos")
 
 
 def pings(c, pairs, wait=1):

@@ -10,8 +10,8 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import netns_cluster as nc  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
+from ftrun_chaos import netns_cluster as nc  # noqa: E402
 from ftrun_testlib import ClusterJob, check, digests, finish, golden  # noqa: E402
 
 ok, why = nc.available()

@@ -1,0 +1,73 @@
+"""ftrun-chaos --plan PLAN [--faults N | --duration D] [--seed S] [--out DIR]
+
+Exit codes: 0 the run passed every check, 1 it failed one (the report says
+which), 2 bad input (plan, options) or a machine that cannot run it."""
+import argparse
+import os
+import sys
+import time
+
+from . import plan as planlib
+from .netns_cluster import available
+from .run import RunError, execute, scaled
+
+
+def _build_dir(arg):
+    if arg:
+        return arg
+    env = os.environ.get("FTRUN_BUILD_DIR")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(sys.argv[0]))
+    if os.path.exists(os.path.join(here, "ftrun")):
+        return here
+    return os.path.join(os.path.dirname(__file__), "..", "..", "..", "build")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ftrun-chaos", description="Break a running ftrun cluster on purpose and "
+                                 "check that the job survives with nothing lost.")
+    ap.add_argument("--plan", required=True, help="the plan (YAML; see configs/chaos/)")
+    ap.add_argument("--faults", type=int, help="this many random faults (long mode; the plan needs 'random')")
+    ap.add_argument("--duration", help="random faults until this long has passed, e.g. 2h (long mode)")
+    ap.add_argument("--seed", type=int, help="the random section's seed (replays a run)")
+    ap.add_argument("--out", help="where the report goes (default: chaos-<time>/ here)")
+    ap.add_argument("--build", help="the build directory with ftrun, ftrun-agent, ftrun-synthetic")
+    ap.add_argument("--quiet", action="store_true", help="only the summary")
+    a = ap.parse_args(argv)
+    log = (lambda m: None) if a.quiet else (lambda m: print("ftrun-chaos: " + m, flush=True))
+    try:
+        plan = planlib.load(a.plan)
+        if a.faults is not None and a.faults < 1:
+            raise planlib.PlanError("--faults: expected a number of faults >= 1, got %d" % a.faults)
+        duration = None
+        if a.duration is not None:
+            duration = planlib.parse_duration(a.duration)
+            if not duration:
+                raise planlib.PlanError("--duration: expected a duration like 30m or 2h, got %r" % a.duration)
+        if a.seed is not None:
+            plan.seed = a.seed
+        plan = scaled(plan, a.faults, duration)
+    except (planlib.PlanError, RunError) as e:
+        print("ftrun-chaos: %s" % e, file=sys.stderr)
+        return 2
+    build = _build_dir(a.build)
+    for tool in ("ftrun", "ftrun-agent", "ftrun-synthetic"):
+        if not os.access(os.path.join(build, tool), os.X_OK):
+            print("ftrun-chaos: %s/%s not found (build first, or pass --build)" % (build, tool), file=sys.stderr)
+            return 2
+    ok, why = available()
+    if not ok:
+        print("ftrun-chaos: cannot build network-namespace nodes here: %s" % why, file=sys.stderr)
+        return 2
+    out = a.out or "chaos-%s" % time.strftime("%Y%m%d-%H%M%S")
+    try:
+        result = execute(plan, build, out, log, duration)
+    except RunError as e:
+        print("ftrun-chaos: %s" % e, file=sys.stderr)
+        return 2
+    from .report import format_summary, write_reports  # matplotlib only once there is something to draw
+    paths = write_reports(result, out)
+    print(format_summary(result))
+    print("ftrun-chaos: report: %s, %s, %s" % (paths["markdown"], paths["json"], paths["png"]))
+    return 0 if result["verdict"] == "pass" else 1

@@ -1,0 +1,278 @@
+"""The faults, each done for real: a signal to a process, the link of a node
+taken down, nftables rules, a full or read-only filesystem, a bit flipped
+in the store's shared memory or in a chunk file on disk.
+
+inject(ctx, fault, rng) returns (record, undo): record is what the report
+shows (target, parameters, and for a corruption where it was made), undo is
+called when the fault's duration is over (None for a fault that happens at
+once). A fault that cannot be made (its target is gone, no committed chunk
+yet) raises Skip with the reason; the scheduler tries again later."""
+import glob
+import json
+import os
+import random
+import signal
+import struct
+import time
+
+CHUNK_HEADER = 4096  # plugin/persist/disk_format.h: a chunk file's bytes start here
+RANDOM_SIGNALS = ["SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT"]
+
+
+class Skip(Exception):
+    pass
+
+
+class Context:
+    """What a fault needs: the plan, the running job, the nodes, where things are."""
+
+    def __init__(self, plan, job, nodes, runner_path):
+        self.plan, self.job, self.nodes, self.runner_path = plan, job, nodes, runner_path
+
+    def status(self):
+        st = self.job.read_status()
+        if st is None:
+            raise Skip("the runner's status file is not there (yet)")
+        return st
+
+    def agent_of_node(self, node):
+        st = self.status()
+        agent = st["nodes"][node].get("agent")
+        if agent is None:
+            raise Skip("node %d has no agent right now" % node)
+        return agent
+
+    def agent_status(self, agent):
+        path = os.path.join(os.path.dirname(self.job.status_path), "agent%d.json" % agent)
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            raise Skip("agent %d's status file %s is not readable" % (agent, path))
+
+    def pick_node(self, target, rng):
+        return rng.randrange(self.plan.nodes) if target in (None, "any") else target
+
+    def pick_rank(self, target, rng):
+        return rng.randrange(self.plan.nodes * self.plan.ranks_per_node) if target in (None, "any") else target
+
+    def rank_pid(self, rank):
+        node = rank // self.plan.ranks_per_node
+        agent = self.agent_of_node(node)
+        for r in self.agent_status(agent).get("ranks", []):
+            if r.get("rank") == rank and r.get("pid"):
+                return node, agent, r["pid"]
+        raise Skip("rank %d has no process right now" % rank)
+
+
+def _signal(pid, sig):
+    if pid <= 0:  # 0 or -1 would signal a whole process group
+        raise Skip("no pid")
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        raise Skip("process %d is gone" % pid)
+
+
+def _sig(name):
+    return int(signal.Signals[name])
+
+
+# ----------------------------------------------------------------- processes
+
+def rank_kill(ctx, f, rng):
+    name = f.params["signal"] if f.params.get("signal") != "random" else rng.choice(RANDOM_SIGNALS)
+    node, agent, pid = ctx.rank_pid(ctx.pick_rank(f.rank, rng))
+    rank = f.rank if f.rank not in (None, "any") else None
+    _signal(pid, _sig(name))
+    return {"target": "node %d (agent %d) rank pid %d" % (node, agent, pid), "params": {"signal": name},
+            "rank": rank, "namespaces": [agent]}, None
+
+
+def rank_hang(ctx, f, rng):
+    node, agent, pid = ctx.rank_pid(ctx.pick_rank(f.rank, rng))
+    _signal(pid, signal.SIGSTOP)
+    return {"target": "node %d (agent %d) rank pid %d" % (node, agent, pid), "params": {"signal": "SIGSTOP"},
+            "namespaces": [agent]}, None
+
+
+def agent_kill(ctx, f, rng):
+    node = ctx.pick_node(f.node, rng)
+    agent = ctx.agent_of_node(node)
+    pid = ctx.agent_status(agent).get("agent_pid", 0)
+    _signal(pid, _sig(f.params["signal"]))
+    return {"target": "node %d: agent %d pid %d" % (node, agent, pid), "params": {"signal": f.params["signal"]},
+            "namespaces": [agent]}, None
+
+
+def node_kill(ctx, f, rng):
+    node = ctx.pick_node(f.node, rng)
+    agent = ctx.agent_of_node(node)
+    pids = ctx.nodes.kill_namespace(agent)
+    if not pids:
+        raise Skip("node %d's namespace has no process" % node)
+    return {"target": "node %d: namespace %d, %d processes" % (node, agent, len(pids)), "params": {},
+            "namespaces": [agent]}, None
+
+
+def coordinator_kill(ctx, f, rng):
+    if not ctx.job.alive():
+        raise Skip("the runner is not running")
+    pid = ctx.job.kill_coordinator(_sig(f.params["signal"]))
+    time.sleep(f.params["attach_after"])
+    ctx.job.attach(ctx.runner_path)
+    return {"target": "runner pid %d, then ftrun --attach %s" % (pid, ctx.job.job_id),
+            "params": {"signal": f.params["signal"], "attach_after_s": f.params["attach_after"]}}, None
+
+
+# ----------------------------------------------------------------- network
+
+def _ns_of(ctx, f, rng):
+    node = ctx.pick_node(f.node, rng)
+    return node, ctx.agent_of_node(node)
+
+
+def link_down(ctx, f, rng):
+    node, ns = _ns_of(ctx, f, rng)
+    ctx.nodes.link_down(ns)
+    return {"target": "node %d (namespace %d)" % (node, ns), "params": {}, "namespaces": [ns]}, \
+        lambda: ctx.nodes.link_up(ns)
+
+
+def partition(ctx, f, rng):
+    node, ns = _ns_of(ctx, f, rng)
+    ctx.nodes.partition(ns)
+    return {"target": "node %d (namespace %d)" % (node, ns), "params": {}, "namespaces": [ns]}, \
+        lambda: ctx.nodes.heal(ns)
+
+
+def packet_loss(ctx, f, rng):
+    node, ns = _ns_of(ctx, f, rng)
+    ctx.nodes.loss(ns, f.params["percent"])
+    return {"target": "node %d (namespace %d)" % (node, ns), "params": {"percent": f.params["percent"]}}, \
+        lambda: ctx.nodes.loss(ns, 0)
+
+
+def delay(ctx, f, rng):
+    node, ns = _ns_of(ctx, f, rng)
+    how = ctx.nodes.delay(ns, f.params["ms"], f.params["jitter_ms"], queue=100 + ns)
+    return {"target": "node %d (namespace %d)" % (node, ns),
+            "params": {"ms": f.params["ms"], "jitter_ms": f.params["jitter_ms"], "by": how}}, \
+        lambda: ctx.nodes.undelay(ns)
+
+
+# ----------------------------------------------------------------- disk
+
+def disk_full(ctx, f, rng):
+    taken = ctx.nodes.fill_disk()
+    return {"target": ctx.nodes.persist_dir, "params": {"ballast_bytes": taken}}, ctx.nodes.free_disk
+
+
+def disk_error(ctx, f, rng):
+    ctx.nodes.disk_read_only()
+    return {"target": ctx.nodes.persist_dir, "params": {"error": "EROFS"}}, ctx.nodes.disk_writable
+
+
+# ----------------------------------------------------------------- corruption
+
+def _flip(path, offset, rng):
+    """Flips one random bit of the byte at offset; returns (bit, old byte)."""
+    bit = rng.randrange(8)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        old = os.pread(fd, 1, offset)
+        if len(old) != 1:
+            raise Skip("%s has no byte at offset %d" % (path, offset))
+        os.pwrite(fd, bytes([old[0] ^ (1 << bit)]), offset)
+    finally:
+        os.close(fd)
+    return bit, old[0]
+
+
+def bitflip_shm(ctx, f, rng):
+    node = ctx.pick_node(f.node, rng)
+    agent = ctx.agent_of_node(node)
+    st = ctx.agent_status(agent)
+    chunks, fd = st.get("committed_chunks"), st.get("store_fd")
+    if fd is None or not chunks:
+        raise Skip("agent %d reports no committed chunk yet" % agent)
+    c = rng.choice(chunks)
+    offset = c["offset"] + rng.randrange(max(1, c["bytes"]))
+    bit, _ = _flip("/proc/%d/fd/%d" % (st["agent_pid"], fd), offset, rng)
+    rec = {"target": "node %d (agent %d): rank %d tensor '%s' chunk %d of version %d" % (
+               node, agent, c["rank"], c["tensor"], c["chunk"], c["version"]),
+           "params": {"offset": offset, "bit": bit, "read": f.params["read"]},
+           "corrupt": {"where": "shm", "rank": c["rank"], "tensor": c["tensor"], "chunk": c["chunk"],
+                       "version": c["version"], "hash": c.get("hash")},
+           "namespaces": [agent]}
+    if f.params["read"] == "restart":
+        # A restart makes every rank load the committed version, so the node's
+        # ranks read the chunk (the agent may also find it first).
+        ranks = [r for r in st.get("ranks", []) if r.get("pid")]
+        if ranks:
+            _signal(ranks[0]["pid"], signal.SIGKILL)
+            rec["params"]["then"] = "SIGKILL rank %d" % ranks[0]["rank"]
+    return rec, None
+
+
+def complete_versions(persist_dir, job_id, nodes):
+    """Version directories whose every node marker is there, oldest first."""
+    out = []
+    for d in sorted(glob.glob(os.path.join(persist_dir, job_id, "v" + "[0-9]" * 20))):
+        if all(os.path.exists(os.path.join(d, "node%d.COMPLETE" % n)) for n in range(nodes)):
+            out.append(d)
+    return out
+
+
+def chunk_path(persist_dir, job_id, hash_hex):
+    return os.path.join(persist_dir, job_id, "chunks", hash_hex[:2], hash_hex)
+
+
+def manifest_chunks(path):
+    """The chunk hashes (hex, high half first, as file names are) a manifest file references."""
+    with open(path, "rb") as f:
+        data = f.read()
+    base = os.path.dirname(os.path.dirname(path))
+    out = []
+    for sub in glob.glob(os.path.join(base, "chunks", "*", "*")):
+        name = os.path.basename(sub)
+        if len(name) == 32 and struct.pack("<QQ", int(name[16:], 16), int(name[:16], 16)) in data:
+            out.append(name)
+    return out
+
+
+def bitflip_disk(ctx, f, rng):
+    plan = ctx.plan
+    versions = complete_versions(ctx.nodes.persist_dir, ctx.job.job_id, plan.nodes)
+    if not versions:
+        raise Skip("no complete version on disk yet")
+    newest = versions[-1]
+    manifests = sorted(glob.glob(os.path.join(newest, "rank*.manifest")))
+    names = manifest_chunks(rng.choice(manifests)) if manifests else []
+    if not names:
+        raise Skip("no chunk file referenced by %s" % newest)
+    name = rng.choice(names)
+    path = chunk_path(ctx.nodes.persist_dir, ctx.job.job_id, name)
+    size = os.path.getsize(path)
+    if size <= CHUNK_HEADER:
+        raise Skip("%s has no data bytes" % path)
+    offset = CHUNK_HEADER + rng.randrange(size - CHUNK_HEADER)
+    bit, _ = _flip(path, offset, rng)
+    return {"target": path, "params": {"offset": offset, "bit": bit},
+            "corrupt": {"where": "disk", "file": path, "version_dir": os.path.basename(newest)}}, None
+
+
+INJECT = {
+    "rank_kill": rank_kill, "rank_hang": rank_hang, "agent_kill": agent_kill, "node_kill": node_kill,
+    "coordinator_kill": coordinator_kill, "link_down": link_down, "partition": partition,
+    "packet_loss": packet_loss, "delay": delay, "disk_full": disk_full, "disk_error": disk_error,
+    "bitflip_shm": bitflip_shm, "bitflip_disk": bitflip_disk,
+}
+
+
+def inject(ctx, fault, rng):
+    return INJECT[fault.kind](ctx, fault, rng)
+
+
+def new_rng(seed):
+    return random.Random(seed)

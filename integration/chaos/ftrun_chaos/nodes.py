@@ -1,0 +1,197 @@
+"""The machines the job runs on: one Linux network namespace per agent (the
+job's nodes, then its spares), behind one bridge; the runner and its
+coordinator in the root namespace. Agent a always runs in namespace a (the
+runner starts a dead local agent again in the same one), so a fault aimed at
+job node n lands in the namespace of the agent that holds node n now.
+
+Network faults act on real packets: the link taken down (both veth ends),
+a silent partition and packet loss (nftables rules in the namespace), delay
+and jitter (netem where the kernel has it, else ftrun-netdelay holding each
+packet through NFQUEUE). The persist directory is a tmpfs of the plan's size,
+so a full disk and a read-only one are real errors from the kernel."""
+import os
+import signal
+import subprocess
+import time
+
+from . import netns_cluster as nc
+
+DELAY_TABLE = "ftrun_delay"
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+class NetnsNodes:
+    def __init__(self, plan, workdir, build_dir):
+        self.plan = plan
+        self.build_dir = build_dir
+        self.count = plan.nodes + plan.spares
+        self.cluster = nc.NetnsCluster(self.count)
+        self._delays = {}  # namespace -> ("netem", None) or ("nfqueue", Popen)
+        self.persist_dir = None
+        if plan.persist_size:
+            self.persist_dir = os.path.join(workdir, "persist")
+            os.makedirs(self.persist_dir, exist_ok=True)
+            _run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % plan.persist_size, "ftrun-chaos",
+                  self.persist_dir])
+        self._ro = False
+
+    # -- what the runner needs
+    def runner_args(self):
+        c = self.cluster
+        return ["--coordinator_addr", c.root_addr,
+                "--agent_addr", ",".join(c.addr(i) for i in range(self.count)),
+                "--agent_exec_prefix", c.exec_prefix_template + " env UCX_NET_DEVICES=veth{node}"]
+
+    def env(self, base):
+        env = dict(base)
+        env["UCX_TLS"] = "tcp,self"  # else UCX finds shared memory across namespaces
+        env["UCX_NET_DEVICES"] = self.cluster.bridge
+        return env
+
+    def describe(self):
+        c = self.cluster
+        return "%d network namespaces %s0..%d on bridge %s (%s)" % (self.count, c.prefix, self.count - 1,
+                                                                     c.bridge, c.subnet)
+
+    # -- processes
+    def kill_namespace(self, ns, sig=signal.SIGKILL):
+        """Every process of namespace ns (an agent and its ranks: the whole node)."""
+        return self.cluster.kill_node_processes(ns, sig)
+
+    # -- network
+    def link_down(self, ns):
+        self.cluster.link_down(ns)
+
+    def link_up(self, ns):
+        self.cluster.link_up(ns)
+
+    def partition(self, ns):
+        self.cluster.partition(ns)
+
+    def heal(self, ns):
+        self.cluster.heal(ns)
+
+    def loss(self, ns, percent):
+        self.cluster.drop(ns, percent)
+
+    def delay(self, ns, ms, jitter_ms, queue):
+        """Holds every packet of namespace ns for ms (+- jitter) in both directions."""
+        dev = self.cluster.device(ns)
+        argv = self.cluster.exec_prefix(ns) + ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay",
+                                               "%dms" % ms] + (["%dms" % jitter_ms] if jitter_ms else [])
+        if subprocess.run(argv, capture_output=True).returncode == 0:
+            self._delays[ns] = ("netem", None)
+            return "netem"
+        tool = os.path.join(self.build_dir, "ftrun-netdelay")
+        if not os.access(tool, os.X_OK):
+            raise NodeError("delay: this kernel has no netem qdisc and %s was not built (libnetfilter-queue-dev)" % tool)
+        p = subprocess.Popen(self.cluster.exec_prefix(ns) + [tool, "--queue", str(queue), "--delay-ms", str(int(ms)),
+                                                             "--jitter-ms", str(int(jitter_ms))],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = p.stdout.readline()
+        if "ready" not in line:
+            p.kill()
+            p.wait()
+            raise NodeError("delay: ftrun-netdelay in node namespace %d did not start: %s" % (ns, line.strip()))
+        script = ("table inet {t} {{\n"
+                  "\tchain in {{\n\t\ttype filter hook prerouting priority -300; policy accept;\n"
+                  "\t\tiif \"lo\" accept\n\t\tqueue num {q} bypass\n\t}}\n"
+                  "\tchain out {{\n\t\ttype filter hook output priority -300; policy accept;\n"
+                  "\t\toif \"lo\" accept\n\t\tqueue num {q} bypass\n\t}}\n}}\n").format(t=DELAY_TABLE, q=queue)
+        _run(self.cluster.exec_prefix(ns) + [nc.NFT, "-f", "-"], input=script)
+        self._delays[ns] = ("nfqueue", p)
+        return "nfqueue"
+
+    def undelay(self, ns):
+        how, proc = self._delays.pop(ns, (None, None))
+        if how == "netem":
+            subprocess.run(self.cluster.exec_prefix(ns) + ["tc", "qdisc", "del", "dev", self.cluster.device(ns), "root"],
+                           capture_output=True)
+        elif how == "nfqueue":
+            subprocess.run(self.cluster.exec_prefix(ns) + [nc.NFT, "delete", "table", "inet", DELAY_TABLE],
+                           capture_output=True)
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    # -- the persist directory
+    def ballast_path(self):
+        return os.path.join(self.persist_dir, ".chaos-ballast")
+
+    def fill_disk(self):
+        """Takes every free byte of the persist filesystem; returns how many."""
+        st = os.statvfs(self.persist_dir)
+        free = st.f_bavail * st.f_frsize
+        fd = os.open(self.ballast_path(), os.O_CREAT | os.O_WRONLY, 0o600)
+        try:
+            taken = 0
+            step = max(free, 1 << 20)
+            while step >= 4096:  # what stays free after a big allocation is taken in smaller pieces
+                try:
+                    os.posix_fallocate(fd, taken, step)
+                    taken += step
+                except OSError:
+                    step //= 2
+            return taken
+        finally:
+            os.close(fd)
+
+    def free_disk(self):
+        try:
+            os.unlink(self.ballast_path())
+        except FileNotFoundError:
+            pass
+
+    def disk_read_only(self):
+        """Every write into the persist directory fails with EROFS from now on (a read-only bind mount over
+        it, which is what a filesystem that remounts itself read-only on errors looks like to the agents)."""
+        _run(["mount", "--bind", self.persist_dir, self.persist_dir])
+        _run(["mount", "-o", "remount,bind,ro", self.persist_dir])
+        self._ro = True
+
+    def disk_writable(self):
+        if self._ro:
+            _run(["umount", "-l", self.persist_dir])
+            self._ro = False
+
+    # -- the end
+    def teardown(self):
+        errors = []
+        for ns in list(self._delays):
+            try:
+                self.undelay(ns)
+            except Exception as e:  # keep going: the namespaces must still go
+                errors.append(str(e))
+        try:
+            self.cluster.teardown()
+        except Exception as e:
+            errors.append(str(e))
+        if self.persist_dir:
+            self.disk_writable()
+            p = subprocess.run(["umount", "-l", self.persist_dir], capture_output=True, text=True)
+            if p.returncode != 0:
+                errors.append("umount %s: %s" % (self.persist_dir, p.stderr.strip()))
+        if errors:
+            raise NodeError("teardown: " + "; ".join(errors))
+
+
+def _run(argv, input=None):
+    p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        raise NodeError("%s failed (rc %d): %s" % (" ".join(argv), p.returncode, (p.stderr or p.stdout).strip()))
+    return p
+
+
+def wait_gone(pids, timeout=5.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not any(os.path.exists("/proc/%d" % p) for p in pids):
+            return True
+        time.sleep(0.01)
+    return False

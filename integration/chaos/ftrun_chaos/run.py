@@ -1,0 +1,310 @@
+"""One chaos run: golden digests, the cluster, the job, the faults on their
+schedule, the verdict and the report."""
+import copy
+import os
+import subprocess
+import time
+
+import yaml
+
+from . import faults as faultlib
+from . import verdict as V
+from .job import RunningJob, now
+from .nodes import NetnsNodes
+from .schedule import planned_groups, random_groups
+
+READY_TIMEOUT = 120.0  # a job not running again this long after a fault fails the run
+SKIP_RETRIES = 25
+
+
+class RunError(RuntimeError):
+    pass
+
+
+def trainer_args(plan, step_ms=None):
+    s = plan.synthetic
+    return ["--state-bytes", s["state_bytes"], "--tensors", str(s["tensors"]), "--steps", str(s["steps"]),
+            "--step-ms", str(s["step_ms"] if step_ms is None else step_ms),
+            "--change-fraction", str(s["change_fraction"]), "--verbose"]
+
+
+def golden_digests(plan, build):
+    """The failure-free run's digests: the synthetic trainer without an agent, every rank."""
+    trainer = os.path.join(build, "ftrun-synthetic")
+    out, procs = {}, []
+    nranks = plan.nodes * plan.ranks_per_node
+    for r in range(nranks):
+        procs.append(subprocess.Popen([trainer, "--no-ftrun", "--rank", str(r)] + trainer_args(plan, 0),
+                                      stdout=subprocess.PIPE, text=True))
+        if len(procs) >= 2 or r == nranks - 1:
+            for p in procs:
+                text = p.communicate()[0]
+                if p.returncode != 0:
+                    raise RunError("the golden run of the synthetic trainer failed (exit %d)" % p.returncode)
+                for line in text.splitlines():
+                    if line.startswith("DIGEST "):
+                        _, rank, d = line.split()
+                        out[int(rank)] = d
+            procs = []
+    return out
+
+
+def golden_from_command(plan, build, workdir):
+    """A failure-free run of the user's command under ftrun on local nodes: its DIGEST lines."""
+    if plan.golden != "run":
+        with open(plan.golden) as f:
+            return {int(r): d for line in f for _, r, d in [line.split()] if line.startswith("DIGEST ")}
+    cfg = os.path.join(workdir, "golden.yaml")
+    with open(cfg, "w") as f:
+        f.write("agent:\n  run_dir: %s/golden-run\n" % workdir)
+    p = subprocess.run([os.path.join(build, "ftrun"), "--num_nodes", str(plan.nodes), "--num_gpus",
+                        str(plan.ranks_per_node), "--config", cfg, "--no_python", "--no_local_rank"] + plan.command,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        raise RunError("the failure-free run of the command failed (exit %d):\n%s" % (p.returncode, p.stdout[-2000:]))
+    return {int(r): d for line in p.stdout.splitlines() if line.startswith("DIGEST ") for _, r, d in [line.split()]}
+
+
+def job_config(plan, workdir, persist_dir, job_id):
+    cfg = {"job": {"id": job_id, "max_restarts": 100000, "hang_timeout": "3s", "stop_grace": "1s"},
+           "store": {"memory_budget": "512MiB", "chunk_size": "256KiB", "prefault": False},
+           "agent": {"run_dir": os.path.join(workdir, "run"), "log_level": "info"},
+           "cluster": {"replicas": plan.replicas, "heartbeat_interval": "200ms", "heartbeat_misses": 10,
+                       "lost_node_timeout": "60s"}}
+    if persist_dir:
+        cfg["persist"] = {"dir": persist_dir, "every_versions": plan.persist_every, "every_seconds": "0s",
+                          "keep": 2, "drain_timeout": "30s"}
+    _merge(cfg, yaml.safe_load(plan.config) or {})
+    cfg["job"]["id"] = job_id
+    path = os.path.join(workdir, "ftrun.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f, sort_keys=False)
+    return path
+
+
+def _merge(dst, src):
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = v
+
+
+class Runner:
+    def __init__(self, plan, build, workdir, log):
+        self.plan, self.build, self.workdir, self.log = plan, build, workdir, log
+        self.rng = faultlib.new_rng(plan.seed)
+        self.records = []
+        self.active = []  # [(end time, undo, record)]
+        self.last_restart_version = -1
+        self.not_injected = []
+
+    # -- the loop's helpers
+    def tick(self):
+        t = now()
+        for item in [a for a in self.active if a[0] <= t]:
+            self.active.remove(item)
+            end, undo, rec = item
+            try:
+                undo()
+            except Exception as e:
+                rec["note"] += " (undo failed: %s)" % e
+            rec["ended_s"] = now() - self.job.started
+
+    def wait(self, pred, timeout):
+        deadline = now() + timeout
+        while now() < deadline:
+            self.tick()
+            if pred():
+                return True
+            if not self.job.alive():
+                return False
+            time.sleep(0.02)
+        return False
+
+    def ready(self):
+        """The job runs, with a version committed after the last restart fault, no node taken away."""
+        st = self.job.status or {}
+        v = st.get("committed_version")
+        away = any(r["kind"] in ("link_down", "partition") for _, _, r in self.active)
+        return (st.get("phase") == "running" and v is not None and v > self.last_restart_version and not away
+                and self.job.alive())
+
+    # -- firing
+    def fire(self, group):
+        if group.restarts:
+            if not self.wait(self.ready, READY_TIMEOUT):
+                return False
+        for f in group.faults:
+            self._fire_one(f)
+        if group.restarts:
+            st = self.job.status or {}
+            self.last_restart_version = st.get("committed_version") or self.last_restart_version
+        return True
+
+    def _fire_one(self, f):
+        for attempt in range(SKIP_RETRIES):
+            t = now()
+            try:
+                rec, undo = faultlib.inject(self.ctx, f, self.rng)
+            except faultlib.Skip as e:
+                reason = str(e)
+                self.wait(lambda: False, 0.2)
+                continue
+            rec.update({"id": len(self.records), "kind": f.kind, "at_s": round(t - self.job.started, 3),
+                        "at_step": self.job.timeline.max_step, "ended_s": None, "recovery": None,
+                        "detected": None, "note": rec.get("note", ""), "_t": t, "origin": f.origin})
+            self.records.append(rec)
+            if undo is not None:
+                self.active.append((t + (f.duration or 0), undo, rec))
+            self.log("fault %d: %s %s at %.1fs step %d" % (rec["id"], f.kind, rec["target"], rec["at_s"],
+                                                           rec["at_step"]))
+            return rec
+        self.not_injected.append("%s (%s): %s" % (f.kind, f.origin, reason))
+        self.log("fault %s (%s) not injected: %s" % (f.kind, f.origin, reason))
+        return None
+
+    def run_planned(self):
+        pending = planned_groups(self.plan)
+        while pending and self.job.alive():
+            self.tick()
+            t = now() - self.job.started
+            due = [g for g in pending if (g.at_step is not None and self.job.timeline.max_step >= g.at_step) or
+                   (g.at_time is not None and t >= g.at_time)]
+            for g in due:
+                pending.remove(g)
+                if not self.fire(g):
+                    break
+            time.sleep(0.02)
+        for g in pending:
+            for f in g.faults:
+                self.not_injected.append("%s (%s): the job ended first" % (f.kind, f.origin))
+
+    def run_random(self, deadline=None):
+        for g in random_groups(self.plan, self.rng):
+            if deadline is not None and now() >= deadline:
+                break
+            self.wait(lambda: False, g.at_time)
+            if not self.job.alive() or not self.fire(g):
+                self.not_injected.append("%d random faults: the job ended or did not recover (%s)" % (
+                    len(g.faults), (self.job.status or {}).get("phase")))
+                break
+
+    def finish_faults(self):
+        while self.active:
+            self.tick()
+            time.sleep(0.02)
+
+
+def execute(plan, build, workdir, log, duration=None):
+    """Runs the plan; returns the result dict the report is made of."""
+    os.makedirs(workdir, exist_ok=True)
+    nranks = plan.nodes * plan.ranks_per_node
+    log("golden run (%d ranks, no faults)..." % nranks)
+    golden = golden_digests(plan, build) if plan.synthetic else golden_from_command(plan, build, workdir)
+    job_id = "chaos-%d-%d" % (plan.seed, os.getpid())
+    nodes = NetnsNodes(plan, workdir, build)
+    r = Runner(plan, build, workdir, log)
+    try:
+        log("cluster: " + nodes.describe())
+        cfg = job_config(plan, workdir, nodes.persist_dir, job_id)
+        cmd = [os.path.join(build, "ftrun-synthetic")] + trainer_args(plan) if plan.synthetic else plan.command
+        argv = [os.path.join(build, "ftrun"), "--num_nodes", str(plan.nodes), "--num_gpus", str(plan.ranks_per_node),
+                "--spares", str(plan.spares), "--config", cfg, "--no_python", "--no_local_rank"] + \
+            nodes.runner_args() + cmd
+        env = nodes.env(os.environ)
+        r.job = RunningJob(argv, env, os.path.join(workdir, "run"), job_id, cfg, workdir)
+        r.ctx = faultlib.Context(plan, r.job, nodes, os.path.join(build, "ftrun"))
+        deadline = r.job.started + plan.timeout
+        if plan.faults:
+            r.run_planned()
+        if plan.random:
+            r.run_random(None if duration is None else r.job.started + duration)
+        r.finish_faults()
+        code = r.job.wait(deadline)
+        r.job.close()
+        log("job ended: exit %s" % code)
+        return _result(plan, r, golden, code, nodes, job_id, build, nranks, duration)
+    finally:
+        nodes.teardown()
+
+
+def _agent_recoveries(job):
+    import json
+    out = []
+    st = job.status or {}
+    base = os.path.dirname(job.status_path)
+    for a in st.get("agents", []):
+        try:
+            with open(os.path.join(base, "agent%d.json" % a["agent"])) as f:
+                out.extend(json.load(f).get("recoveries", []))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _result(plan, r, golden, code, nodes, job_id, build, nranks, duration):
+    job, tl = r.job, r.job.timeline
+    t0 = job.started
+    faults = r.records
+    recs = V.tie_recoveries(faults, tl, (job.status or {}).get("recoveries"), _agent_recoveries(job), nranks, t0)
+    if nodes.persist_dir or any(f.get("corrupt") for f in faults):
+        V.detect_corruptions(faults, tl, nodes.persist_dir, job_id, plan.nodes, os.path.join(build, "ftrun"))
+    planned = len(plan.faults) + (plan.random["count"] if plan.random else 0)
+    if duration is not None:  # as many as fitted in the time
+        planned = len(faults) + len(r.not_injected)
+    checks = [
+        V.check("the job completed", code == 0, "runner exit %s" % code),
+        V.check("the final state equals the failure-free run's", tl.digests == golden and len(golden) == nranks,
+                "%d of %d ranks' digests equal" % (sum(1 for k, d in golden.items() if tl.digests.get(k) == d),
+                                                   len(golden))),
+        V.check("every planned fault was injected", not r.not_injected,
+                "; ".join(r.not_injected[:5]) or "%d of %d" % (len(faults), planned)),
+        V.check_restores(tl, nranks),
+        V.check_nothing_lost(tl),
+    ]
+    corrupt = [f for f in faults if f.get("corrupt")]
+    if corrupt:
+        missed = [f for f in corrupt if not f["detected"]]
+        checks.append(V.check("every corrupted chunk was detected", not missed,
+                              "; ".join("fault %d: %s" % (f["id"], f["note"]) for f in missed[:5]) or
+                              "%d of %d" % (len(corrupt), len(corrupt))))
+    for f in faults:
+        for k in [k for k in f if k.startswith("_")] + ["namespaces"]:
+            f.pop(k, None)
+    ok = all(c["ok"] for c in checks)
+    steps = [[round(t - t0, 3), s] for t, s in tl.steps]
+    return {
+        "version": 1, "plan": plan.path, "name": plan.name, "seed": plan.seed, "verdict": "pass" if ok else "fail",
+        "checks": checks,
+        "cluster": {"backend": plan.backend, "nodes": plan.nodes, "spares": plan.spares,
+                    "ranks_per_node": plan.ranks_per_node, "replicas": plan.replicas, "persist_dir": nodes.persist_dir},
+        "job": {"id": job_id, "command": plan.command or ["ftrun-synthetic"] + trainer_args(plan),
+                "exit_code": code, "steps": plan.synthetic["steps"] if plan.synthetic else None,
+                "duration_s": round(now() - t0, 3)},
+        "faults": faults, "recoveries": recs, "steps": steps,
+        "committed": [[round(t - t0, 3), v] for t, v in tl.committed],
+        "summary": V.summarize(faults, recs, planned),
+    }
+
+
+def scaled(plan, faults=None, duration=None):
+    """--faults N / --duration D: a copy of the plan with N random faults (or faults until D has passed) and
+    enough training steps for them."""
+    p = copy.deepcopy(plan)
+    if faults is None and duration is None:
+        return p
+    if not p.random:
+        raise RunError("%s has no 'random' section: --faults and --duration need one" % plan.path)
+    if faults is not None:
+        base = p.random["count"]
+        p.random["count"] = faults
+        if p.synthetic:
+            p.synthetic["steps"] = max(p.synthetic["steps"], p.synthetic["steps"] * faults // max(1, base))
+    if duration is not None:
+        p.random["count"] = 10 ** 9 if faults is None else p.random["count"]
+        if p.synthetic:
+            per_s = 1000.0 / max(1, p.synthetic["step_ms"])
+            p.synthetic["steps"] = max(p.synthetic["steps"], int(duration * per_s * 1.5))
+        p.timeout = max(p.timeout, duration * 3 + 300)
+    return p

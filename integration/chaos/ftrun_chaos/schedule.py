@@ -1,0 +1,88 @@
+"""When faults happen. The plan's own faults fire at their step (the first
+time training reaches it) or at their time after the job's start; faults at
+the same step or time fire together. Random faults come in groups of 1 to
+`max_at_once`, a random gap apart, with kinds drawn by weight from a seeded
+generator, so a seed replays the same sequence of faults.
+
+Two rules keep a run inside what ftrun promises to survive: a group never
+takes away more nodes than `cluster.replicas` covers (distinct nodes), and a
+group with a fault that restarts the job waits until the job runs again with
+a version committed after the previous such fault (its redundancy back)."""
+from .plan import KINDS, NODE_LOSS_KINDS, RESTART_KINDS, Fault
+from .faults import RANDOM_SIGNALS
+
+
+class Group:
+    def __init__(self, faults, at_step=None, at_time=None):
+        self.faults, self.at_step, self.at_time = faults, at_step, at_time
+
+    @property
+    def restarts(self):
+        return any(f.kind in RESTART_KINDS for f in self.faults)
+
+
+def planned_groups(plan):
+    """The plan's listed faults, grouped by their step or time, in firing order."""
+    by = {}
+    for f in plan.faults:
+        key = ("step", f.at_step) if f.at_step is not None else ("time", f.at_time)
+        by.setdefault(key, []).append(f)
+    groups = [Group(fs, at_step=k[1]) if k[0] == "step" else Group(fs, at_time=k[1]) for k, fs in by.items()]
+    return groups
+
+
+def random_groups(plan, rng):
+    """Yields groups of random faults until `count` faults were yielded. Each group's at_time is the gap after
+    the previous group was injected (relative, in seconds)."""
+    r = plan.random
+    kinds = sorted(r["kinds"])
+    weights = [r["kinds"][k] for k in kinds]
+    left = r["count"]
+    first = True
+    while left > 0:
+        n = min(left, rng.randint(1, r["max_at_once"]))
+        faults, nodes_lost, nodes_used = [], 0, set()
+        for _ in range(n):
+            for _attempt in range(20):
+                kind = rng.choices(kinds, weights)[0]
+                if kind == "coordinator_kill" and faults:
+                    continue  # alone: the runner is away while it happens
+                if any(f.kind == "coordinator_kill" for f in faults):
+                    continue
+                if kind in NODE_LOSS_KINDS and nodes_lost >= plan.replicas:
+                    continue
+                break
+            else:
+                continue
+            f = _random_fault(plan, kind, rng, nodes_used)
+            if f is None:
+                continue
+            if kind in NODE_LOSS_KINDS:
+                nodes_lost += 1
+            faults.append(f)
+        if not faults:
+            continue
+        left -= len(faults)
+        gap = r["start"] if first else rng.uniform(*r["gap"])
+        first = False
+        yield Group(faults, at_time=gap)
+
+
+def _random_fault(plan, kind, rng, nodes_used):
+    params = dict(KINDS[kind][0])
+    params.update(plan.random["params"].get(kind, {}))
+    if "signal" in params and kind == "rank_kill" and "signal" not in plan.random["params"].get(kind, {}):
+        params["signal"] = rng.choice(RANDOM_SIGNALS)
+    if kind == "packet_loss":
+        params["percent"] = float(params.get("percent", rng.choice([5.0, 20.0, 50.0])))
+    node = rank = None
+    if kind in {"rank_kill", "rank_hang"}:
+        rank = rng.randrange(plan.nodes * plan.ranks_per_node)
+    elif kind in {"agent_kill", "node_kill", "link_down", "partition", "packet_loss", "delay", "bitflip_shm"}:
+        free = [n for n in range(plan.nodes) if n not in nodes_used]
+        if not free:
+            return None
+        node = rng.choice(free)
+        nodes_used.add(node)
+    duration = rng.uniform(*plan.random["duration"]) if KINDS[kind][1] else None
+    return Fault(kind, params, duration=duration, node=node, rank=rank, origin="random")

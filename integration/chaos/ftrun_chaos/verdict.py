@@ -1,0 +1,191 @@
+"""Did the run survive with nothing lost? Each check reads what the harness
+saw from outside (the output of every rank and of the coordinator, the
+status files, the persist directory), never what ftrun says of itself alone:
+
+- the job completed (the runner exited 0),
+- the final state is bit-identical to the failure-free golden run,
+- every planned fault was injected,
+- every restore loaded the version the coordinator announced for that
+  epoch, the same on every rank,
+- no committed version was lost: no epoch restored a version older than
+  the newest one the status file had shown as committed before it,
+- every corrupted chunk was detected (a WARN naming it, or a check of every
+  complete version on disk at the end with `ftrun export`), or was gone
+  (its file removed by retention) before anything read it.
+
+It also ties each fault to the recovery it caused and measures that
+recovery from the fault to the first step of every rank after it."""
+import os
+import statistics
+import subprocess
+import tempfile
+
+from .faults import complete_versions, manifest_chunks
+from .plan import NODE_LOSS_KINDS, RESTART_KINDS
+
+PHASES = [("stop_ms", "stop"), ("respawn_ms", "respawn"), ("connect_ms", "connect"),
+          ("restore_ms", "restore"), ("first_step_ms", "first step")]
+
+
+def check(name, ok, detail):
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def restores_by_epoch(tl):
+    """[(announce time, version, line, [(t, rank, version)])] in order."""
+    out = []
+    for t, v, line in tl.announcements:
+        out.append([t, v, line, []])
+    for t, rank, v, announced in tl.restores:
+        owner = None
+        for e in out:
+            if e[0] <= t:
+                owner = e
+        if owner is not None:
+            owner[3].append((t, rank, v))
+    return out
+
+
+def check_restores(tl, nranks):
+    bad, epochs = [], restores_by_epoch(tl)
+    for t, v, line, restores in epochs:
+        wrong = [(r, rv) for _, r, rv in restores if rv != v]
+        if wrong:
+            bad.append("epoch announced version %d, ranks restored %s" % (
+                v, ", ".join("rank %d: %d" % w for w in wrong[:8])))
+    orphans = [(t, r, v) for t, r, v, a in tl.restores if a is None]
+    if orphans:
+        bad.append("%d restore(s) with no version announced by the coordinator before them" % len(orphans))
+    detail = "%d epochs, %d rank restores" % (len(epochs), len(tl.restores))
+    return check("every restore used the committed version the coordinator announced, the same on every rank",
+                 not bad, "; ".join(bad[:5]) or detail)
+
+
+def check_nothing_lost(tl):
+    lost = []
+    for t, v, line in tl.announcements:
+        seen = tl.committed_at(t)
+        if seen is not None and v < seen:
+            lost.append("version %d restored after version %d was committed (%s)" % (v, seen, line.strip()[-160:]))
+    return check("no committed version was lost", not lost,
+                 "; ".join(lost[:3]) or "%d restores, none older than the newest committed version" % len(tl.announcements))
+
+
+def detect_corruptions(faults, tl, persist_dir, job_id, nodes, runner_path):
+    """Sets fault['detected'] and ['note'] for every bit flip."""
+    exported = None
+    for f in faults:
+        c = f.get("corrupt")
+        if not c:
+            continue
+        lines = tl.lines_after(f["_t"])
+        if c["where"] == "shm":
+            hits = [l for l in lines if "corrupted in shared memory" in l and "tensor '%s'" % c["tensor"] in l]
+            if not hits:
+                hits = [l for l in lines if "corrupted in shared memory" in l]
+            f["detected"] = bool(hits)
+            f["note"] = ("detected: " + hits[0].strip()[-200:]) if hits else "no WARN or error names the corrupted chunk"
+            continue
+        name = os.path.basename(c["file"])
+        hits = [l for l in lines if name in l]
+        if hits:
+            f["detected"], f["note"] = True, "detected: " + hits[0].strip()[-200:]
+        elif not os.path.exists(c["file"]):
+            f["detected"], f["note"] = True, "not read before retention removed the file"
+        else:
+            if exported is None:
+                exported = export_all(persist_dir, job_id, nodes, runner_path)
+            ref = [v for v, names in exported["refs"].items() if name in names]
+            if not ref:
+                f["detected"], f["note"] = True, "no complete version references the file any more"
+            else:
+                found = [v for v in ref if name in exported["errors"].get(v, "")]
+                f["detected"] = len(found) == len(ref)
+                f["note"] = ("found by `ftrun export` of %s at the end" % ", ".join(found)) if f["detected"] else \
+                    "still referenced by %s and `ftrun export` did not report it" % ", ".join(ref)
+
+
+def export_all(persist_dir, job_id, nodes, runner_path):
+    """`ftrun export` of every complete version on disk (it checks every chunk's hash)."""
+    refs, errors = {}, {}
+    for d in complete_versions(persist_dir, job_id, nodes):
+        v = os.path.basename(d)
+        names = set()
+        for m in os.listdir(d):
+            if m.endswith(".manifest"):
+                names.update(manifest_chunks(os.path.join(d, m)))
+        refs[v] = names
+        out = tempfile.mkdtemp(prefix="ftrun-chaos-export-")
+        p = subprocess.run([runner_path, "export", "--persist-dir", persist_dir, "--job", job_id, "--out",
+                            os.path.join(out, "x"), "--version", str(int(v[1:]))], capture_output=True, text=True)
+        if p.returncode != 0:
+            errors[v] = p.stdout + p.stderr
+        subprocess.run(["rm", "-rf", out])
+    return {"refs": refs, "errors": errors}
+
+
+def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
+    """Builds the recovery list (one per epoch the coordinator announced after a fault) and sets each restart
+    fault's 'recovery' index. Times in seconds since t0."""
+    recs = []
+    epochs = restores_by_epoch(tl)
+    for i, (ta, v, line, restores) in enumerate(epochs):
+        causes = [f for f in faults if f.get("recovery") is None and f["_t"] <= ta and
+                  (f["kind"] in RESTART_KINDS or f["kind"] in NODE_LOSS_KINDS)]
+        # The cause is the newest fault before the announcement that no earlier epoch claimed.
+        if not causes:
+            continue
+        t_fault = min(f["_t"] for f in causes)
+        t_next = epochs[i + 1][0] if i + 1 < len(epochs) else float("inf")
+        firsts = {}
+        for rank, lst in tl.first_steps.items():
+            for t_restore, t_step in lst:
+                if ta <= t_restore < t_next and t_step is not None:
+                    firsts.setdefault(rank, t_step)
+        done = max(firsts.values()) if len(firsts) == nranks else None
+        coord = _coord_recovery(coord_recoveries, t_fault, ta)
+        detected = coord / 1e9 if coord else ta
+        total = (done - t_fault) * 1000 if done else None
+        breakdown = {"detect": max(0.0, (detected - t_fault) * 1000)}
+        agent = _slowest_agent(agent_recoveries, t_fault - 1.0, t_next)
+        if agent:
+            for key, name in PHASES:
+                breakdown[name] = float(agent.get(key) or 0)
+        reason = line.split("] ", 1)[-1].strip()
+        recs.append({"epoch": len(recs) + 1, "reason": reason[:300], "detected_s": detected - t0,
+                     "first_step_s": (done - t0) if done else None, "total_ms": total, "restored_version": v,
+                     "breakdown_ms": breakdown, "faults": [f["id"] for f in causes]})
+        for f in causes:
+            f["recovery"] = len(recs) - 1
+    return recs
+
+
+def _coord_recovery(coord_recoveries, t_fault, ta):
+    best = None
+    for r in coord_recoveries or []:
+        d = r.get("detected_mono_ns")
+        if d and t_fault - 0.5 <= d / 1e9 <= ta + 0.5:
+            best = d if best is None else min(best, d)
+    return best
+
+
+def _slowest_agent(agent_recoveries, lo, hi):
+    best = None
+    for r in agent_recoveries:
+        d, fs = r.get("detected_mono_ns"), r.get("first_step_mono_ns")
+        if d and fs and lo <= d / 1e9 < hi and (best is None or fs > best["first_step_mono_ns"]):
+            best = r
+    return best
+
+
+def summarize(faults, recs, planned):
+    by = {}
+    for f in faults:
+        by[f["kind"]] = by.get(f["kind"], 0) + 1
+    totals = sorted(r["total_ms"] / 1000 for r in recs if r.get("total_ms") is not None)
+    rs = None
+    if totals:
+        rs = {"median": statistics.median(totals), "p95": totals[min(len(totals) - 1, int(0.95 * len(totals)))],
+              "max": totals[-1]}
+    return {"faults_planned": planned, "faults_injected": len(faults), "by_kind": by, "recoveries": len(recs),
+            "recovery_s": rs}
