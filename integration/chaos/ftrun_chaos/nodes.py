@@ -16,7 +16,6 @@ import time
 
 from . import netns_cluster as nc
 
-DELAY_TABLE = "ftrun_delay"
 
 
 class NodeError(RuntimeError):
@@ -88,20 +87,17 @@ class NetnsNodes:
         tool = os.path.join(self.build_dir, "ftrun-netdelay")
         if not os.access(tool, os.X_OK):
             raise NodeError("delay: this kernel has no netem qdisc and %s was not built (libnetfilter-queue-dev)" % tool)
+        # The tool installs its own NFQUEUE rules (nf_tables netlink; this
+        # kernel's nft has no `queue` expression) and removes them at SIGTERM
+        # after giving back every packet it holds.
         p = subprocess.Popen(self.cluster.exec_prefix(ns) + [tool, "--queue", str(queue), "--delay-ms", str(int(ms)),
-                                                             "--jitter-ms", str(int(jitter_ms))],
+                                                             "--jitter-ms", str(int(jitter_ms)), "--install-rules"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = p.stdout.readline()
         if "ready" not in line:
             p.kill()
             p.wait()
             raise NodeError("delay: ftrun-netdelay in node namespace %d did not start: %s" % (ns, line.strip()))
-        script = ("table inet {t} {{\n"
-                  "\tchain in {{\n\t\ttype filter hook prerouting priority -300; policy accept;\n"
-                  "\t\tiif \"lo\" accept\n\t\tqueue num {q} bypass\n\t}}\n"
-                  "\tchain out {{\n\t\ttype filter hook output priority -300; policy accept;\n"
-                  "\t\toif \"lo\" accept\n\t\tqueue num {q} bypass\n\t}}\n}}\n").format(t=DELAY_TABLE, q=queue)
-        _run(self.cluster.exec_prefix(ns) + [nc.NFT, "-f", "-"], input=script)
         self._delays[ns] = ("nfqueue", p)
         return "nfqueue"
 
@@ -111,9 +107,7 @@ class NetnsNodes:
             subprocess.run(self.cluster.exec_prefix(ns) + ["tc", "qdisc", "del", "dev", self.cluster.device(ns), "root"],
                            capture_output=True)
         elif how == "nfqueue":
-            subprocess.run(self.cluster.exec_prefix(ns) + [nc.NFT, "delete", "table", "inet", DELAY_TABLE],
-                           capture_output=True)
-            proc.terminate()
+            proc.terminate()  # not `nft delete table`: that drops the packets it holds
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
