@@ -166,6 +166,7 @@ std::string ClusterMsgName(uint16_t type) {
     case ClusterMsg::kRoundFailed: return "round-failed";
     case ClusterMsg::kPullFailed: return "pull-failed";
     case ClusterMsg::kDiskFailed: return "disk-failed";
+    case ClusterMsg::kDropped: return "dropped";
     case ClusterMsg::kAssign: return "assign";
     case ClusterMsg::kMembership: return "membership";
     case ClusterMsg::kHalt: return "halt";
@@ -181,6 +182,7 @@ std::string ClusterMsgName(uint16_t type) {
     case ClusterMsg::kOfferFailed: return "offer-failed";
     case ClusterMsg::kStored: return "stored";
     case ClusterMsg::kPullRequest: return "pull-request";
+    case ClusterMsg::kAbort: return "abort";
   }
   return "message " + std::to_string(type);
 }

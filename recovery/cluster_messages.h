@@ -38,6 +38,7 @@ enum class ClusterMsg : uint16_t {
   kRoundFailed,   // epoch, version: the sender cannot copy that round's version (released, refused)
   kPullFailed,    // epoch, rank, version, message: no holder it was given could provide that shard
   kDiskFailed,    // epoch, version, message: the sender cannot read its ranks of that version from disk
+  kDropped,       // epoch, [(rank, version)]: manifests the sender no longer holds (a chunk of theirs was corrupted)
   // coordinator -> agent
   kAssign = 32,    // AssignMsg: the slot (node) this agent now is
   kMembership,     // MembershipMsg
@@ -55,6 +56,7 @@ enum class ClusterMsg : uint16_t {
   kOfferFailed,  // xfer, message
   kStored,       // xfer: the holder has the manifest and every chunk
   kPullRequest,  // xfer, epoch, rank, version: "offer me this (rank, version)"
+  kAbort,        // xfer, message: the source gave up a copy it offered (e.g. a chunk corrupted at the source)
 };
 
 using RankVersion = std::pair<int32_t, uint64_t>;

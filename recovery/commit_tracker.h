@@ -36,6 +36,12 @@ class LocalCommitTracker : public CommitTracker {
   std::optional<uint64_t> OnRankHeld(int rank, uint64_t version) override;
   std::optional<uint64_t> last_committed() const override { return committed_; }
   void DiscardPending() override { pending_.clear(); }
+  // The node goes back to an older version (a corrupted chunk took the
+  // committed one, and that older one is whole in RAM or on disk).
+  void Rewind(uint64_t version) {
+    committed_ = version;
+    pending_.clear();
+  }
 
  private:
   std::set<int> ranks_;

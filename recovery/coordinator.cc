@@ -139,6 +139,12 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       if (epoch == epoch_ && r.ok()) DiskFailed(from, version, msg, now);
       return;
     }
+    case ClusterMsg::kDropped: {
+      // Whatever the epoch: those copies are gone.
+      auto lost = GetRankVersions(&r);
+      if (r.ok()) Dropped(a, lost, now);
+      return;
+    }
     case ClusterMsg::kFatal: {
       std::string msg = r.GetString();
       return Stop(1, "agent " + std::to_string(from) + ": " + msg);
@@ -484,6 +490,38 @@ void Coordinator::MaybeCommit(Time now) {
   held_.erase(held_.begin(), held_.lower_bound(*newest));
   FTRUN_LOG_DEBUG("version {} committed", *newest);
   SendAll(ClusterMsg::kCommit, EncodeU64(*newest));
+}
+
+// An agent dropped copies (a chunk of theirs was corrupted in its shared
+// memory). They no longer count; if a restart is being planned and the agent
+// lacks its own ranks of the committed version now, it pulls them first
+// (a restart not planned yet does that in BeginRecovery).
+void Coordinator::Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Time now) {
+  for (const auto& [rank, version] : lost) {
+    auto v = held_.find(version);
+    if (v == held_.end()) continue;
+    auto h = v->second.find(rank);
+    if (h != v->second.end()) h->second.erase(a.id);
+  }
+  FTRUN_LOG_WARN("agent {} dropped {} snapshot(s) that use a chunk corrupted in its shared memory", a.id, lost.size());
+  if (phase_ != Phase::kRecovering || a.slot < 0 || !committed_ || disk_restore_) return;
+  PullMsg p{epoch_, *committed_, {}};
+  for (int rank : SlotRanks(a.slot)) {
+    auto h = HoldersAlive(rank, *committed_);
+    if (std::find(h.begin(), h.end(), a.id) == h.end()) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+  }
+  if (p.ranks.empty() || !CheckCoverage("")) return;
+  if (disk_restore_) {  // no live copy left: every node goes back to the disk version
+    for (auto& [id, x] : agents_) {
+      if (!x.alive || x.slot < 0) continue;
+      x.ready = false;
+      out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(x.slot)));
+    }
+    return MaybeStart(now);
+  }
+  a.ready = false;
+  BroadcastMembership();
+  out_->Send(a.id, ClusterMsg::kPull, Encode(p));
 }
 
 void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) { Lost(peer, why, now); }

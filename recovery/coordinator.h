@@ -103,6 +103,7 @@ class Coordinator {
 
   void Register(PeerId from, const RegisterMsg& m, Time now);
   void Held(PeerId from, ByteReader* r);
+  void Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Time now);
   void BeginRecovery(const std::string& reason, int exit_code, Time now);
   // Stops the job, naming them, if some rank has no live copy of the
   // committed version; false then.

@@ -99,6 +99,33 @@ class Agent {
   void WriteStatus();
   RankSlot* SlotByRank(int global_rank);
 
+  // Corrupted chunks (agent.cc): a rank's load found a chunk whose bytes do
+  // not match its hash and said so; the agent checks its copy at once and,
+  // when the generation stops (Settle), repairs it in place from the persist
+  // directory or drops it with every manifest that references it, so that
+  // the restart restores it from a good copy (a holder's, by the pull the
+  // coordinator orders; on one node: EnsureRestorable).
+  struct CorruptChunk {
+    int rank = 0;
+    uint64_t version = 0;
+    std::string tensor;
+    uint64_t index = 0;
+    ChunkRef ref;    // the store's: hash, length, arena offset
+    ChunkHash seen;  // what its bytes hashed to
+    bool dropped = false;  // no copy here any more: waiting for a repair
+    std::string Name() const;  // "rank R tensor 'T' chunk #i of version V"
+  };
+  void CorruptChunkReported(Connection& conn, const std::string& payload);
+  void CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chunk);
+  void SettleCorruptChunks();
+  void CorruptRepaired(const CorruptChunk& c, const std::string& from);
+  // One node, before a restart: every local rank has the committed version,
+  // or the node goes back to an older whole one (RAM, then disk); else an
+  // error naming the corrupted chunk.
+  Status EnsureRestorable();
+  Status GoBackTo(uint64_t version);
+  bool RepairChunkFromDisk(const CorruptChunk& c);
+
   // The persist directory (agent_persist.cc).
   bool persist() const;
   void PersistCommitted(uint64_t version);
@@ -143,6 +170,7 @@ class Agent {
   bool reported_prefaulted_ = false;
   std::unique_ptr<SnapshotStore> store_;
   std::unique_ptr<CommitTracker> tracker_;
+  LocalCommitTracker* local_tracker_ = nullptr;  // one node
   std::unique_ptr<StoreService> service_;
   UniqueFd epoll_, listen_, signal_fd_, timer_fd_;
   UniqueFd spare_fd_;  // given up to refuse a connection when out of fds
@@ -171,6 +199,9 @@ class Agent {
   Clock::time_point stop_deadline_;
   int exit_code_ = 0;
   std::vector<Recovery> recoveries_;
+  std::vector<CorruptChunk> corrupt_;
+  uint64_t chunks_corrupt_found_ = 0;
+  uint64_t chunks_corrupt_repaired_ = 0;
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;
 
@@ -197,6 +228,7 @@ class Agent {
   bool pull_failed_ = false;
   std::optional<uint64_t> round_;  // the version the current commit round copies
   static constexpr uint64_t kKeepVersions = 4;
+  static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };
 
 }  // namespace ftrun

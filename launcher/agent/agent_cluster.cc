@@ -4,6 +4,8 @@
 // ranks when it loses the coordinator.
 #include <sys/epoll.h>
 
+#include <algorithm>
+
 #include "launcher/agent/agent.h"
 #include "plugin/common/log.h"
 #include "plugin/transport/secret.h"
@@ -28,6 +30,7 @@ Status Agent::SetupCluster() {
     PullEnded(pull, from, rank, version, s);
   };
   replicator_->on_copy_failed = [this](int, uint64_t version, const Status&) { RoundFailed(version); };
+  replicator_->on_corrupt = [this](int rank, uint64_t version, const ChunkRef& c) { CorruptChunkSending(rank, version, c); };
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kTransportTag;
@@ -40,6 +43,32 @@ Status Agent::SetupCluster() {
   FTRUN_LOG_INFO("agent {} listening for peers at {}; coordinator {}", o_.agent_id, transport_->address(),
                  o_.coordinator);
   return Status::Ok();
+}
+
+// The replicator found a chunk it was to send corrupted in our shared
+// memory (and did not send it): the same as a rank's report, settled at once.
+void Agent::CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chunk) {
+  CorruptChunk c;
+  c.rank = rank;
+  c.version = version;
+  c.ref = chunk;
+  c.seen = HashBytes(arena_.base() + chunk.offset, chunk.length);
+  const Manifest* m = store_->Find(rank, version);
+  for (size_t t = 0; m != nullptr && t < m->tensors.size() && c.tensor.empty(); ++t) {
+    const auto& chunks = m->tensors[t].chunks;
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      if (chunks[j].hash != chunk.hash) continue;
+      c.tensor = m->tensors[t].info.name;
+      c.index = j;
+      break;
+    }
+  }
+  FTRUN_LOG_WARN("{} (store offset {}, {} bytes): its bytes hash to {}, expected {}: corrupted in shared memory; not "
+                 "sent to a peer", c.Name(), chunk.offset, chunk.length, c.seen.ToHex(), chunk.hash.ToHex());
+  chunks_corrupt_found_++;
+  status_dirty_ = true;
+  corrupt_.push_back(c);
+  SettleCorruptChunks();
 }
 
 void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
@@ -256,6 +285,14 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
     return SendToCoordinator(ClusterMsg::kPullFailed, w.data());
   }
   pulls_.erase(it);
+  for (auto c = corrupt_.begin(); c != corrupt_.end();) {
+    if (c->dropped && c->rank == rank && c->version == version) {
+      CorruptRepaired(*c, "agent " + std::to_string(from));
+      c = corrupt_.erase(c);
+    } else {
+      ++c;
+    }
+  }
   if (pulls_.empty() && !pull_failed_) {
     FTRUN_LOG_INFO("pulled every shard of version {} in {:.0f} ms", version,
                    std::chrono::duration<double, std::milli>(Clock::now() - pull_started_).count());
@@ -301,6 +338,13 @@ void Agent::Start(const StartMsg& m) {
   if (state_ != State::kIdle) return;
   epoch_ = std::max(epoch_, m.epoch);
   replicator_->SetEpoch(epoch_);
+  for (const CorruptChunk& c : corrupt_) {
+    if (c.dropped && SlotByRank(c.rank) != nullptr) {
+      FTRUN_LOG_WARN("{}: not repaired; the job goes on from version {}", c.Name(), m.version.value_or(0));
+    }
+  }
+  corrupt_.erase(std::remove_if(corrupt_.begin(), corrupt_.end(), [](const CorruptChunk& c) { return c.dropped; }),
+                 corrupt_.end());
   generation_ = static_cast<int>(m.epoch);
   restore_version_ = m.version;
   if (m.version) {

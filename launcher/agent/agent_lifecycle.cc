@@ -8,17 +8,38 @@
 
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "launcher/agent/agent.h"
 #include "launcher/agent/rank_env.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/log.h"
+#include "plugin/persist/persist_reader.h"
 
 namespace ftrun {
 namespace {
 
 double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Up to `n` chunks of m, spread over its tensors and over the chunks within
+// them (always the same ones): where a test harness finds committed bytes.
+nlohmann::json SampleChunks(const Manifest& m, size_t n) {
+  nlohmann::json out = nlohmann::json::array();
+  std::set<std::pair<size_t, size_t>> taken;
+  const size_t tensors = m.tensors.size();
+  for (size_t k = 0; k < n && tensors > 0; ++k) {
+    const size_t t = k * tensors / n;
+    const auto& chunks = m.tensors[t].chunks;
+    if (chunks.empty()) continue;
+    const size_t j = (k * chunks.size() / n) % chunks.size();
+    if (!taken.insert({t, j}).second) continue;
+    const ChunkRef& c = chunks[j];
+    out.push_back({{"rank", m.rank}, {"version", m.version}, {"tensor", m.tensors[t].info.name}, {"chunk", j},
+                   {"offset", c.offset}, {"bytes", c.length}, {"hash", c.hash.ToHex()}});
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -125,6 +146,7 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
   }
   if (state_ == State::kRunning) {
     FTRUN_LOG_ERROR("rank {} (pid {}) {}", slot->global_rank, pid, info.Describe());
+    SettleCorruptChunks();  // before the coordinator plans the restart
     std::string reason = "rank " + std::to_string(slot->global_rank) + " " + info.Describe();
     if (cluster()) {  // every node restarts: the coordinator orders it
       ByteWriter w;
@@ -147,6 +169,7 @@ void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<
   auto now = Clock::now();
   stop_cause_ = cause;
   failure_ = exit;
+  SettleCorruptChunks();
   state_ = State::kStopping;
   killed_hard_ = false;
   stop_deadline_ = now + o_.config.job.stop_grace;
@@ -215,12 +238,74 @@ void Agent::ContinueStop() {
     state_ = State::kDone;
     return;
   }
+  if (Status s = EnsureRestorable(); !s.ok()) {
+    FTRUN_LOG_ERROR("cannot restart: {}", s.message());
+    recoveries_.pop_back();
+    exit_code_ = 1;
+    state_ = State::kDone;
+    return;
+  }
   generation_++;
   r.version = service_->last_committed();
   FTRUN_LOG_WARN("restart {} of {}: {}; restoring {}", generation_, o_.config.job.max_restarts, r.reason,
                  r.version ? "version " + std::to_string(*r.version) : std::string("nothing (no committed version)"));
   state_ = State::kRunning;
   SpawnGeneration();
+}
+
+Status Agent::EnsureRestorable() {
+  std::vector<CorruptChunk> lost;
+  for (const CorruptChunk& c : corrupt_) {
+    if (c.dropped) lost.push_back(c);
+  }
+  corrupt_.clear();
+  auto v = service_->last_committed();
+  std::vector<int> ranks, missing;
+  for (const RankSlot& s : slots_) {
+    ranks.push_back(s.global_rank);
+    if (v && !store_->Find(s.global_rank, *v)) missing.push_back(s.global_rank);
+  }
+  if (missing.empty()) return Status::Ok();
+  const std::string what =
+      lost.empty() ? "rank " + std::to_string(missing.front()) + "'s snapshot of committed version " + std::to_string(*v)
+                   : lost.front().Name();
+  // The committed version itself, from the persist directory.
+  std::vector<uint64_t> on_disk;
+  if (persist()) {
+    PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
+    uint64_t bytes = 0;
+    Status s = reader.ListComplete(&on_disk);
+    if (s.ok()) s = LoadFromDisk(reader, *v, ranks, &bytes);
+    if (s.ok()) {
+      for (const CorruptChunk& c : lost) CorruptRepaired(c, "the persist directory (" + o_.config.persist.dir + ")");
+      return Status::Ok();
+    }
+    FTRUN_LOG_WARN("{}: version {} cannot be read from the persist directory ({})", what, *v, s.message());
+  }
+  // Else an older version: whole in this node's RAM, or complete on disk.
+  std::set<uint64_t> older(on_disk.begin(), on_disk.end());
+  for (uint64_t x : store_->Versions()) {
+    bool whole = true;
+    for (int rank : ranks) whole &= store_->Find(rank, x) != nullptr;
+    if (whole) older.insert(x);
+  }
+  for (auto it = older.rbegin(); it != older.rend(); ++it) {
+    if (*it >= *v) continue;
+    Status s = GoBackTo(*it);
+    if (s.ok()) {
+      FTRUN_LOG_WARN("{} is lost (corrupted in shared memory, no good copy of it): going back to version {} ({} "
+                     "steps lost)", what, *it, *v - *it);
+      return Status::Ok();
+    }
+    FTRUN_LOG_WARN("cannot go back to version {}: {}", *it, s.message());
+  }
+  std::string detail = lost.empty() ? std::string()
+                                    : " (its bytes hash to " + lost.front().seen.ToHex() + ", expected " +
+                                          lost.front().ref.hash.ToHex() + ")";
+  return Status::Corruption(what + " is corrupted in shared memory" + detail +
+                            ", and this node has no good copy of it: no holder (one node), " +
+                            (persist() ? "none in the persist directory" : "no persist.dir") +
+                            ", no older version whole; the job stops rather than restore wrong bytes");
 }
 
 void Agent::KillFinishedGroup(RankSlot& slot) {
@@ -270,7 +355,15 @@ void Agent::Tick() {
       std::string reason = "rank " + std::to_string(s.global_rank) + " hung: no progress for " +
                            std::to_string(o_.config.job.hang_timeout.count()) + " ms (job.hang_timeout)";
       FTRUN_LOG_ERROR("{}", reason);
-      BeginStop(StopCause::kFailure, reason, ExitInfo{true, SIGKILL});
+      const ExitInfo hung{true, SIGKILL};
+      if (cluster()) {  // as for a rank that exits: the coordinator orders every node's restart
+        ByteWriter w;
+        w.Put<uint64_t>(epoch_);
+        w.Put<int32_t>(hung.ShellCode());
+        w.PutString(reason);
+        SendToCoordinator(ClusterMsg::kRankFailed, w.data());
+      }
+      BeginStop(StopCause::kFailure, reason, hung);
       break;
     }
   } else if (state_ == State::kStopping && !draining_ && !killed_hard_ && now >= stop_deadline_) {
@@ -319,7 +412,17 @@ void Agent::WriteStatus() {
   reported_prefaulted_ = prefaulted_;
   j["store"] = {{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
                 {"reserved_bytes", st.reserved_bytes},
-                {"chunks", st.chunks}, {"versions", st.versions}, {"prefaulted", reported_prefaulted_}};
+                {"chunks", st.chunks}, {"versions", st.versions}, {"prefaulted", reported_prefaulted_},
+                {"store_fd", arena_.fd()}, {"chunks_corrupt_found", chunks_corrupt_found_},
+                {"chunks_corrupt_repaired", chunks_corrupt_repaired_}};
+  json sample = json::array();
+  for (const RankSlot& s : slots_) {
+    const Manifest* m = committed ? store_->Find(s.global_rank, *committed) : nullptr;
+    if (m != nullptr) {
+      for (auto& c : SampleChunks(*m, kSampledChunks)) sample.push_back(std::move(c));
+    }
+  }
+  j["store"]["committed_chunks"] = std::move(sample);
   if (flusher_) j["persist"] = flusher_->StatusJson();
   j["ranks"] = json::array();
   for (const RankSlot& s : slots_) {

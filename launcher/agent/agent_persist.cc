@@ -214,6 +214,35 @@ void Agent::DropFilesAbove(uint64_t version, const std::vector<int>& ranks) {
   }
 }
 
+// A chunk corrupted in shared memory, rewritten in place from its file in
+// the persist directory (the reader checks its hash), when one is there.
+bool Agent::RepairChunkFromDisk(const CorruptChunk& c) {
+  if (!persist()) return false;
+  PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
+  Status s = reader.CheckChunkFile(c.ref, arena_.base() + c.ref.offset);
+  if (s.ok()) return true;
+  FTRUN_LOG_WARN("{}: no good copy in the persist directory ({})", c.Name(), s.message());
+  return false;
+}
+
+// One node goes back to `version`: newer versions are void, in RAM and on
+// disk, and the version is read from disk unless RAM holds it whole.
+Status Agent::GoBackTo(uint64_t version) {
+  std::vector<int> ranks;
+  for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
+  store_->DiscardAbove(version);
+  local_tracker_->Rewind(version);
+  if (flusher_) flusher_->Rewind(version);
+  if (persist()) DropFilesAbove(version, ranks);
+  bool whole = true;
+  for (int rank : ranks) whole &= store_->Find(rank, version) != nullptr;
+  if (whole) return Status::Ok();
+  if (!persist()) return Status::NotFound("version " + std::to_string(version) + " is not whole in RAM");
+  PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
+  uint64_t bytes = 0;
+  return LoadFromDisk(reader, version, ranks, &bytes);
+}
+
 // Reads one rank's chunks into the store (each checked against its hash by
 // the reader) and adds its manifest.
 Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_t* bytes, Progress* progress) {

@@ -73,7 +73,7 @@ void Replicator::StartNext(PeerId to) {
     out.job = job;
     out.to = to;
     for (const auto& t : m->tensors) {
-      for (const auto& c : t.chunks) out.chunks.push_back({c.offset, c.length});
+      for (const auto& c : t.chunks) out.chunks.push_back(c);
     }
     store_->Pin(job.version);
     out.state_bytes = m->state_bytes();
@@ -88,17 +88,33 @@ void Replicator::StartNext(PeerId to) {
 }
 
 void Replicator::Pump(Out& out) {
-  auto next_length = [&] { return out.chunks[out.todo.front().first].second; };
+  auto next_length = [&] { return out.chunks[out.todo.front().first].length; };
   while (!out.todo.empty() && (out.inflight == 0 || out.inflight_bytes + next_length() <= kWindowBytes)) {
     auto [index, tag] = out.todo.front();
     out.todo.pop_front();
-    auto [offset, length] = out.chunks[index];
+    const ChunkRef& c = out.chunks[index];
+    const uint64_t offset = c.offset, length = c.length;
+    if (HashBytes(base_ + offset, length) != c.hash) return SourceCorrupt(out, c);
     uint64_t token = kSendTokenBit | next_xfer_++;
     send_tokens_[token] = {out.to, length};
     out.inflight++;
     out.inflight_bytes += length;
     t_->SendBulk(out.to, tag, base_ + offset, length, token);
   }
+}
+
+void Replicator::SourceCorrupt(Out& out, ChunkRef chunk) {
+  const PeerId to = out.to;
+  const Job job = out.job;
+  Status s = Status::Corruption("chunk " + chunk.hash.ToHex() + " of rank " + std::to_string(job.rank) + " version " +
+                                std::to_string(job.version) + " is corrupted in the shared memory of the sending "
+                                "agent; not sent");
+  ByteWriter w;
+  w.Put<uint64_t>(job.xfer);
+  w.PutString(s.message());
+  t_->Send(to, T(ClusterMsg::kAbort), w.data());
+  if (on_corrupt) on_corrupt(job.rank, job.version, chunk);
+  FinishOut(to, s);
 }
 
 void Replicator::FinishOut(PeerId to, const Status& s) {
@@ -130,6 +146,7 @@ bool Replicator::Handle(PeerId from, uint16_t type, const std::string& payload) 
     case ClusterMsg::kStored: Stored(from, &r); return true;
     case ClusterMsg::kOfferFailed: OfferFailed(from, &r); return true;
     case ClusterMsg::kPullRequest: PullRequest(from, &r); return true;
+    case ClusterMsg::kAbort: Aborted(from, &r); return true;
     default: return false;
   }
 }
@@ -313,6 +330,17 @@ void Replicator::OfferFailed(PeerId from, ByteReader* r) {
   if (p != pulls_.end() && p->second.from == from && !in_.count({from, xfer})) {
     PullDone(xfer, from, Status::Unavailable(message));
   }
+}
+
+// The source gave up a copy into our store: its receives end, then FinishIn
+// reports it (a puller tries its next holder).
+void Replicator::Aborted(PeerId from, ByteReader* r) {
+  uint64_t xfer = r->Get<uint64_t>();
+  std::string message = r->GetString();
+  auto in = in_.find({from, xfer});
+  if (!r->ok() || in == in_.end() || !in->second.error.ok()) return;
+  in->second.error = Status::Unavailable("agent " + std::to_string(from) + " gave up the copy: " + message);
+  for (uint64_t token : in->second.tokens) t_->CancelRecv(token);
 }
 
 uint64_t Replicator::Pull(PeerId from, int rank, uint64_t version) {

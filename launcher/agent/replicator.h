@@ -13,7 +13,10 @@
 //
 // Holder side: verifies every received chunk's hash before the manifest
 // enters its store. Pulls (a spare rebuilding a lost node) are the same
-// transfer, started by the puller's request.
+// transfer, started by the puller's request. The source checks each chunk's
+// hash too before it sends it: a chunk corrupted in its shared memory is
+// never sent; the transfer fails (the peer is told, a puller tries its next
+// holder) and on_corrupt reports the chunk.
 //
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
@@ -66,6 +69,9 @@ class Replicator {
   // Source side: a routine copy failed for another reason than an epoch
   // change (the holder refused it, or the version is gone).
   std::function<void(int rank, uint64_t version, const Status&)> on_copy_failed;
+  // Source side: a chunk of (rank, version) did not match its hash when it
+  // was to be sent (corrupted in our shared memory); it was not sent.
+  std::function<void(int rank, uint64_t version, const ChunkRef& chunk)> on_corrupt;
   // Puller side: a pull ended (OK: stored).
   std::function<void(uint64_t pull, PeerId from, int rank, uint64_t version, const Status&)> on_pulled;
 
@@ -90,7 +96,7 @@ class Replicator {
   struct Out {  // one active transfer to a peer
     Job job;
     PeerId to;
-    std::vector<std::pair<uint64_t, uint64_t>> chunks;  // (arena offset, length) of the store's manifest
+    std::vector<ChunkRef> chunks;  // the store's manifest's, in order
     std::deque<std::pair<size_t, uint64_t>> todo;       // (chunk index, tag) still to send
     uint64_t inflight_bytes = 0;
     int inflight = 0;
@@ -112,11 +118,14 @@ class Replicator {
   void Enqueue(PeerId to, Job job);
   void StartNext(PeerId to);
   void Pump(Out& out);
+  // A chunk of out's failed its check: the transfer ends (out is gone).
+  void SourceCorrupt(Out& out, ChunkRef chunk);
   void FinishOut(PeerId to, const Status& s);
   void Offer(PeerId from, ByteReader* r);
   void Want(PeerId from, ByteReader* r);
   void Stored(PeerId from, ByteReader* r);
   void OfferFailed(PeerId from, ByteReader* r);
+  void Aborted(PeerId from, ByteReader* r);
   void PullRequest(PeerId from, ByteReader* r);
   void FinishIn(std::pair<PeerId, uint64_t> key);
   void PullDone(uint64_t xfer, PeerId from, const Status& s);

@@ -111,6 +111,10 @@ struct Snapshot::Impl {
   Status CheckBounds(const ChunkRef& c, size_t j, const std::string& where) const;
   // kCorruption naming the chunk when its bytes hash to `got`, not c.hash.
   static Status HashMismatch(const ChunkRef& c, size_t j, const ChunkHash& got, const std::string& where);
+  // Chunk j of tm hashed to `got`: reports it to the agent (which checks its
+  // copy and replaces it from a good one before the ranks restart) and
+  // returns the kCorruption error, with what the agent said.
+  Status Corrupted(const TensorManifest& tm, size_t j, const ChunkHash& got, const std::string& where) const;
   // Tells the client what was restored, so its next Save hash-compares
   // against it instead of copying every chunk.
   void Remember(const TensorManifest& tm, std::vector<ChunkHash> hashes) const;

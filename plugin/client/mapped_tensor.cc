@@ -85,7 +85,7 @@ Status Snapshot::Map(std::string_view name, std::unique_ptr<MappedTensor>* out) 
   for (size_t j = 0; j < tm->chunks.size(); ++j) {
     const ChunkRef& c = tm->chunks[j];
     ChunkHash h = HashBytes(in, c.length);
-    if (h != c.hash) return Impl::HashMismatch(c, j, h, where);
+    if (h != c.hash) return impl_->Corrupted(*tm, j, h, where);
     in += c.length;
     hashes.push_back(h);
   }

@@ -45,6 +45,21 @@ Status Snapshot::Impl::HashMismatch(const ChunkRef& c, size_t j, const ChunkHash
                             ", the manifest says " + c.hash.ToHex() + " (corrupted in shared memory)");
 }
 
+Status Snapshot::Impl::Corrupted(const TensorManifest& tm, size_t j, const ChunkHash& got,
+                                 const std::string& where) const {
+  Status bad = HashMismatch(tm.chunks[j], j, got, where);
+  ByteWriter w;
+  w.Put<uint64_t>(manifest.version);
+  w.PutString(tm.info.name);
+  w.Put<uint64_t>(j);
+  w.Put<uint64_t>(got.lo);
+  w.Put<uint64_t>(got.hi);
+  std::string reply;
+  Status s = client->Call(MsgType::kCorruptChunk, w.data(), MsgType::kCorruptChunkOk, &reply);
+  if (!s.ok()) return Status::Corruption(bad.message() + "; could not tell the agent: " + s.message());
+  return Status::Corruption(bad.message() + "; the agent: " + reply);
+}
+
 void Snapshot::Impl::Remember(const TensorManifest& tm, std::vector<ChunkHash> hashes) const {
   CachedTensor seen;
   seen.nbytes = tm.info.nbytes;
@@ -72,7 +87,7 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
     FTRUN_RETURN_IF_ERROR(impl_->CheckBounds(c, j, where));
     PopulateRange(arena.base() + c.offset, c.length, MADV_POPULATE_READ);  // this process maps it lazily
     ChunkHash h = HashAndCopy(out, arena.base() + c.offset, c.length);
-    if (h != c.hash) return Impl::HashMismatch(c, j, h, where);
+    if (h != c.hash) return impl_->Corrupted(*tm, j, h, where);
     out += c.length;
     hashes.push_back(h);
   }

@@ -31,6 +31,8 @@ enum class MsgType : uint16_t {
   kProgress,       // rank -> agent: step (no reply)
   kWaitCommitted,  // rank -> agent: version, timeout
   kCommitted,      // agent -> rank: committed version
+  kCorruptChunk,   // rank -> agent: version, tensor, chunk index, the hash its bytes have
+  kCorruptChunkOk, // agent -> rank: what the agent found and did (text)
 
   // ftrun-agent attaching to a Slurm standby agent (launcher/agent/standby.h).
   kAttach = 64,    // attacher -> standby (+ its stdout): argv, environment, cwd

@@ -44,15 +44,15 @@ bool SnapshotStore::HoldChunk(uint64_t owner, const ChunkHash& hash) {
   auto it = chunks_.find(hash);
   if (it == chunks_.end()) return false;
   it->second.refs++;
-  holds_[owner].push_back(hash);
+  holds_[owner].push_back({hash, it->second.offset});
   return true;
 }
 
 void SnapshotStore::ReleaseReservations(uint64_t owner) {
   if (auto h = holds_.find(owner); h != holds_.end()) {
-    std::vector<ChunkHash> hashes = std::move(h->second);
+    std::vector<std::pair<ChunkHash, uint64_t>> held = std::move(h->second);
     holds_.erase(h);
-    for (const ChunkHash& hash : hashes) Unref(hash);
+    for (const auto& [hash, offset] : held) UnrefAt(hash, offset);
   }
   auto it = reservations_.find(owner);
   if (it == reservations_.end()) return;
@@ -159,6 +159,12 @@ const Manifest* SnapshotStore::Find(int rank, uint64_t version) const {
   return r == v->second.end() ? nullptr : &r->second;
 }
 
+std::optional<uint64_t> SnapshotStore::ChunkOffset(const ChunkHash& hash) const {
+  auto it = chunks_.find(hash);
+  if (it == chunks_.end()) return std::nullopt;
+  return it->second.offset;
+}
+
 std::vector<uint64_t> SnapshotStore::Versions() const {
   std::vector<uint64_t> out;
   for (const auto& [v, ranks] : versions_) out.push_back(v);
@@ -198,15 +204,59 @@ void SnapshotStore::Unref(const ChunkHash& hash) {
   }
 }
 
+void SnapshotStore::UnrefAt(const ChunkHash& hash, uint64_t offset) {
+  auto bad = condemned_.find(offset);
+  if (bad == condemned_.end()) return Unref(hash);
+  FTRUN_CHECK(bad->second.refs > 0);
+  if (--bad->second.refs == 0) {
+    alloc_.Free(offset, bad->second.length);
+    condemned_.erase(bad);
+  }
+}
+
+void SnapshotStore::UnrefManifest(const Manifest& m) {
+  for (const auto& t : m.tensors) {
+    for (const auto& c : t.chunks) UnrefAt(c.hash, c.offset);
+  }
+}
+
 void SnapshotStore::ReleaseVersion(uint64_t version) {
   auto v = versions_.find(version);
   if (v == versions_.end()) return;
-  for (const auto& [rank, m] : v->second) {
-    for (const auto& t : m.tensors) {
-      for (const auto& c : t.chunks) Unref(c.hash);
-    }
-  }
+  for (const auto& [rank, m] : v->second) UnrefManifest(m);
   versions_.erase(v);
+}
+
+std::vector<std::pair<int, uint64_t>> SnapshotStore::DropChunk(const ChunkHash& hash) {
+  std::vector<std::pair<int, uint64_t>> dropped;
+  auto it = chunks_.find(hash);
+  if (it == chunks_.end()) return dropped;
+  const uint64_t offset = it->second.offset;
+  condemned_[offset] = it->second;  // its references now end there
+  chunks_.erase(it);
+  auto uses = [&](const Manifest& m) {
+    for (const auto& t : m.tensors) {
+      for (const auto& c : t.chunks) {
+        if (c.hash == hash) return true;
+      }
+    }
+    return false;
+  };
+  for (auto v = versions_.begin(); v != versions_.end();) {
+    const uint64_t version = v->first;
+    for (auto r = v->second.begin(); r != v->second.end();) {
+      if (!uses(r->second)) {
+        ++r;
+        continue;
+      }
+      dropped.push_back({r->first, version});
+      auto node = v->second.extract(r++);
+      if (pins_.count(version)) dropped_[version].push_back(std::move(node));
+      else UnrefManifest(node.mapped());
+    }
+    v = v->second.empty() ? versions_.erase(v) : std::next(v);
+  }
+  return dropped;
 }
 
 void SnapshotStore::ReleaseBelow(uint64_t version) {
@@ -246,6 +296,10 @@ void SnapshotStore::Unpin(uint64_t version) {
   if (it == pins_.end()) return;
   if (--it->second == 0) {
     pins_.erase(it);
+    if (auto d = dropped_.find(version); d != dropped_.end()) {
+      for (const auto& node : d->second) UnrefManifest(node.mapped());
+      dropped_.erase(d);
+    }
     if (version < release_floor_) ReleaseVersion(version);
   }
 }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ftrun/status.h"
@@ -54,6 +55,8 @@ class SnapshotStore {
   Status AddManifest(uint64_t owner, Manifest m);
 
   const Manifest* Find(int rank, uint64_t version) const;
+  // Where chunk `hash` lies in the arena, if the store holds it.
+  std::optional<uint64_t> ChunkOffset(const ChunkHash& hash) const;
   std::vector<uint64_t> Versions() const;
   std::vector<uint64_t> RankVersions(int rank) const;
   std::vector<int> RanksAt(uint64_t version) const;
@@ -70,6 +73,15 @@ class SnapshotStore {
   // saved version accordingly, and lowers the release floor to `version`
   // (a job going back to an older version).
   void DiscardAbove(std::optional<uint64_t> version);
+
+  // A chunk whose bytes no longer match its hash (a reader found it). It
+  // leaves the index at once, so no later save, copy or restore references
+  // those bytes (a good copy of the same hash may be added again), and every
+  // manifest that references it leaves the catalog: returned as (rank,
+  // version), oldest first. A pinned version's dropped manifests stay alive,
+  // unlisted, until it is unpinned (a reader may still use them); the bad
+  // extent is freed once nothing references it.
+  std::vector<std::pair<int, uint64_t>> DropChunk(const ChunkHash& hash);
 
   void Pin(uint64_t version);
   void Unpin(uint64_t version);
@@ -89,6 +101,10 @@ class SnapshotStore {
 
   void ReleaseVersion(uint64_t version);
   void Unref(const ChunkHash& hash);
+  // Unref of the chunk a manifest or a hold took at `offset`: a dropped
+  // (condemned) chunk there, else the one indexed under `hash`.
+  void UnrefAt(const ChunkHash& hash, uint64_t offset);
+  void UnrefManifest(const Manifest& m);
 
   ExtentAllocator alloc_;
   std::string budget_field_;
@@ -96,8 +112,10 @@ class SnapshotStore {
   uint64_t release_floor_ = 0;
   std::unordered_map<ChunkHash, Chunk, ChunkHashHasher> chunks_;
   std::unordered_map<uint64_t, std::vector<Reservation>> reservations_;  // owner ->
-  std::unordered_map<uint64_t, std::vector<ChunkHash>> holds_;           // owner ->
+  std::unordered_map<uint64_t, std::vector<std::pair<ChunkHash, uint64_t>>> holds_;  // owner -> (hash, offset)
   std::map<uint64_t, std::map<int, Manifest>> versions_;  // version -> rank ->
+  std::unordered_map<uint64_t, Chunk> condemned_;  // offset -> a dropped chunk still referenced
+  std::map<uint64_t, std::vector<std::map<int, Manifest>::node_type>> dropped_;  // pinned version -> manifests
   std::map<uint64_t, int> pins_;
   std::map<int, Manifest> layouts_;  // rank -> first manifest (chunks cleared)
 };

@@ -198,5 +198,68 @@ TEST_CASE("coordinator: a replacement whose every holder failed stops the job na
   REQUIRE(f.c->exit_message().find("agent 2 is down") != std::string::npos);
 }
 
+std::string RankFailedMsg(uint64_t epoch) {
+  ByteWriter w;
+  w.Put<uint64_t>(epoch);
+  w.Put<int32_t>(1);
+  w.PutString("rank 1 exited with code 1");
+  return w.data();
+}
+
+TEST_CASE("coordinator: a node that dropped a corrupted copy pulls it from its holder before the restart",
+          "[coordinator][corrupt]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  REQUIRE(f.c->committed() == 3u);
+  // Node 1's copy of rank 1 had a corrupted chunk: dropped, then the rank fails.
+  f.Msg(1, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));
+  f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(0));
+  REQUIRE(f.c->epoch() == 1);
+  REQUIRE(f.out.Count(0, ClusterMsg::kPull) == 0);
+  PullMsg pull;
+  REQUIRE(Decode(f.out.Last(1, ClusterMsg::kPull), &pull).ok());
+  REQUIRE(pull.version == 3);
+  REQUIRE(pull.ranks.size() == 1);
+  REQUIRE(pull.ranks[0].first == 1);
+  REQUIRE(pull.ranks[0].second == std::vector<uint32_t>{2});
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(1));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);  // not before the pull
+  f.Msg(1, ClusterMsg::kHeld, HeldMsg(1, {{1, 3}}));
+  f.Msg(1, ClusterMsg::kReady, EncodeU64(1));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);
+  StartMsg start;
+  REQUIRE(Decode(f.out.Last(1, ClusterMsg::kStart), &start).ok());
+  REQUIRE(start.version == 3u);
+}
+
+TEST_CASE("coordinator: a copy dropped while a restart is planned is pulled before the start",
+          "[coordinator][corrupt]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  f.Msg(0, ClusterMsg::kRankFailed, RankFailedMsg(0));  // another node's rank failed first
+  REQUIRE(f.out.Count(1, ClusterMsg::kPull) == 0);
+  f.Msg(1, ClusterMsg::kDropped, HeldMsg(1, {{1, 3}}));  // found while its ranks stopped
+  PullMsg pull;
+  REQUIRE(Decode(f.out.Last(1, ClusterMsg::kPull), &pull).ok());
+  REQUIRE(pull.ranks.size() == 1);
+  REQUIRE(pull.ranks[0].second == std::vector<uint32_t>{2});
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(1));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
+  f.Msg(1, ClusterMsg::kReady, EncodeU64(1));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);
+}
+
+TEST_CASE("coordinator: when every copy of a shard was dropped as corrupted the job stops naming the rank",
+          "[coordinator][corrupt]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  f.Msg(2, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));  // the holder's copy
+  f.Msg(1, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));  // and the node's own
+  f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(0));
+  REQUIRE(f.c->done());
+  INFO(f.c->exit_message());
+  REQUIRE(f.c->exit_message().find("ranks 1 have no complete copy of committed version 3") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ftrun

@@ -168,3 +168,69 @@ TEST_CASE("going back to an older version: a pin and unpin of it does not releas
   s.Unpin(5);         // ... and is done
   CHECK(s.Find(0, 5) != nullptr);
 }
+
+TEST_CASE("a corrupted chunk leaves the store with every manifest that uses it", "[store][corrupt]") {
+  SnapshotStore s(kBase, 64 * 4096, "x");
+  auto offs = Reserve(s, 1, {4, 4});
+  REQUIRE(s.AddManifest(1, Make(0, 1, {{"aaaa", true}, {"bbbb", true}}, offs)).ok());
+  const uint64_t bad_at = offs[0];
+  auto other = Reserve(s, 2, {4});
+  REQUIRE(s.AddManifest(2, Make(1, 1, {{"cccc", true}}, other)).ok());  // another rank, not using it
+  offs = Reserve(s, 1, {4});
+  REQUIRE(s.AddManifest(1, Make(0, 2, {{"aaaa", false}, {"dddd", true}}, offs)).ok());
+  s.ReleaseReservations(1);
+  s.ReleaseReservations(2);
+  const ChunkHash bad = HashBytes("aaaa", 4);
+  CHECK(s.ChunkOffset(bad) == bad_at);
+
+  auto dropped = s.DropChunk(bad);
+  CHECK(dropped == std::vector<std::pair<int, uint64_t>>{{0, 1}, {0, 2}});
+  CHECK(s.Find(0, 1) == nullptr);
+  CHECK(s.Find(0, 2) == nullptr);
+  CHECK(s.Find(1, 1) != nullptr);
+  CHECK(!s.ChunkOffset(bad));
+  CHECK(s.Stats().chunks == 1);  // "bbbb" and "dddd" went with their manifests
+  CHECK(s.Stats().used_bytes == 4096);
+  CHECK(s.RankVersions(0).empty());
+  CHECK(s.DropChunk(bad).empty());  // once
+
+  // A save that references the dropped chunk by hash must copy it again.
+  offs = Reserve(s, 1, {4});
+  CHECK(s.AddManifest(1, Make(0, 3, {{"aaaa", false}, {"eeee", true}}, offs)).code() == Code::kChunkMissing);
+  s.ReleaseReservations(1);
+  offs = Reserve(s, 1, {4, 4});
+  REQUIRE(s.AddManifest(1, Make(0, 3, {{"aaaa", true}, {"eeee", true}}, offs)).ok());
+  s.ReleaseReservations(1);
+  CHECK(s.ChunkOffset(bad) == offs[0]);
+}
+
+TEST_CASE("a dropped chunk's pinned manifests and holds stay valid until released", "[store][corrupt]") {
+  SnapshotStore s(kBase, 64 * 4096, "x");
+  auto offs = Reserve(s, 1, {4, 4});
+  REQUIRE(s.AddManifest(1, Make(0, 1, {{"aaaa", true}, {"bbbb", true}}, offs)).ok());
+  s.ReleaseReservations(1);
+  const ChunkHash bad = HashBytes("aaaa", 4);
+  const Manifest* reader_view = s.Find(0, 1);
+  s.Pin(1);                             // a reader (the flusher, a rank's load) uses version 1
+  REQUIRE(s.HoldChunk(7, bad));         // an incoming copy references the bad chunk
+  REQUIRE(s.DropChunk(bad).size() == 1);
+  CHECK(s.Find(0, 1) == nullptr);       // no longer listed ...
+  CHECK(reader_view->tensors[0].chunks.size() == 2);  // ... but still alive for the reader
+  CHECK(s.Stats().used_bytes == 2 * 4096);
+
+  // A good copy of the same hash comes back (a pull) while the old holds last.
+  offs = Reserve(s, 2, {4});
+  REQUIRE(s.AddManifest(2, Make(0, 1, {{"aaaa", true}, {"bbbb", false}}, offs)).ok());
+  s.ReleaseReservations(2);
+  CHECK(s.ChunkOffset(bad) == offs[0]);
+  CHECK(s.Stats().used_bytes == 3 * 4096);
+
+  s.ReleaseReservations(7);  // the hold ends: the new copy is untouched
+  s.Unpin(1);                // the old manifest goes, and the bad extent with it
+  CHECK(s.ChunkOffset(bad) == offs[0]);
+  CHECK(s.Find(0, 1) != nullptr);
+  CHECK(s.Stats().chunks == 2);
+  CHECK(s.Stats().used_bytes == 2 * 4096);
+  s.DiscardAbove(std::nullopt);
+  CHECK(s.Stats().used_bytes == 0);
+}

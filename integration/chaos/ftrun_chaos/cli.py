@@ -4,12 +4,28 @@ Exit codes: 0 the run passed every check, 1 it failed one (the report says
 which), 2 bad input (plan, options) or a machine that cannot run it."""
 import argparse
 import os
+import signal
 import sys
 import time
 
 from . import plan as planlib
 from .netns_cluster import available
 from .run import RunError, execute, scaled
+
+
+class Interrupted(Exception):
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _take_signals():
+    """SIGTERM, SIGINT and SIGHUP unwind the run (the runner is stopped before the namespaces go);
+    installed once the cluster exists, over netns_cluster's own handlers."""
+    def handler(signum, frame):
+        raise Interrupted(signum)
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, handler)
 
 
 def _build_dir(arg):
@@ -62,10 +78,13 @@ def main(argv=None):
         return 2
     out = a.out or "chaos-%s" % time.strftime("%Y%m%d-%H%M%S")
     try:
-        result = execute(plan, build, out, log, duration)
+        result = execute(plan, build, out, log, duration, on_cluster=_take_signals)
     except RunError as e:
         print("ftrun-chaos: %s" % e, file=sys.stderr)
         return 2
+    except Interrupted as e:
+        print("ftrun-chaos: stopped by %s; the job and the namespaces are gone" % e, file=sys.stderr)
+        return 128 + e.signum
     from .report import format_summary, write_reports  # matplotlib only once there is something to draw
     paths = write_reports(result, out)
     print(format_summary(result))

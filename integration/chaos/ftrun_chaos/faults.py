@@ -15,6 +15,8 @@ import signal
 import struct
 import time
 
+from .nodes import NodeError
+
 CHUNK_HEADER = 4096  # plugin/persist/disk_format.h: a chunk file's bytes start here
 RANDOM_SIGNALS = ["SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT"]
 
@@ -108,11 +110,15 @@ def agent_kill(ctx, f, rng):
 def node_kill(ctx, f, rng):
     node = ctx.pick_node(f.node, rng)
     agent = ctx.agent_of_node(node)
-    pids = ctx.nodes.kill_namespace(agent)
+    note = ""
+    try:
+        pids = ctx.nodes.kill_namespace(agent)
+    except NodeError as e:  # SIGKILLed, but a process is slow to go (a thread in the kernel)
+        pids, note = [None], str(e)
     if not pids:
         raise Skip("node %d's namespace has no process" % node)
     return {"target": "node %d: namespace %d, %d processes" % (node, agent, len(pids)), "params": {},
-            "namespaces": [agent]}, None
+            "namespaces": [agent], "note": note}, None
 
 
 def coordinator_kill(ctx, f, rng):
@@ -164,6 +170,8 @@ def delay(ctx, f, rng):
 # ----------------------------------------------------------------- disk
 
 def disk_full(ctx, f, rng):
+    if ctx.nodes.read_only:
+        raise Skip("the persist directory is read-only (a disk_error is going on)")
     taken = ctx.nodes.fill_disk()
     return {"target": ctx.nodes.persist_dir, "params": {"ballast_bytes": taken}}, ctx.nodes.free_disk
 
@@ -259,7 +267,8 @@ def bitflip_disk(ctx, f, rng):
     offset = CHUNK_HEADER + rng.randrange(size - CHUNK_HEADER)
     bit, _ = _flip(path, offset, rng)
     return {"target": path, "params": {"offset": offset, "bit": bit},
-            "corrupt": {"where": "disk", "file": path, "version_dir": os.path.basename(newest)}}, None
+            "corrupt": {"where": "disk", "file": path, "inode": os.stat(path).st_ino,
+                        "version_dir": os.path.basename(newest)}}, None
 
 
 INJECT = {

@@ -18,8 +18,8 @@ import time
 STEP_RE = re.compile(r"^STEP (\d+) (\d+)$")
 RESTORED_RE = re.compile(r"^restored version (\d+) \(rank (\d+)\)$")
 DIGEST_RE = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$")
-# The coordinator's choice of version for a new epoch (recovery/coordinator.cc).
-ANNOUNCE_RE = re.compile(r"(?:restoring version (\d+)|going back to version (\d+))")
+# The coordinator starting an epoch: every rank restores this version (recovery/coordinator.cc).
+ANNOUNCE_RE = re.compile(r"epoch (\d+): started \d+ nodes from version (\d+)")
 
 
 def now():
@@ -31,8 +31,8 @@ class Timeline:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.steps = []          # [(t, highest step seen)]
-        self.rank_steps = {}     # rank -> [(t, step)] since its last restore (first few kept)
+        self.steps = []          # [(t, step)]: the lowest of the ranks' latest steps, when it changes
+        self.latest = {}         # rank -> its latest step (its restored version after a restore)
         self.committed = []      # [(t, version)]
         self.restores = []       # [(t, rank, version, announced version or None)]
         self.announced = None    # the coordinator's last announced restore version
@@ -47,9 +47,8 @@ class Timeline:
         with self.lock:
             if m:
                 rank, step = int(m.group(1)), int(m.group(2))
-                if step > self.max_step or not self.steps:
-                    self.max_step = max(step, self.max_step)
-                    self.steps.append((t, step))
+                self.max_step = max(step, self.max_step)
+                self._track(t, rank, step)
                 pending = self.first_steps.setdefault(rank, [])
                 if pending and pending[-1][1] is None:
                     pending[-1] = (pending[-1][0], t)
@@ -59,6 +58,7 @@ class Timeline:
             if m:
                 v, rank = int(m.group(1)), int(m.group(2))
                 self.restores.append((t, rank, v, self.announced))
+                self._track(t, rank, v)
                 self.first_steps.setdefault(rank, []).append((t, None))
                 return
             m = DIGEST_RE.match(line)
@@ -66,9 +66,15 @@ class Timeline:
                 self.digests[int(m.group(1))] = m.group(2)
                 return
             m = ANNOUNCE_RE.search(line)
-            if m and ("epoch" in line or "going back" in line or "persist directory" in line):
-                self.announced = int(m.group(1) or m.group(2))
+            if m:
+                self.announced = int(m.group(2))
                 self.announcements.append((t, self.announced, line))
+
+    def _track(self, t, rank, step):
+        self.latest[rank] = step
+        low = min(self.latest.values())
+        if not self.steps or self.steps[-1][1] != low:
+            self.steps.append((t, low))
 
     def note_committed(self, t, v):
         with self.lock:
@@ -84,6 +90,15 @@ class Timeline:
                     break
                 best = v if best is None else max(best, v)
             return best
+
+    def committed_since(self, v):
+        """When the status file first showed version v committed."""
+        with self.lock:
+            return next((tt for tt, vv in self.committed if vv >= v), 0.0)
+
+    def log_lines_between(self, t0, t1):
+        with self.lock:
+            return [(tt, l) for tt, l in self.log_lines if t0 <= tt <= t1]
 
     def lines_after(self, t):
         with self.lock:
@@ -172,20 +187,27 @@ class RunningJob:
         while self.runner.poll() is None and now() < deadline:
             time.sleep(0.1)
         if self.runner.poll() is None:
+            self.stop()
+            self.exit_code = "timeout"
+        else:
+            self.exit_code = self.runner.returncode
+        return self.exit_code
+
+    def stop(self):
+        """Stops the runner if it still runs (SIGTERM, then SIGKILL after 30 s)."""
+        if self.runner.poll() is None:
             self.runner.send_signal(signal.SIGTERM)
             try:
                 self.runner.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.runner.kill()
                 self.runner.wait()
-            self.exit_code = "timeout"
-        else:
-            self.exit_code = self.runner.returncode
-        return self.exit_code
 
     def close(self, grace=5.0):
         """Stops following once the output is drained (agents of a killed runner may still hold the pipe)."""
-        os.close(self.write_fd)
+        if self.write_fd is not None:
+            os.close(self.write_fd)
+            self.write_fd = None
         end = now() + grace
         self._threads[0].join(timeout=max(0.0, end - now()))
         self._stop.set()

@@ -27,6 +27,7 @@ class NetnsNodes:
         self.plan = plan
         self.build_dir = build_dir
         self.count = plan.nodes + plan.spares
+        nc.cleanup_stale()  # namespaces left by a harness that was SIGKILLed
         self.cluster = nc.NetnsCluster(self.count)
         self._delays = {}  # namespace -> ("netem", None) or ("nfqueue", Popen)
         self.persist_dir = None
@@ -35,7 +36,7 @@ class NetnsNodes:
             os.makedirs(self.persist_dir, exist_ok=True)
             _run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % plan.persist_size, "ftrun-chaos",
                   self.persist_dir])
-        self._ro = False
+        self.read_only = False
 
     # -- what the runner needs
     def runner_args(self):
@@ -58,7 +59,10 @@ class NetnsNodes:
     # -- processes
     def kill_namespace(self, ns, sig=signal.SIGKILL):
         """Every process of namespace ns (an agent and its ranks: the whole node)."""
-        return self.cluster.kill_node_processes(ns, sig)
+        try:
+            return self.cluster.kill_node_processes(ns, sig, timeout=15.0)
+        except nc.NetnsError as e:
+            raise NodeError(str(e))
 
     # -- network
     def link_down(self, ns):
@@ -147,12 +151,12 @@ class NetnsNodes:
         it, which is what a filesystem that remounts itself read-only on errors looks like to the agents)."""
         _run(["mount", "--bind", self.persist_dir, self.persist_dir])
         _run(["mount", "-o", "remount,bind,ro", self.persist_dir])
-        self._ro = True
+        self.read_only = True
 
     def disk_writable(self):
-        if self._ro:
+        if self.read_only:
             _run(["umount", "-l", self.persist_dir])
-            self._ro = False
+            self.read_only = False
 
     # -- the end
     def teardown(self):

@@ -33,6 +33,9 @@ KINDS = {
 }
 # Faults that take a node (or its agent) away: at most `replicas` at once.
 NODE_LOSS_KINDS = {"agent_kill", "node_kill", "link_down", "partition"}
+# Faults during which a node may be cut off (lost heartbeats): no other fault that restarts the job
+# starts while one of these lasts, and a random group counts them against `replicas`.
+AWAY_KINDS = {"link_down", "partition", "packet_loss", "delay"}
 # Faults that make the job restart (the scheduler waits for the job to be up
 # again before the next one of these, unless the plan says otherwise).
 RESTART_KINDS = NODE_LOSS_KINDS | {"rank_kill", "rank_hang", "coordinator_kill", "bitflip_shm"}

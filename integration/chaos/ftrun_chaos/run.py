@@ -11,10 +11,11 @@ from . import faults as faultlib
 from . import verdict as V
 from .job import RunningJob, now
 from .nodes import NetnsNodes
+from .plan import AWAY_KINDS
 from .schedule import planned_groups, random_groups
 
 READY_TIMEOUT = 120.0  # a job not running again this long after a fault fails the run
-SKIP_RETRIES = 25
+SKIP_RETRIES = 150  # x 0.2 s: a target away in a recovery gets 30 s to come back
 
 
 class RunError(RuntimeError):
@@ -95,9 +96,11 @@ class Runner:
         self.plan, self.build, self.workdir, self.log = plan, build, workdir, log
         self.rng = faultlib.new_rng(plan.seed)
         self.records = []
+        self.job = None
         self.active = []  # [(end time, undo, record)]
         self.last_restart_version = -1
         self.not_injected = []
+        self.stuck = None  # why the run was cut short: the job did not run again after a fault
 
     # -- the loop's helpers
     def tick(self):
@@ -126,7 +129,7 @@ class Runner:
         """The job runs, with a version committed after the last restart fault, no node taken away."""
         st = self.job.status or {}
         v = st.get("committed_version")
-        away = any(r["kind"] in ("link_down", "partition") for _, _, r in self.active)
+        away = any(r["kind"] in AWAY_KINDS for _, _, r in self.active)
         return (st.get("phase") == "running" and v is not None and v > self.last_restart_version and not away
                 and self.job.alive())
 
@@ -134,6 +137,11 @@ class Runner:
     def fire(self, group):
         if group.restarts:
             if not self.wait(self.ready, READY_TIMEOUT):
+                if self.job.alive():
+                    last = self.records[-1] if self.records else None
+                    self.stuck = "the job did not run again with a new committed version within %.0f s%s" % (
+                        READY_TIMEOUT, " after fault %d (%s)" % (last["id"], last["kind"]) if last else "")
+                    self.log(self.stuck)
                 return False
         for f in group.faults:
             self._fire_one(f)
@@ -143,6 +151,7 @@ class Runner:
         return True
 
     def _fire_one(self, f):
+        reason = "?"
         for attempt in range(SKIP_RETRIES):
             t = now()
             try:
@@ -151,6 +160,9 @@ class Runner:
                 reason = str(e)
                 self.wait(lambda: False, 0.2)
                 continue
+            except Exception as e:  # a fault that could not be made: said, and the run goes on
+                reason = "%s: %s" % (type(e).__name__, e)
+                break
             rec.update({"id": len(self.records), "kind": f.kind, "at_s": round(t - self.job.started, 3),
                         "at_step": self.job.timeline.max_step, "ended_s": None, "recovery": None,
                         "detected": None, "note": rec.get("note", ""), "_t": t, "origin": f.origin})
@@ -196,7 +208,7 @@ class Runner:
             time.sleep(0.02)
 
 
-def execute(plan, build, workdir, log, duration=None):
+def execute(plan, build, workdir, log, duration=None, on_cluster=lambda: None):
     """Runs the plan; returns the result dict the report is made of."""
     os.makedirs(workdir, exist_ok=True)
     nranks = plan.nodes * plan.ranks_per_node
@@ -206,6 +218,7 @@ def execute(plan, build, workdir, log, duration=None):
     nodes = NetnsNodes(plan, workdir, build)
     r = Runner(plan, build, workdir, log)
     try:
+        on_cluster()
         log("cluster: " + nodes.describe())
         cfg = job_config(plan, workdir, nodes.persist_dir, job_id)
         cmd = [os.path.join(build, "ftrun-synthetic")] + trainer_args(plan) if plan.synthetic else plan.command
@@ -221,11 +234,15 @@ def execute(plan, build, workdir, log, duration=None):
         if plan.random:
             r.run_random(None if duration is None else r.job.started + duration)
         r.finish_faults()
-        code = r.job.wait(deadline)
+        code = r.job.wait(now() if r.stuck else deadline)
+        if r.stuck:
+            code = "stuck"
         r.job.close()
         log("job ended: exit %s" % code)
         return _result(plan, r, golden, code, nodes, job_id, build, nranks, duration)
     finally:
+        if r.job is not None:
+            r.job.stop()
         nodes.teardown()
 
 
@@ -254,14 +271,14 @@ def _result(plan, r, golden, code, nodes, job_id, build, nranks, duration):
     if duration is not None:  # as many as fitted in the time
         planned = len(faults) + len(r.not_injected)
     checks = [
-        V.check("the job completed", code == 0, "runner exit %s" % code),
+        V.check("the job completed", code == 0, r.stuck or "runner exit %s" % code),
         V.check("the final state equals the failure-free run's", tl.digests == golden and len(golden) == nranks,
                 "%d of %d ranks' digests equal" % (sum(1 for k, d in golden.items() if tl.digests.get(k) == d),
                                                    len(golden))),
         V.check("every planned fault was injected", not r.not_injected,
                 "; ".join(r.not_injected[:5]) or "%d of %d" % (len(faults), planned)),
         V.check_restores(tl, nranks),
-        V.check_nothing_lost(tl),
+        V.check_nothing_lost(tl, plan.replicas),
     ]
     corrupt = [f for f in faults if f.get("corrupt")]
     if corrupt:

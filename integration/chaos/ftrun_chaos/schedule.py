@@ -8,7 +8,7 @@ Two rules keep a run inside what ftrun promises to survive: a group never
 takes away more nodes than `cluster.replicas` covers (distinct nodes), and a
 group with a fault that restarts the job waits until the job runs again with
 a version committed after the previous such fault (its redundancy back)."""
-from .plan import KINDS, NODE_LOSS_KINDS, RESTART_KINDS, Fault
+from .plan import AWAY_KINDS, KINDS, NODE_LOSS_KINDS, RESTART_KINDS, Fault
 from .faults import RANDOM_SIGNALS
 
 
@@ -49,7 +49,7 @@ def random_groups(plan, rng):
                     continue  # alone: the runner is away while it happens
                 if any(f.kind == "coordinator_kill" for f in faults):
                     continue
-                if kind in NODE_LOSS_KINDS and nodes_lost >= plan.replicas:
+                if kind in NODE_LOSS_KINDS | AWAY_KINDS and nodes_lost >= plan.replicas:
                     continue
                 break
             else:
@@ -57,7 +57,7 @@ def random_groups(plan, rng):
             f = _random_fault(plan, kind, rng, nodes_used)
             if f is None:
                 continue
-            if kind in NODE_LOSS_KINDS:
+            if kind in NODE_LOSS_KINDS | AWAY_KINDS:
                 nodes_lost += 1
             faults.append(f)
         if not faults:

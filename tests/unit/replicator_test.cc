@@ -1,0 +1,172 @@
+// The replicator between two stores over an in-process transport: a pull
+// copies a (rank, version) with every chunk checked, and a chunk corrupted in
+// the source's shared memory is never sent.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "launcher/agent/replicator.h"
+
+namespace ftrun {
+namespace {
+
+constexpr uint64_t kBase = 4096;
+constexpr uint64_t kData = 64 * 4096;
+
+// Delivers messages and bulk transfers between FakeTransports at once; the
+// events wait until their owner polls.
+struct FakeNet {
+  struct Recv {
+    void* data;
+    uint64_t length;
+    uint64_t token;
+  };
+  std::map<PeerId, std::vector<TransportEvent>> events;
+  std::map<std::tuple<PeerId, PeerId, uint64_t>, Recv> recvs;  // (receiver, sender, tag) ->
+
+  void Push(PeerId to, TransportEvent e) { events[to].push_back(std::move(e)); }
+  static TransportEvent Done(uint64_t token, Status s) {
+    TransportEvent e{TransportEvent::Kind::kBulkDone};
+    e.token = token;
+    e.status = std::move(s);
+    return e;
+  }
+};
+
+class FakeTransport : public Transport {
+ public:
+  FakeTransport(FakeNet* net, PeerId self) : net_(net), self_(self) {}
+  std::string address() const override { return "fake"; }
+  void Connect(PeerId, const std::string&) override {}
+  void Disconnect(PeerId) override {}
+  void Send(PeerId peer, uint16_t type, std::string payload) override {
+    TransportEvent e{TransportEvent::Kind::kMessage};
+    e.peer = self_;
+    e.type = type;
+    e.payload = std::move(payload);
+    net_->Push(peer, std::move(e));
+  }
+  void SendBulk(PeerId peer, uint64_t tag, const void* data, uint64_t length, uint64_t token) override {
+    auto it = net_->recvs.find({peer, self_, tag});
+    if (it == net_->recvs.end() || it->second.length != length) {
+      return net_->Push(self_, FakeNet::Done(token, Status::Unavailable("no matching receive")));
+    }
+    std::memcpy(it->second.data, data, length);
+    net_->Push(peer, FakeNet::Done(it->second.token, Status::Ok()));
+    net_->Push(self_, FakeNet::Done(token, Status::Ok()));
+    net_->recvs.erase(it);
+  }
+  void PostRecv(PeerId peer, uint64_t tag, void* data, uint64_t length, uint64_t token) override {
+    net_->recvs[{self_, peer, tag}] = {data, length, token};
+  }
+  void CancelRecv(uint64_t token) override {
+    for (auto it = net_->recvs.begin(); it != net_->recvs.end(); ++it) {
+      if (std::get<0>(it->first) == self_ && it->second.token == token) {
+        net_->recvs.erase(it);
+        return net_->Push(self_, FakeNet::Done(token, Status::Unavailable("cancelled")));
+      }
+    }
+  }
+  int event_fd() const override { return -1; }
+  std::vector<TransportEvent> Poll() override { return std::exchange(net_->events[self_], {}); }
+  TransportStats stats() const override { return {}; }
+
+ private:
+  FakeNet* net_;
+  PeerId self_;
+};
+
+struct Node {
+  Node(FakeNet* net, PeerId id)
+      : arena(kBase + kData), store(kBase, kData, "x"), transport(net, id),
+        replicator(&transport, &store, arena.data(), 4096) {}
+  std::vector<char> arena;
+  SnapshotStore store;
+  FakeTransport transport;
+  Replicator replicator;
+};
+
+// Rank 0's version 1 in `n`'s store: two chunks of 4 KiB.
+Manifest Save(Node& n) {
+  std::vector<uint64_t> offs;
+  REQUIRE(n.store.Reserve(1, {4096, 4096}, &offs).ok());
+  Manifest m;
+  m.rank = 0;
+  m.version = 1;
+  TensorManifest t;
+  for (size_t i = 0; i < 2; ++i) {
+    std::memset(n.arena.data() + offs[i], 'a' + static_cast<int>(i), 4096);
+    ChunkRef c;
+    c.hash = HashBytes(n.arena.data() + offs[i], 4096);
+    c.length = 4096;
+    c.offset = offs[i];
+    t.chunks.push_back(c);
+  }
+  t.info = {"w", DType::kUInt8, {8192}, 8192, Device::kHost};
+  m.tensors.push_back(t);
+  REQUIRE(n.store.AddManifest(1, m).ok());
+  n.store.ReleaseReservations(1);
+  return m;
+}
+
+void Run(std::vector<Node*> nodes) {
+  for (bool busy = true; busy;) {
+    busy = false;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (TransportEvent& e : nodes[i]->transport.Poll()) {
+        busy = true;
+        if (e.kind == TransportEvent::Kind::kMessage) nodes[i]->replicator.Handle(e.peer, e.type, e.payload);
+        if (e.kind == TransportEvent::Kind::kBulkDone) nodes[i]->replicator.BulkDone(e.token, e.status);
+      }
+    }
+  }
+}
+
+TEST_CASE("replicator: a pull copies a shard, and a chunk corrupted at the source is never sent",
+          "[replicator][corrupt]") {
+  FakeNet net;
+  Node holder(&net, 1), puller(&net, 2);
+  Manifest m = Save(holder);
+  std::vector<std::tuple<uint64_t, int, uint64_t, Status>> pulled;
+  puller.replicator.on_pulled = [&](uint64_t, PeerId, int rank, uint64_t version, const Status& s) {
+    pulled.emplace_back(0, rank, version, s);
+  };
+  std::vector<ChunkHash> reported;
+  holder.replicator.on_corrupt = [&](int rank, uint64_t version, const ChunkRef& c) {
+    CHECK(rank == 0);
+    CHECK(version == 1);
+    reported.push_back(c.hash);
+  };
+
+  SECTION("good bytes arrive, checked") {
+    puller.replicator.Pull(1, 0, 1);
+    Run({&holder, &puller});
+    REQUIRE(pulled.size() == 1);
+    CHECK(std::get<3>(pulled[0]).ok());
+    const Manifest* got = puller.store.Find(0, 1);
+    REQUIRE(got != nullptr);
+    for (const auto& c : got->tensors[0].chunks) CHECK(HashBytes(puller.arena.data() + c.offset, c.length) == c.hash);
+    CHECK(reported.empty());
+  }
+
+  SECTION("a flipped bit in the holder's copy: reported there, not sent, and the pull fails cleanly") {
+    holder.arena[m.tensors[0].chunks[1].offset + 100] ^= 4;
+    puller.replicator.Pull(1, 0, 1);
+    Run({&holder, &puller});
+    REQUIRE(reported.size() == 1);
+    CHECK(reported[0] == m.tensors[0].chunks[1].hash);
+    REQUIRE(pulled.size() == 1);
+    INFO(std::get<3>(pulled[0]).message());
+    CHECK(!std::get<3>(pulled[0]).ok());
+    CHECK(std::get<3>(pulled[0]).message().find("corrupted") != std::string::npos);
+    CHECK(puller.store.Find(0, 1) == nullptr);
+    CHECK(puller.store.Stats().used_bytes == 0);  // its reservations went with the failed copy
+    CHECK(net.recvs.empty());
+  }
+}
+
+}  // namespace
+}  // namespace ftrun
