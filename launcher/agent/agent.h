@@ -89,6 +89,7 @@ class Agent {
   void ChildExited(pid_t pid, const ExitInfo& info);
   void Tick();
   void SpawnGeneration();
+  void FailRank(const std::string& reason, const ExitInfo& info);
   void BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit);
   // All rank processes are gone: kill what is left of their groups, then
   // (ContinueStop, once the groups are empty) restart or end the job.
@@ -227,6 +228,7 @@ class Agent {
   uint64_t pull_epoch_ = 0;
   bool pull_failed_ = false;
   std::optional<uint64_t> round_;  // the version the current commit round copies
+  std::set<int> round_waiting_;    // local ranks that have not saved round_ yet: copied when they do
   static constexpr uint64_t kKeepVersions = 4;
   static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };

@@ -146,16 +146,7 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
   }
   if (state_ == State::kRunning) {
     FTRUN_LOG_ERROR("rank {} (pid {}) {}", slot->global_rank, pid, info.Describe());
-    SettleCorruptChunks();  // before the coordinator plans the restart
-    std::string reason = "rank " + std::to_string(slot->global_rank) + " " + info.Describe();
-    if (cluster()) {  // every node restarts: the coordinator orders it
-      ByteWriter w;
-      w.Put<uint64_t>(epoch_);
-      w.Put<int32_t>(info.ShellCode());
-      w.PutString(reason);
-      SendToCoordinator(ClusterMsg::kRankFailed, w.data());
-    }
-    BeginStop(StopCause::kFailure, reason, info);
+    FailRank("rank " + std::to_string(slot->global_rank) + " " + info.Describe(), info);
     return;
   }
   if (state_ == State::kStopping) {
@@ -163,6 +154,21 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
     for (const RankSlot& s : slots_) any |= s.pid != 0;
     if (!any) FinishStop();
   }
+}
+
+// A rank died or hung: every rank of the job restarts. In a cluster the
+// coordinator orders it (every node), after this node settled the chunks
+// its ranks found corrupted.
+void Agent::FailRank(const std::string& reason, const ExitInfo& info) {
+  SettleCorruptChunks();
+  if (cluster()) {
+    ByteWriter w;
+    w.Put<uint64_t>(epoch_);
+    w.Put<int32_t>(info.ShellCode());
+    w.PutString(reason);
+    SendToCoordinator(ClusterMsg::kRankFailed, w.data());
+  }
+  BeginStop(StopCause::kFailure, reason, info);
 }
 
 void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit) {
@@ -355,15 +361,7 @@ void Agent::Tick() {
       std::string reason = "rank " + std::to_string(s.global_rank) + " hung: no progress for " +
                            std::to_string(o_.config.job.hang_timeout.count()) + " ms (job.hang_timeout)";
       FTRUN_LOG_ERROR("{}", reason);
-      const ExitInfo hung{true, SIGKILL};
-      if (cluster()) {  // as for a rank that exits: the coordinator orders every node's restart
-        ByteWriter w;
-        w.Put<uint64_t>(epoch_);
-        w.Put<int32_t>(hung.ShellCode());
-        w.PutString(reason);
-        SendToCoordinator(ClusterMsg::kRankFailed, w.data());
-      }
-      BeginStop(StopCause::kFailure, reason, hung);
+      FailRank(reason, ExitInfo{true, SIGKILL});
       break;
     }
   } else if (state_ == State::kStopping && !draining_ && !killed_hard_ && now >= stop_deadline_) {

@@ -197,30 +197,70 @@ def _flip(path, offset, rng):
     return bit, old[0]
 
 
+def _all_rank_pids(ctx):
+    pids = []
+    for node in range(ctx.plan.nodes):
+        try:
+            pids += [r["pid"] for r in ctx.agent_status(ctx.agent_of_node(node)).get("ranks", []) if r.get("pid")]
+        except Skip:
+            pass
+    return pids
+
+
+def _stable_sample(ctx, agent, timeout=3.0):
+    """The agent's sample of committed chunks once it is of the job's committed version (ranks stopped)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        committed = ctx.status().get("committed_version")
+        st = ctx.agent_status(agent)
+        chunks = st.get("store", {}).get("committed_chunks") or []
+        if committed is not None and chunks and all(c["version"] == committed for c in chunks):
+            return st, chunks
+        time.sleep(0.05)
+    raise Skip("agent %d's committed chunks did not settle on the job's committed version" % agent)
+
+
 def bitflip_shm(ctx, f, rng):
+    """Flips a bit of a chunk of the committed version in an agent's store. With read: restart every rank is
+    paused first (SIGSTOP), so that no newer version is committed between the choice of the chunk and the
+    restart; then one of the node's ranks is SIGKILLed and the others go on, and the restore reads the chunk."""
     node = ctx.pick_node(f.node, rng)
     agent = ctx.agent_of_node(node)
-    st = ctx.agent_status(agent)
-    chunks, fd = st.get("committed_chunks"), st.get("store_fd")
-    if fd is None or not chunks:
-        raise Skip("agent %d reports no committed chunk yet" % agent)
-    c = rng.choice(chunks)
-    offset = c["offset"] + rng.randrange(max(1, c["bytes"]))
-    bit, _ = _flip("/proc/%d/fd/%d" % (st["agent_pid"], fd), offset, rng)
-    rec = {"target": "node %d (agent %d): rank %d tensor '%s' chunk %d of version %d" % (
-               node, agent, c["rank"], c["tensor"], c["chunk"], c["version"]),
-           "params": {"offset": offset, "bit": bit, "read": f.params["read"]},
-           "corrupt": {"where": "shm", "rank": c["rank"], "tensor": c["tensor"], "chunk": c["chunk"],
-                       "version": c["version"], "hash": c.get("hash")},
-           "namespaces": [agent]}
-    if f.params["read"] == "restart":
-        # A restart makes every rank load the committed version, so the node's
-        # ranks read the chunk (the agent may also find it first).
-        ranks = [r for r in st.get("ranks", []) if r.get("pid")]
-        if ranks:
-            _signal(ranks[0]["pid"], signal.SIGKILL)
-            rec["params"]["then"] = "SIGKILL rank %d" % ranks[0]["rank"]
-    return rec, None
+    restart = f.params["read"] == "restart"
+    paused = _all_rank_pids(ctx) if restart else []
+    try:
+        for pid in paused:
+            _signal(pid, signal.SIGSTOP)
+        if restart:
+            st, chunks = _stable_sample(ctx, agent)
+        else:
+            st = ctx.agent_status(agent)
+            chunks = st.get("store", {}).get("committed_chunks")
+        fd = st.get("store", {}).get("store_fd")
+        if fd is None or not chunks:
+            raise Skip("agent %d reports no committed chunk yet" % agent)
+        c = rng.choice(chunks)
+        offset = c["offset"] + rng.randrange(max(1, c["bytes"]))
+        bit, _ = _flip("/proc/%d/fd/%d" % (st["agent_pid"], fd), offset, rng)
+        rec = {"target": "node %d (agent %d): rank %d tensor '%s' chunk %d of version %d" % (
+                   node, agent, c["rank"], c["tensor"], c["chunk"], c["version"]),
+               "params": {"offset": offset, "bit": bit, "read": f.params["read"]},
+               "corrupt": {"where": "shm", "rank": c["rank"], "tensor": c["tensor"], "chunk": c["chunk"],
+                           "version": c["version"], "hash": c.get("hash"), "read": restart},
+               "namespaces": [agent]}
+        if restart:
+            victim = next((r for r in st.get("ranks", []) if r.get("pid")), None)
+            if victim:
+                rec["_t"] = time.monotonic()  # the recovery is timed from the kill, not from the pause
+                os.kill(victim["pid"], signal.SIGKILL)
+                rec["params"]["then"] = "SIGKILL rank %d" % victim["rank"]
+        return rec, None
+    finally:
+        for pid in paused:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 def complete_versions(persist_dir, job_id, nodes):

@@ -20,6 +20,8 @@ RESTORED_RE = re.compile(r"^restored version (\d+) \(rank (\d+)\)$")
 DIGEST_RE = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$")
 # The coordinator starting an epoch: every rank restores this version (recovery/coordinator.cc).
 ANNOUNCE_RE = re.compile(r"epoch (\d+): started \d+ nodes from version (\d+)")
+# Why the coordinator began an epoch.
+REASON_RE = re.compile(r"epoch (\d+): (.+?); (?:restoring|going back)")
 
 
 def now():
@@ -37,6 +39,7 @@ class Timeline:
         self.restores = []       # [(t, rank, version, announced version or None)]
         self.announced = None    # the coordinator's last announced restore version
         self.announcements = []  # [(t, version, line)]
+        self.reasons = {}        # epoch -> why the coordinator began it
         self.digests = {}
         self.max_step = 0
         self.log_lines = []      # [(t, line)] of lines that are not STEP lines
@@ -65,6 +68,9 @@ class Timeline:
             if m:
                 self.digests[int(m.group(1))] = m.group(2)
                 return
+            m = REASON_RE.search(line)
+            if m:
+                self.reasons.setdefault(int(m.group(1)), m.group(2))
             m = ANNOUNCE_RE.search(line)
             if m:
                 self.announced = int(m.group(2))

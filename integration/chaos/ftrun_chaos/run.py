@@ -163,6 +163,7 @@ class Runner:
             except Exception as e:  # a fault that could not be made: said, and the run goes on
                 reason = "%s: %s" % (type(e).__name__, e)
                 break
+            t = rec.get("_t", t)
             rec.update({"id": len(self.records), "kind": f.kind, "at_s": round(t - self.job.started, 3),
                         "at_step": self.job.timeline.max_step, "ended_s": None, "recovery": None,
                         "detected": None, "note": rec.get("note", ""), "_t": t, "origin": f.origin})

@@ -65,6 +65,11 @@ def check_restores(tl, nranks):
             versions = {x[0] for x in by_rank.values()}
             if versions != {v}:
                 bad.append("epoch from version %d: its ranks restored %s" % (v, sorted(versions)))
+    # Committed: the status file (written at least every 200 ms) showed it, or a newer one, by then.
+    for t, v, line, _ in epochs:
+        seen = tl.committed_at(t + 0.5)
+        if seen is None or v > seen:
+            bad.append("an epoch started from version %d, newer than any version shown committed (%s)" % (v, seen))
     orphans = [(t, r, v) for t, r, v, a in tl.restores if a is None]
     if orphans:
         bad.append("%d restore(s) before the coordinator started any epoch from a version" % len(orphans))
@@ -107,11 +112,14 @@ def detect_corruptions(faults, tl, persist_dir, job_id, nodes, runner_path):
             continue
         lines = tl.lines_after(f["_t"])
         if c["where"] == "shm":
-            hits = [l for l in lines if "corrupted in shared memory" in l and "tensor '%s'" % c["tensor"] in l]
-            if not hits:
-                hits = [l for l in lines if "corrupted in shared memory" in l]
-            f["detected"] = bool(hits)
-            f["note"] = ("detected: " + hits[0].strip()[-200:]) if hits else "no WARN or error names the corrupted chunk"
+            name = "rank %d tensor '%s' chunk #%d" % (c["rank"], c["tensor"], c["chunk"])
+            hits = [l for l in lines if name in l and "corrupted in shared memory" in l]
+            if hits:
+                f["detected"], f["note"] = True, "detected: " + hits[0].split("] ", 1)[-1].strip()[:240]
+            elif not c.get("read"):
+                f["detected"], f["note"] = True, "not read: no restart was made to load it (read: none)"
+            else:
+                f["detected"], f["note"] = False, "the restart loaded its version, and nothing names %s" % name
             continue
         name = os.path.basename(c["file"])
         hits = [l for l in lines if name in l]
@@ -161,17 +169,15 @@ def export_all(persist_dir, job_id, nodes, runner_path):
 
 
 def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
-    """Builds the recovery list (one per epoch the coordinator announced after a fault) and sets each restart
-    fault's 'recovery' index. Times in seconds since t0."""
-    recs = []
-    epochs = restores_by_epoch(tl)
+    """Builds the recovery list and sets each restart fault's 'recovery' index. A recovery ends at the first
+    step of every rank after an epoch's restore; an epoch replaced by the next before that (a second failure
+    during the recovery) is part of the same recovery. Times in seconds since t0."""
+    recs, pending, epochs = [], [], restores_by_epoch(tl)
     for i, (ta, v, line, restores) in enumerate(epochs):
-        causes = [f for f in faults if f.get("recovery") is None and f["_t"] <= ta and
-                  (f["kind"] in RESTART_KINDS or f["kind"] in NODE_LOSS_KINDS)]
-        # The cause is the newest fault before the announcement that no earlier epoch claimed.
-        if not causes:
+        pending += [f for f in faults if f.get("recovery") is None and f not in pending and f["_t"] <= ta and
+                    f["kind"] in RESTART_KINDS | NODE_LOSS_KINDS]
+        if not pending:
             continue
-        t_fault = min(f["_t"] for f in causes)
         t_next = epochs[i + 1][0] if i + 1 < len(epochs) else float("inf")
         firsts = {}
         for rank, lst in tl.first_steps.items():
@@ -179,20 +185,25 @@ def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
                 if ta <= t_restore < t_next and t_step is not None:
                     firsts.setdefault(rank, t_step)
         done = max(firsts.values()) if len(firsts) == nranks else None
+        if done is None and i + 1 < len(epochs):
+            continue  # replaced by the next epoch before every rank stepped
+        t_fault = min(f["_t"] for f in pending)
         coord = _coord_recovery(coord_recoveries, t_fault, ta)
         detected = coord / 1e9 if coord else ta
-        total = (done - t_fault) * 1000 if done else None
         breakdown = {"detect": max(0.0, (detected - t_fault) * 1000)}
         agent = _slowest_agent(agent_recoveries, t_fault - 1.0, t_next)
         if agent:
             for key, name in PHASES:
                 breakdown[name] = float(agent.get(key) or 0)
-        reason = line.split("] ", 1)[-1].strip()
-        recs.append({"epoch": len(recs) + 1, "reason": reason[:300], "detected_s": detected - t0,
-                     "first_step_s": (done - t0) if done else None, "total_ms": total, "restored_version": v,
-                     "breakdown_ms": breakdown, "faults": [f["id"] for f in causes]})
-        for f in causes:
+        m = re.search(r"epoch (\d+): started", line)
+        epoch = int(m.group(1)) if m else None
+        recs.append({"epoch": epoch, "reason": tl.reasons.get(epoch, "")[:300], "detected_s": detected - t0,
+                     "first_step_s": (done - t0) if done else None,
+                     "total_ms": (done - t_fault) * 1000 if done else None, "restored_version": v,
+                     "breakdown_ms": breakdown, "faults": [f["id"] for f in pending]})
+        for f in pending:
             f["recovery"] = len(recs) - 1
+        pending = []
     return recs
 
 
