@@ -11,7 +11,7 @@ import tempfile
 SOURCE = os.environ.get("FTRUN_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE, "integration", "chaos"))
 from ftrun_chaos import plan as planlib  # noqa: E402
-from ftrun_chaos.schedule import planned_groups, random_groups  # noqa: E402
+from ftrun_chaos.schedule import COPY_LOSS_KINDS, planned_groups, random_groups  # noqa: E402
 
 CLI = os.path.join(SOURCE, "integration", "chaos", "ftrun-chaos")
 failures = []
@@ -107,8 +107,8 @@ def draw(seed):
 a, b, c = draw(7), draw(7), draw(8)
 check(a == b and a != c, "the same seed gives the same faults, another seed others")
 check(sum(len(g) for g in a) == soak.random["count"], "random: exactly count faults")
-lost = [sum(1 for k, *_ in g if k in planlib.NODE_LOSS_KINDS) for g in a]
-check(max(lost) <= soak.replicas, "random: never more node losses at once than replicas cover (%s)" % max(lost))
+lost = [sum(1 for k, *_ in g if k in COPY_LOSS_KINDS) for g in a]
+check(max(lost) <= soak.replicas, "random: never more copies lost at once than replicas cover (%s)" % max(lost))
 check(all(len(g) == 1 for g in a if any(k == "coordinator_kill" for k, *_ in g)), "a coordinator kill comes alone")
 big = planlib.load(os.path.join(SOURCE, "configs", "chaos", "soak.yaml"))
 from ftrun_chaos.run import scaled  # noqa: E402

@@ -11,6 +11,10 @@ a version committed after the previous such fault (its redundancy back)."""
 from .plan import AWAY_KINDS, KINDS, NODE_LOSS_KINDS, RESTART_KINDS, Fault
 from .faults import RANDOM_SIGNALS
 
+# What takes away one copy of some shard: a node, or (a bit flipped in a
+# chunk that the restart then drops) one chunk of a node's copy.
+COPY_LOSS_KINDS = NODE_LOSS_KINDS | AWAY_KINDS | {"bitflip_shm"}
+
 
 class Group:
     def __init__(self, faults, at_step=None, at_time=None):
@@ -49,7 +53,7 @@ def random_groups(plan, rng):
                     continue  # alone: the runner is away while it happens
                 if any(f.kind == "coordinator_kill" for f in faults):
                     continue
-                if kind in NODE_LOSS_KINDS | AWAY_KINDS and nodes_lost >= plan.replicas:
+                if kind in COPY_LOSS_KINDS and nodes_lost >= plan.replicas:
                     continue
                 break
             else:
@@ -57,7 +61,7 @@ def random_groups(plan, rng):
             f = _random_fault(plan, kind, rng, nodes_used)
             if f is None:
                 continue
-            if kind in NODE_LOSS_KINDS | AWAY_KINDS:
+            if kind in COPY_LOSS_KINDS:
                 nodes_lost += 1
             faults.append(f)
         if not faults:
