@@ -174,10 +174,9 @@ def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
     during the recovery) is part of the same recovery. Times in seconds since t0."""
     recs, pending, epochs = [], [], restores_by_epoch(tl)
     for i, (ta, v, line, restores) in enumerate(epochs):
-        pending += [f for f in faults if f.get("recovery") is None and f not in pending and f["_t"] <= ta and
-                    f["kind"] in RESTART_KINDS | NODE_LOSS_KINDS]
-        if not pending:
-            continue
+        pending += [f for f in faults if f.get("recovery") is None and f not in pending and _caused(f, ta, t0)]
+        if not pending and not tl.reasons.get(_epoch_of(line)):
+            continue  # the job's first start
         t_next = epochs[i + 1][0] if i + 1 < len(epochs) else float("inf")
         firsts = {}
         for rank, lst in tl.first_steps.items():
@@ -187,16 +186,16 @@ def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
         done = max(firsts.values()) if len(firsts) == nranks else None
         if done is None and i + 1 < len(epochs):
             continue  # replaced by the next epoch before every rank stepped
-        t_fault = min(f["_t"] for f in pending)
+        t_fault = min(f["_t"] for f in pending) if pending else ta  # none: a restart no fault explains
         coord = _coord_recovery(coord_recoveries, t_fault, ta)
         detected = coord / 1e9 if coord else ta
         breakdown = {"detect": max(0.0, (detected - t_fault) * 1000)}
-        agent = _slowest_agent(agent_recoveries, t_fault - 1.0, t_next)
+        # The agents' own records of this epoch: they stop their ranks around the coordinator's decision.
+        agent = _slowest_agent(agent_recoveries, t_fault - 0.5, ta + 0.2)
         if agent:
             for key, name in PHASES:
                 breakdown[name] = float(agent.get(key) or 0)
-        m = re.search(r"epoch (\d+): started", line)
-        epoch = int(m.group(1)) if m else None
+        epoch = _epoch_of(line)
         recs.append({"epoch": epoch, "reason": tl.reasons.get(epoch, "")[:300], "detected_s": detected - t0,
                      "first_step_s": (done - t0) if done else None,
                      "total_ms": (done - t_fault) * 1000 if done else None, "restored_version": v,
@@ -205,6 +204,20 @@ def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
             f["recovery"] = len(recs) - 1
         pending = []
     return recs
+
+
+def _epoch_of(line):
+    m = re.search(r"epoch (\d+): started", line)
+    return int(m.group(1)) if m else None
+
+
+def _caused(f, ta, t0):
+    """Whether fault f may have caused the epoch begun at ta: a fault that restarts the job, before it, and not
+    long before: 30 s for one that happens at once, 3 s after the end of one that lasts (a link back up)."""
+    if f["kind"] not in RESTART_KINDS | NODE_LOSS_KINDS or f["_t"] > ta:
+        return False
+    end = t0 + f["ended_s"] if f.get("ended_s") is not None else f["_t"]
+    return ta <= end + (3.0 if f.get("ended_s") is not None else 30.0)
 
 
 def _coord_recovery(coord_recoveries, t_fault, ta):
