@@ -299,7 +299,14 @@ def bitflip_disk(ctx, f, rng):
     names = manifest_chunks(rng.choice(manifests)) if manifests else []
     if not names:
         raise Skip("no chunk file referenced by %s" % newest)
-    name = rng.choice(names)
+    # Rather a file only the newest complete version has: one that every version shares would make
+    # all of them unrestorable (dedup on disk keeps one copy), which no redundancy covers.
+    older = set()
+    for d in versions[:-1]:
+        for m in glob.glob(os.path.join(d, "rank*.manifest")):
+            older.update(manifest_chunks(m))
+    own = [n for n in names if n not in older]
+    name = rng.choice(own or names)
     path = chunk_path(ctx.nodes.persist_dir, ctx.job.job_id, name)
     size = os.path.getsize(path)
     if size <= CHUNK_HEADER:

@@ -58,11 +58,19 @@ class NetnsNodes:
 
     # -- processes
     def kill_namespace(self, ns, sig=signal.SIGKILL):
-        """Every process of namespace ns (an agent and its ranks: the whole node)."""
-        try:
-            return self.cluster.kill_node_processes(ns, sig, timeout=15.0)
-        except nc.NetnsError as e:
-            raise NodeError(str(e))
+        """Every process of namespace ns now (an agent and its ranks: the whole node); not the agent the
+        runner may start there a moment later. Returns the pids, once they are gone."""
+        pids = self.cluster.pids(ns)
+        for pid in pids:
+            if pid > 0:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        if not wait_gone(pids, 15.0):
+            raise NodeError("processes %s of namespace %d still there 15 s after %s" % (
+                [p for p in pids if os.path.exists("/proc/%d" % p)], ns, signal.Signals(sig).name))
+        return pids
 
     # -- network
     def link_down(self, ns):

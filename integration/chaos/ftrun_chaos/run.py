@@ -2,7 +2,9 @@
 schedule, the verdict and the report."""
 import copy
 import os
+import random
 import subprocess
+import threading
 import time
 
 import yaml
@@ -95,6 +97,7 @@ class Runner:
     def __init__(self, plan, build, workdir, log):
         self.plan, self.build, self.workdir, self.log = plan, build, workdir, log
         self.rng = faultlib.new_rng(plan.seed)
+        self.lock = threading.Lock()  # records, active, not_injected: written by the firing threads
         self.records = []
         self.job = None
         self.active = []  # [(end time, undo, record)]
@@ -105,8 +108,11 @@ class Runner:
     # -- the loop's helpers
     def tick(self):
         t = now()
-        for item in [a for a in self.active if a[0] <= t]:
-            self.active.remove(item)
+        with self.lock:
+            due = [a for a in self.active if a[0] <= t]
+            for item in due:
+                self.active.remove(item)
+        for item in due:
             end, undo, rec = item
             try:
                 undo()
@@ -143,37 +149,46 @@ class Runner:
                         READY_TIMEOUT, " after fault %d (%s)" % (last["id"], last["kind"]) if last else "")
                     self.log(self.stuck)
                 return False
-        for f in group.faults:
-            self._fire_one(f)
+        # Together: each fault on its own thread (with its own generator, drawn here so a seed replays),
+        # while this thread keeps ending the faults whose time is up.
+        threads = [threading.Thread(target=self._fire_one, args=(f, random.Random(self.rng.randrange(1 << 32))))
+                   for f in group.faults]
+        for th in threads:
+            th.start()
+        while any(th.is_alive() for th in threads):
+            self.tick()
+            time.sleep(0.01)
         if group.restarts:
             st = self.job.status or {}
             self.last_restart_version = st.get("committed_version") or self.last_restart_version
         return True
 
-    def _fire_one(self, f):
+    def _fire_one(self, f, rng):
         reason = "?"
         for attempt in range(SKIP_RETRIES):
             t = now()
             try:
-                rec, undo = faultlib.inject(self.ctx, f, self.rng)
+                rec, undo = faultlib.inject(self.ctx, f, rng)
             except faultlib.Skip as e:
                 reason = str(e)
-                self.wait(lambda: False, 0.2)
+                time.sleep(0.2)
                 continue
             except Exception as e:  # a fault that could not be made: said, and the run goes on
                 reason = "%s: %s" % (type(e).__name__, e)
                 break
             t = rec.get("_t", t)
-            rec.update({"id": len(self.records), "kind": f.kind, "at_s": round(t - self.job.started, 3),
-                        "at_step": self.job.timeline.max_step, "ended_s": None, "recovery": None,
-                        "detected": None, "note": rec.get("note", ""), "_t": t, "origin": f.origin})
-            self.records.append(rec)
-            if undo is not None:
-                self.active.append((t + (f.duration or 0), undo, rec))
+            with self.lock:
+                rec.update({"id": len(self.records), "kind": f.kind, "at_s": round(t - self.job.started, 3),
+                            "at_step": self.job.timeline.max_step, "ended_s": None, "recovery": None,
+                            "detected": None, "note": rec.get("note", ""), "_t": t, "origin": f.origin})
+                self.records.append(rec)
+                if undo is not None:
+                    self.active.append((t + (f.duration or 0), undo, rec))
             self.log("fault %d: %s %s at %.1fs step %d" % (rec["id"], f.kind, rec["target"], rec["at_s"],
                                                            rec["at_step"]))
             return rec
-        self.not_injected.append("%s (%s): %s" % (f.kind, f.origin, reason))
+        with self.lock:
+            self.not_injected.append("%s (%s): %s" % (f.kind, f.origin, reason))
         self.log("fault %s (%s) not injected: %s" % (f.kind, f.origin, reason))
         return None
 

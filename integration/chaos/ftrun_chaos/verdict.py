@@ -124,7 +124,7 @@ def detect_corruptions(faults, tl, persist_dir, job_id, nodes, runner_path):
         name = os.path.basename(c["file"])
         hits = [l for l in lines if name in l]
         if hits:
-            f["detected"], f["note"] = True, "detected: " + hits[0].strip()[-200:]
+            f["detected"], f["note"] = True, "detected: " + hits[0].split("] ", 1)[-1].strip()[:300]
         elif _replaced(c):
             f["detected"], f["note"] = True, "not read before retention removed the file (written again since)"
         else:
