@@ -15,7 +15,7 @@ import signal
 import struct
 import time
 
-from .nodes import NodeError
+from .nodes import NodeError, flip_bit
 
 CHUNK_HEADER = 4096  # plugin/persist/disk_format.h: a chunk file's bytes start here
 RANDOM_SIGNALS = ["SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT"]
@@ -67,12 +67,11 @@ class Context:
         raise Skip("rank %d has no process right now" % rank)
 
 
-def _signal(pid, sig):
+def _signal(ctx, agent, pid, sig):
+    """Signals a process of agent's machine (a rank, the agent); Skip when it is gone."""
     if pid <= 0:  # 0 or -1 would signal a whole process group
         raise Skip("no pid")
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
+    if not ctx.nodes.send_signal(agent, pid, sig):
         raise Skip("process %d is gone" % pid)
 
 
@@ -85,15 +84,14 @@ def _sig(name):
 def rank_kill(ctx, f, rng):
     name = f.params["signal"] if f.params.get("signal") != "random" else rng.choice(RANDOM_SIGNALS)
     node, agent, pid = ctx.rank_pid(ctx.pick_rank(f.rank, rng))
-    rank = f.rank if f.rank not in (None, "any") else None
-    _signal(pid, _sig(name))
+    _signal(ctx, agent, pid, _sig(name))
     return {"target": "node %d (agent %d) rank pid %d" % (node, agent, pid), "params": {"signal": name},
-            "rank": rank, "namespaces": [agent]}, None
+            "namespaces": [agent]}, None
 
 
 def rank_hang(ctx, f, rng):
     node, agent, pid = ctx.rank_pid(ctx.pick_rank(f.rank, rng))
-    _signal(pid, signal.SIGSTOP)
+    _signal(ctx, agent, pid, signal.SIGSTOP)
     return {"target": "node %d (agent %d) rank pid %d" % (node, agent, pid), "params": {"signal": "SIGSTOP"},
             "namespaces": [agent]}, None
 
@@ -102,7 +100,7 @@ def agent_kill(ctx, f, rng):
     node = ctx.pick_node(f.node, rng)
     agent = ctx.agent_of_node(node)
     pid = ctx.agent_status(agent).get("agent_pid", 0)
-    _signal(pid, _sig(f.params["signal"]))
+    _signal(ctx, agent, pid, _sig(f.params["signal"]))
     return {"target": "node %d: agent %d pid %d" % (node, agent, pid), "params": {"signal": f.params["signal"]},
             "namespaces": [agent]}, None
 
@@ -110,14 +108,16 @@ def agent_kill(ctx, f, rng):
 def node_kill(ctx, f, rng):
     node = ctx.pick_node(f.node, rng)
     agent = ctx.agent_of_node(node)
+    st = ctx.agent_status(agent)
+    known = [st.get("agent_pid", 0)] + [r["pid"] for r in st.get("ranks", []) if r.get("pid")]
     note = ""
     try:
-        pids = ctx.nodes.kill_namespace(agent)
+        pids = ctx.nodes.kill_node(agent, known)
     except NodeError as e:  # SIGKILLed, but a process is slow to go (a thread in the kernel)
         pids, note = [None], str(e)
     if not pids:
-        raise Skip("node %d's namespace has no process" % node)
-    return {"target": "node %d: namespace %d, %d processes" % (node, agent, len(pids)), "params": {},
+        raise Skip("node %d has no process" % node)
+    return {"target": "node %d (agent %d): %d processes" % (node, agent, len(pids)), "params": {},
             "namespaces": [agent], "note": note}, None
 
 
@@ -183,25 +183,13 @@ def disk_error(ctx, f, rng):
 
 # ----------------------------------------------------------------- corruption
 
-def _flip(path, offset, rng):
-    """Flips one random bit of the byte at offset; returns (bit, old byte)."""
-    bit = rng.randrange(8)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        old = os.pread(fd, 1, offset)
-        if len(old) != 1:
-            raise Skip("%s has no byte at offset %d" % (path, offset))
-        os.pwrite(fd, bytes([old[0] ^ (1 << bit)]), offset)
-    finally:
-        os.close(fd)
-    return bit, old[0]
-
-
 def _all_rank_pids(ctx):
+    """[(agent, pid)] of every rank now."""
     pids = []
     for node in range(ctx.plan.nodes):
         try:
-            pids += [r["pid"] for r in ctx.agent_status(ctx.agent_of_node(node)).get("ranks", []) if r.get("pid")]
+            agent = ctx.agent_of_node(node)
+            pids += [(agent, r["pid"]) for r in ctx.agent_status(agent).get("ranks", []) if r.get("pid")]
         except Skip:
             pass
     return pids
@@ -229,8 +217,8 @@ def bitflip_shm(ctx, f, rng):
     restart = f.params["read"] == "restart"
     paused = _all_rank_pids(ctx) if restart else []
     try:
-        for pid in paused:
-            _signal(pid, signal.SIGSTOP)
+        for a, pid in paused:
+            ctx.nodes.send_signal(a, pid, signal.SIGSTOP)
         if restart:
             st, chunks = _stable_sample(ctx, agent)
         else:
@@ -240,8 +228,8 @@ def bitflip_shm(ctx, f, rng):
         if fd is None or not chunks:
             raise Skip("agent %d reports no committed chunk yet" % agent)
         c = rng.choice(chunks)
-        offset = c["offset"] + rng.randrange(max(1, c["bytes"]))
-        bit, _ = _flip("/proc/%d/fd/%d" % (st["agent_pid"], fd), offset, rng)
+        offset, bit = c["offset"] + rng.randrange(max(1, c["bytes"])), rng.randrange(8)
+        ctx.nodes.flip_bit(agent, "/proc/%d/fd/%d" % (st["agent_pid"], fd), offset, bit)
         rec = {"target": "node %d (agent %d): rank %d tensor '%s' chunk %d of version %d" % (
                    node, agent, c["rank"], c["tensor"], c["chunk"], c["version"]),
                "params": {"offset": offset, "bit": bit, "read": f.params["read"]},
@@ -252,15 +240,12 @@ def bitflip_shm(ctx, f, rng):
             victim = next((r for r in st.get("ranks", []) if r.get("pid")), None)
             if victim:
                 rec["_t"] = time.monotonic()  # the recovery is timed from the kill, not from the pause
-                os.kill(victim["pid"], signal.SIGKILL)
+                ctx.nodes.send_signal(agent, victim["pid"], signal.SIGKILL)
                 rec["params"]["then"] = "SIGKILL rank %d" % victim["rank"]
         return rec, None
     finally:
-        for pid in paused:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        for a, pid in paused:
+            ctx.nodes.send_signal(a, pid, signal.SIGCONT)
 
 
 def complete_versions(persist_dir, job_id, nodes):
@@ -311,8 +296,8 @@ def bitflip_disk(ctx, f, rng):
     size = os.path.getsize(path)
     if size <= CHUNK_HEADER:
         raise Skip("%s has no data bytes" % path)
-    offset = CHUNK_HEADER + rng.randrange(size - CHUNK_HEADER)
-    bit, _ = _flip(path, offset, rng)
+    offset, bit = CHUNK_HEADER + rng.randrange(size - CHUNK_HEADER), rng.randrange(8)
+    flip_bit(path, offset, bit)  # the persist directory is seen from here (a shared filesystem)
     return {"target": path, "params": {"offset": offset, "bit": bit},
             "corrupt": {"where": "disk", "file": path, "inode": os.stat(path).st_ino,
                         "version_dir": os.path.basename(newest)}}, None

@@ -56,7 +56,27 @@ class NetnsNodes:
         return "%d network namespaces %s0..%d on bridge %s (%s)" % (self.count, c.prefix, self.count - 1,
                                                                      c.bridge, c.subnet)
 
+    def node_args(self):
+        """How the runner is told where the nodes are."""
+        p = self.plan
+        return ["--num_nodes", str(p.nodes), "--num_gpus", str(p.ranks_per_node), "--spares", str(p.spares)]
+
     # -- processes
+    def send_signal(self, ns, pid, sig):
+        """Signals a process of the cluster (any namespace: pids are global here); False when it is gone."""
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def kill_node(self, ns, known_pids):
+        """The whole node: every process of its namespace (known_pids, from the status files, are among them)."""
+        return self.kill_namespace(ns)
+
+    def flip_bit(self, ns, path, offset, bit):
+        flip_bit(path, offset, bit)
+
     def kill_namespace(self, ns, sig=signal.SIGKILL):
         """Every process of namespace ns now (an agent and its ranks: the whole node); not the agent the
         runner may start there a moment later. Returns the pids, once they are gone."""
@@ -127,32 +147,11 @@ class NetnsNodes:
                 proc.wait()
 
     # -- the persist directory
-    def ballast_path(self):
-        return os.path.join(self.persist_dir, ".chaos-ballast")
-
     def fill_disk(self):
-        """Takes every free byte of the persist filesystem; returns how many."""
-        st = os.statvfs(self.persist_dir)
-        free = st.f_bavail * st.f_frsize
-        fd = os.open(self.ballast_path(), os.O_CREAT | os.O_WRONLY, 0o600)
-        try:
-            taken = 0
-            step = max(free, 1 << 20)
-            while step >= 4096:  # what stays free after a big allocation is taken in smaller pieces
-                try:
-                    os.posix_fallocate(fd, taken, step)
-                    taken += step
-                except OSError:
-                    step //= 2
-            return taken
-        finally:
-            os.close(fd)
+        return fill_disk(self.persist_dir)
 
     def free_disk(self):
-        try:
-            os.unlink(self.ballast_path())
-        except FileNotFoundError:
-            pass
+        free_disk(self.persist_dir)
 
     def disk_read_only(self):
         """Every write into the persist directory fails with EROFS from now on (a read-only bind mount over
@@ -185,6 +184,48 @@ class NetnsNodes:
                 errors.append("umount %s: %s" % (self.persist_dir, p.stderr.strip()))
         if errors:
             raise NodeError("teardown: " + "; ".join(errors))
+
+
+def flip_bit(path, offset, bit):
+    """Flips one bit of the byte at offset of a file (also /proc/PID/fd/N: a memfd)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        old = os.pread(fd, 1, offset)
+        if len(old) != 1:
+            raise NodeError("%s has no byte at offset %d" % (path, offset))
+        os.pwrite(fd, bytes([old[0] ^ (1 << bit)]), offset)
+    finally:
+        os.close(fd)
+
+
+def _ballast(persist_dir):
+    return os.path.join(persist_dir, ".chaos-ballast")
+
+
+def fill_disk(persist_dir):
+    """Takes every free byte of the filesystem of persist_dir; returns how many."""
+    st = os.statvfs(persist_dir)
+    free = st.f_bavail * st.f_frsize
+    fd = os.open(_ballast(persist_dir), os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        taken = 0
+        step = max(free, 1 << 20)
+        while step >= 4096:  # what stays free after a big allocation is taken in smaller pieces
+            try:
+                os.posix_fallocate(fd, taken, step)
+                taken += step
+            except OSError:
+                step //= 2
+        return taken
+    finally:
+        os.close(fd)
+
+
+def free_disk(persist_dir):
+    try:
+        os.unlink(_ballast(persist_dir))
+    except FileNotFoundError:
+        pass
 
 
 def _run(argv, input=None):

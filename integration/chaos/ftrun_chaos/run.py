@@ -238,9 +238,8 @@ def execute(plan, build, workdir, log, duration=None, on_cluster=lambda: None):
         log("cluster: " + nodes.describe())
         cfg = job_config(plan, workdir, nodes.persist_dir, job_id)
         cmd = [os.path.join(build, "ftrun-synthetic")] + trainer_args(plan) if plan.synthetic else plan.command
-        argv = [os.path.join(build, "ftrun"), "--num_nodes", str(plan.nodes), "--num_gpus", str(plan.ranks_per_node),
-                "--spares", str(plan.spares), "--config", cfg, "--no_python", "--no_local_rank"] + \
-            nodes.runner_args() + cmd
+        argv = [os.path.join(build, "ftrun")] + nodes.node_args() + ["--config", cfg, "--no_python",
+                                                                       "--no_local_rank"] + nodes.runner_args() + cmd
         env = nodes.env(os.environ)
         r.job = RunningJob(argv, env, os.path.join(workdir, "run"), job_id, cfg, workdir)
         r.ctx = faultlib.Context(plan, r.job, nodes, os.path.join(build, "ftrun"))
