@@ -195,6 +195,21 @@ def _all_rank_pids(ctx):
     return pids
 
 
+def _pause(ctx, paused, timeout=10.0):
+    """SIGSTOPs every rank and waits until all are stopped, then for the commits of their last saves."""
+    for a, pid in paused:
+        ctx.nodes.send_signal(a, pid, signal.SIGSTOP)
+    by_agent = {}
+    for a, pid in paused:
+        by_agent.setdefault(a, []).append(pid)
+    deadline = time.time() + timeout
+    while not all(ctx.nodes.stopped(a, pids) for a, pids in by_agent.items()):
+        if time.time() > deadline:
+            raise Skip("the ranks did not all stop within %.0f s" % timeout)
+        time.sleep(0.05)
+    time.sleep(0.6)  # the last saves' copies and commit, then the status files (written every 200 ms)
+
+
 def _stable_sample(ctx, agent, timeout=3.0):
     """The agent's sample of committed chunks once it is of the job's committed version (ranks stopped)."""
     deadline = time.time() + timeout
@@ -217,9 +232,8 @@ def bitflip_shm(ctx, f, rng):
     restart = f.params["read"] == "restart"
     paused = _all_rank_pids(ctx) if restart else []
     try:
-        for a, pid in paused:
-            ctx.nodes.send_signal(a, pid, signal.SIGSTOP)
         if restart:
+            _pause(ctx, paused)
             st, chunks = _stable_sample(ctx, agent)
         else:
             st = ctx.agent_status(agent)

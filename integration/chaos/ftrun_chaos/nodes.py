@@ -70,6 +70,17 @@ class NetnsNodes:
         except ProcessLookupError:
             return False
 
+    def stopped(self, ns, pids):
+        """Whether every one of pids is stopped (state T) or gone."""
+        for pid in pids:
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z"):
+                        return False
+            except (OSError, IndexError):
+                pass
+        return True
+
     def kill_node(self, ns, known_pids):
         """The whole node: every process of its namespace (known_pids, from the status files, are among them)."""
         return self.kill_namespace(ns)

@@ -10,6 +10,7 @@ expected (PlanError). The format is documented in configs/chaos/README.md.
       - {kind: link_down, at_time: 20s, duration: 3s, target: {node: 2}}
     random:   {count: 200, seed: 7, kinds: {rank_kill: 3, node_kill: 1}, gap: [0.5s, 2s]}
 """
+import os
 import re
 import signal
 
@@ -75,6 +76,9 @@ class Plan:
         self.replicas = 1
         self.timeout = 900.0
         self.persist_size = 0  # bytes of the tmpfs for persist.dir; 0 = no persistence
+        self.persist_dir = ""  # ssh backend: persist.dir on a shared filesystem
+        self.hosts, self.ssh, self.launcher_args = [], [], ""  # ssh backend
+        self.coordinator_addr, self.agent_addr, self.env, self.run_dir = "", [], {}, ""
         self.persist_every = 20
         self.faults = []
         self.random = None  # dict(count, seed, kinds, gap, max_at_once, duration, start)
@@ -267,14 +271,44 @@ def _cluster(p, r):
     c = r.sub("cluster")
     if c is None:
         return
-    # Only network namespaces on this machine today; real hosts over ssh are
-    # not built yet (the runner's ssh launcher is, the fault injection is not).
-    p.backend = c.string("backend", "netns", ["netns"])
+    p.backend = c.string("backend", "netns", ["netns", "ssh"])
+    if p.backend == "ssh":
+        _ssh_cluster(p, c)
     p.spares = c.int("spares", 1, 0, 8)
-    p.nodes = c.int("nodes", 4, 2, 32)
+    p.nodes = c.int("nodes", len(p.hosts) - p.spares if p.hosts else 4, 2, 64)
+    if p.hosts and p.nodes + p.spares != len(p.hosts):
+        c.fail(c.line("nodes"), c.field("nodes"), "expected nodes + spares = %d (the hosts listed), got %d + %d" % (
+            len(p.hosts), p.nodes, p.spares))
     p.ranks_per_node = c.int("ranks_per_node", 2, 1, 64)
     p.replicas = c.int("replicas", 1, 1, p.nodes - 1)
     c.done()
+
+
+def _ssh_cluster(p, c):
+    hosts = c.get("hosts")
+    if not isinstance(hosts, list) or len(hosts) < 2 or not all(isinstance(h, str) and h for h in hosts):
+        c.fail(c.line("hosts"), c.field("hosts"), "expected a list of at least 2 host names (the job's nodes, then "
+               "its spares)")
+    p.hosts = hosts
+    ssh = c.get("ssh", "ssh -o BatchMode=yes")
+    if not isinstance(ssh, str) or not ssh.split():
+        c.fail(c.line("ssh"), c.field("ssh"), "expected the command that runs a command on a host, e.g. "
+               "'ssh -o BatchMode=yes'")
+    p.ssh = ssh.split()
+    p.launcher_args = c.string("launcher_args", "")
+    p.coordinator_addr = c.string("coordinator_addr", "")
+    agent_addr = c.get("agent_addr", [])
+    if not isinstance(agent_addr, list) or not all(isinstance(a, str) for a in agent_addr):
+        c.fail(c.line("agent_addr"), c.field("agent_addr"), "expected a list of addresses, one per host")
+    p.agent_addr = agent_addr
+    env = c.get("env", {})
+    if not isinstance(env, dict):
+        c.fail(c.line("env"), c.field("env"), "expected a mapping of environment variables (UCX_*, NCCL_* ...)")
+    p.env = {str(k): str(v) for k, v in env.items()}
+    p.run_dir = c.string("run_dir", "")
+    if not p.run_dir or not os.path.isdir(p.run_dir):
+        c.fail(c.line("run_dir"), c.field("run_dir"), "the ssh backend needs agent.run_dir: an existing directory "
+               "on a filesystem every host and this machine see, got %r" % p.run_dir)
 
 
 def _job(p, r):
@@ -318,6 +352,14 @@ def _job(p, r):
 def _persist(p, r):
     s = r.sub("persist")
     if s is None:
+        return
+    if p.backend == "ssh":
+        p.persist_dir = s.string("dir", "")
+        if not os.path.isdir(p.persist_dir):
+            s.fail(s.line("dir"), s.field("dir"), "the ssh backend needs persist.dir: an existing directory on a "
+                   "filesystem every host and this machine see, got %r" % p.persist_dir)
+        p.persist_every = s.int("every_versions", 20, 1)
+        s.done()
         return
     p.persist_size = s.size("size", "256MiB")
     if p.persist_size < (16 << 20):
@@ -444,7 +486,11 @@ def _random(p, r):
 def _cross_checks(p, r):
     persist_kinds = {"disk_full", "disk_error", "bitflip_disk"}
     used = {f.kind for f in p.faults} | set((p.random or {}).get("kinds", {}))
-    if used & persist_kinds and not p.persist_size:
+    local = used & {"link_down", "partition", "packet_loss", "delay", "disk_error"}
+    if p.backend == "ssh" and local:
+        r.fail(r.line("cluster"), "cluster.backend", "%s need the netns backend (the harness does not "
+               "reconfigure real hosts' networks or mounts)" % ", ".join(sorted(local)))
+    if used & persist_kinds and not (p.persist_size or p.persist_dir):
         r.fail(r.line("persist") if r.has("persist") else 1, "persist",
                "faults %s need a persist directory (add 'persist: {size: 256MiB}')" % ", ".join(sorted(used & persist_kinds)))
     if p.synthetic:

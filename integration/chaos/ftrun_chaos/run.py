@@ -13,6 +13,7 @@ from . import faults as faultlib
 from . import verdict as V
 from .job import RunningJob, now
 from .nodes import NetnsNodes
+from .ssh_nodes import SshNodes
 from .plan import AWAY_KINDS
 from .schedule import planned_groups, random_groups
 
@@ -68,10 +69,10 @@ def golden_from_command(plan, build, workdir):
     return {int(r): d for line in p.stdout.splitlines() if line.startswith("DIGEST ") for _, r, d in [line.split()]}
 
 
-def job_config(plan, workdir, persist_dir, job_id):
+def job_config(plan, workdir, run_dir, persist_dir, job_id):
     cfg = {"job": {"id": job_id, "max_restarts": 100000, "hang_timeout": "3s", "stop_grace": "1s"},
            "store": {"memory_budget": "512MiB", "chunk_size": "256KiB", "prefault": False},
-           "agent": {"run_dir": os.path.join(workdir, "run"), "log_level": "info"},
+           "agent": {"run_dir": run_dir, "log_level": "info"},
            "cluster": {"replicas": plan.replicas, "heartbeat_interval": "200ms", "heartbeat_misses": 10,
                        "lost_node_timeout": "60s"}}
     if persist_dir:
@@ -79,7 +80,8 @@ def job_config(plan, workdir, persist_dir, job_id):
                           "keep": 2, "drain_timeout": "30s"}
     _merge(cfg, yaml.safe_load(plan.config) or {})
     cfg["job"]["id"] = job_id
-    path = os.path.join(workdir, "ftrun.yaml")
+    # Agents read it by path: on a remote host it must be where they see it (run_dir is shared).
+    path = os.path.join(run_dir if plan.backend == "ssh" else workdir, job_id + ".yaml")
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f, sort_keys=False)
     return path
@@ -192,6 +194,15 @@ class Runner:
         self.log("fault %s (%s) not injected: %s" % (f.kind, f.origin, reason))
         return None
 
+    def started(self):
+        """Waits for the first training step; False (and the run is cut short) when none comes."""
+        if self.wait(lambda: self.job.timeline.max_step > 0, READY_TIMEOUT):
+            return True
+        if self.job.alive():
+            self.stuck = "the job did not start training within %.0f s" % READY_TIMEOUT
+            self.log(self.stuck)
+        return False
+
     def run_planned(self):
         pending = planned_groups(self.plan)
         while pending and self.job.alive():
@@ -226,28 +237,31 @@ class Runner:
 
 def execute(plan, build, workdir, log, duration=None, on_cluster=lambda: None):
     """Runs the plan; returns the result dict the report is made of."""
+    workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     nranks = plan.nodes * plan.ranks_per_node
     log("golden run (%d ranks, no faults)..." % nranks)
     golden = golden_digests(plan, build) if plan.synthetic else golden_from_command(plan, build, workdir)
     job_id = "chaos-%d-%d" % (plan.seed, os.getpid())
-    nodes = NetnsNodes(plan, workdir, build)
+    nodes = (SshNodes if plan.backend == "ssh" else NetnsNodes)(plan, workdir, build)
+    run_dir = plan.run_dir or os.path.join(os.path.abspath(workdir), "run")
     r = Runner(plan, build, workdir, log)
     try:
         on_cluster()
         log("cluster: " + nodes.describe())
-        cfg = job_config(plan, workdir, nodes.persist_dir, job_id)
+        cfg = job_config(plan, workdir, run_dir, nodes.persist_dir, job_id)
         cmd = [os.path.join(build, "ftrun-synthetic")] + trainer_args(plan) if plan.synthetic else plan.command
         argv = [os.path.join(build, "ftrun")] + nodes.node_args() + ["--config", cfg, "--no_python",
                                                                        "--no_local_rank"] + nodes.runner_args() + cmd
         env = nodes.env(os.environ)
-        r.job = RunningJob(argv, env, os.path.join(workdir, "run"), job_id, cfg, workdir)
+        r.job = RunningJob(argv, env, run_dir, job_id, cfg, workdir)
         r.ctx = faultlib.Context(plan, r.job, nodes, os.path.join(build, "ftrun"))
         deadline = r.job.started + plan.timeout
-        if plan.faults:
-            r.run_planned()
-        if plan.random:
-            r.run_random(None if duration is None else r.job.started + duration)
+        if r.started():
+            if plan.faults:
+                r.run_planned()
+            if plan.random and not r.stuck:
+                r.run_random(None if duration is None else r.job.started + duration)
         r.finish_faults()
         code = r.job.wait(now() if r.stuck else deadline)
         if r.stuck:
