@@ -9,7 +9,7 @@ pkgs=(
   libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev
   python3-torch python3-numpy fio
   libssl-dev nftables iputils-ping iproute2 procps
-  python3-yaml python3-matplotlib libnetfilter-queue-dev libmnl-dev
+  python3-yaml python3-matplotlib libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
 )
 missing=()
 for p in "${pkgs[@]}"; do
