@@ -167,6 +167,7 @@ std::string ClusterMsgName(uint16_t type) {
     case ClusterMsg::kPullFailed: return "pull-failed";
     case ClusterMsg::kDiskFailed: return "disk-failed";
     case ClusterMsg::kDropped: return "dropped";
+    case ClusterMsg::kMissing: return "missing";
     case ClusterMsg::kAssign: return "assign";
     case ClusterMsg::kMembership: return "membership";
     case ClusterMsg::kHalt: return "halt";

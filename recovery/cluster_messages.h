@@ -39,6 +39,7 @@ enum class ClusterMsg : uint16_t {
   kPullFailed,    // epoch, rank, version, message: no holder it was given could provide that shard
   kDiskFailed,    // epoch, version, message: the sender cannot read its ranks of that version from disk
   kDropped,       // epoch, [(rank, version)]: manifests the sender no longer holds (a chunk of theirs was corrupted)
+  kMissing,       // epoch, [(rank, version)]: told to start from that version, the sender lacks these of its own ranks
   // coordinator -> agent
   kAssign = 32,    // AssignMsg: the slot (node) this agent now is
   kMembership,     // MembershipMsg

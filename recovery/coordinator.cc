@@ -118,6 +118,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       FTRUN_LOG_DEBUG("commit round of version {} failed at agent {}: picking a newer version", v, from);
       held_.erase(v);
       target_.reset();
+      ahead_ = true;
       return MaybeTarget(now);
     }
     case ClusterMsg::kPullFailed: {
@@ -143,6 +144,11 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       // Whatever the epoch: those copies are gone.
       auto lost = GetRankVersions(&r);
       if (r.ok()) Dropped(a, lost, now);
+      return;
+    }
+    case ClusterMsg::kMissing: {
+      auto lost = GetRankVersions(&r);
+      if (r.ok()) Missing(a, epoch, lost, now);
       return;
     }
     case ClusterMsg::kFatal: {
@@ -261,6 +267,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   if (committed_) held_.erase(held_.upper_bound(*committed_), held_.end());
   else held_.clear();
   target_.reset();
+  ahead_ = false;
   recoveries_.push_back({epoch_, reason, now, std::nullopt});
   FTRUN_LOG_WARN("epoch {}: {}; restoring {}", epoch_, reason,
                  committed_ ? "version " + std::to_string(*committed_) : std::string("nothing (no committed version)"));
@@ -425,6 +432,7 @@ void Coordinator::MaybeStart(Time now) {
   phase_ = Phase::kRunning;
   disk_restore_ = false;
   waiting_since_.reset();
+  last_commit_ = stall_warned_ = now;
   if (!recoveries_.empty()) recoveries_.back().started = now;
   FTRUN_LOG_INFO("epoch {}: started {} nodes from {}", epoch_, slots_.size(),
                  committed_ ? "version " + std::to_string(*committed_) : std::string("scratch"));
@@ -462,6 +470,9 @@ void Coordinator::MaybeTarget(Time now) {
     for (int r = 0; r < world && all; ++r) all = !HoldersAlive(r, it->first).empty();
     if (all) newest = it->first;
   }
+  if (!newest && ahead_ && !held_.empty() && (!committed_ || held_.rbegin()->first > *committed_)) {
+    newest = held_.rbegin()->first;  // the fastest rank's; the others copy it when they save it
+  }
   if (!newest || newest == target_) return;
   target_ = newest;
   target_since_ = now;
@@ -474,7 +485,6 @@ void Coordinator::MaybeTarget(Time now) {
 }
 
 void Coordinator::MaybeCommit(Time now) {
-  (void)now;
   const int need = 1 + o_.replicas;
   const int world = WorldSize();
   std::optional<uint64_t> newest;
@@ -487,7 +497,9 @@ void Coordinator::MaybeCommit(Time now) {
   }
   if (!newest) return;
   committed_ = newest;
+  last_commit_ = now;
   held_.erase(held_.begin(), held_.lower_bound(*newest));
+  missing_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);
   SendAll(ClusterMsg::kCommit, EncodeU64(*newest));
 }
@@ -524,6 +536,41 @@ void Coordinator::Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Ti
   out_->Send(a.id, ClusterMsg::kPull, Encode(p));
 }
 
+// An agent told to start from the committed version does not hold its own
+// ranks of it (it did not start them: each would fail its restore, and so
+// would every restart after it). Those copies no longer count, whatever the
+// epoch; a report of this epoch starts a recovery in which the agent pulls
+// them from their holders (or the job goes back to the disk, or stops when
+// no copy is left). The same report again, after such a pull, stops the job
+// with an error rather than restart it in a loop.
+void Coordinator::Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVersion>& lost, Time now) {
+  std::vector<int> ranks;
+  bool again = false;
+  for (const auto& [rank, version] : lost) {
+    auto v = held_.find(version);
+    if (v != held_.end()) {
+      auto h = v->second.find(rank);
+      if (h != v->second.end()) h->second.erase(a.id);
+    }
+    if (epoch != epoch_ || !committed_ || version != *committed_) continue;  // a newer start checks again
+    // Reported before: a recovery since had it pulled (the agent answers
+    // ready only once it holds it), yet it lacks it again.
+    again |= missing_.count({a.id, rank, version}) > 0;
+    ranks.push_back(rank);
+  }
+  if (ranks.empty() || phase_ != Phase::kRunning || a.slot < 0) return;
+  const std::string what = "node " + std::to_string(a.slot) + " (agent " + std::to_string(a.id) +
+                           ") has no copy of rank(s) " + Join(ranks) + " of committed version " +
+                           std::to_string(*committed_) + " to restore";
+  if (again) {
+    return Stop(1, what + ", again after pulling it: stopping rather than restarting the job in a loop");
+  }
+  const uint64_t version = *committed_;
+  const PeerId agent = a.id;
+  BeginRecovery(what + "; it pulls them from their holders", 1, now);
+  for (int rank : ranks) missing_.insert({agent, rank, version});
+}
+
 void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) { Lost(peer, why, now); }
 
 void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
@@ -558,6 +605,7 @@ void Coordinator::Tick(Time now) {
                 " ms (cluster.heartbeat_misses x cluster.heartbeat_interval)", now);
   }
   MaybeTarget(now);  // a round that stalled (a refused copy) gives way to a newer one
+  WarnIfStalled(now);
   if (phase_ == Phase::kRecovering && waiting_since_ && now - *waiting_since_ > o_.lost_node_timeout) {
     std::vector<int> vacant;
     for (size_t s = 0; s < slots_.size(); ++s) {
@@ -568,6 +616,44 @@ void Coordinator::Tick(Time now) {
                                    std::to_string(o_.lost_node_timeout.count()) + " ms (cluster.lost_node_timeout)");
     }
   }
+}
+
+// Replication must never stop in silence: no commit for 3 x copy_timeout
+// while ranks save newer versions names what lags (each rank whose round
+// version is not held at redundancy, and its holders that lack it).
+void Coordinator::WarnIfStalled(Time now) {
+  if (phase_ != Phase::kRunning || o_.replicas == 0) return;
+  const auto limit = 3 * o_.copy_timeout;
+  if (now - last_commit_ <= limit || now - stall_warned_ <= limit) return;
+  if (held_.empty() || (committed_ && held_.rbegin()->first <= *committed_)) return;  // no newer save
+  stall_warned_ = now;
+  const uint64_t newest = held_.rbegin()->first;
+  const uint64_t v = target_.value_or(newest);
+  const int need = 1 + o_.replicas;
+  std::string lag;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    for (int rank : SlotRanks(static_cast<int>(s))) {
+      auto h = HoldersAlive(rank, v);
+      if (static_cast<int>(h.size()) >= need) continue;
+      std::vector<int> missing;  // agents that should hold it and do not
+      std::vector<PeerId> want;
+      if (slots_[s]) want.push_back(*slots_[s]);
+      for (int hs : placement_[s]) {
+        if (slots_[static_cast<size_t>(hs)]) want.push_back(*slots_[static_cast<size_t>(hs)]);
+      }
+      for (PeerId p : want) {
+        if (std::find(h.begin(), h.end(), p) == h.end()) missing.push_back(static_cast<int>(p));
+      }
+      lag += (lag.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " held by " +
+             std::to_string(h.size()) + " of " + std::to_string(need) +
+             (missing.empty() ? std::string() : " (not by agent(s) " + Join(missing) + ")");
+    }
+  }
+  FTRUN_LOG_WARN("no version committed for {:.0f} ms (3 x cluster.copy_timeout) while ranks save newer ones: last "
+                 "committed {}, round version {}, newest saved {}; lagging: {}",
+                 Ms(now - last_commit_), committed_ ? std::to_string(*committed_) : std::string("none"),
+                 target_ ? std::to_string(*target_) : std::string("none"), newest,
+                 lag.empty() ? std::string("none held short (every rank's round copy is in; the commit waits)") : lag);
 }
 
 void Coordinator::Stop(int code, const std::string& message) {

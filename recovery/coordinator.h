@@ -29,6 +29,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +51,9 @@ class Coordinator {
     std::chrono::milliseconds heartbeat_interval{200};
     int heartbeat_misses = 10;
     std::chrono::milliseconds lost_node_timeout{60000};
+    // No commit for 3 x this while ranks save newer versions: a WARN naming
+    // the ranks and holders that lag (again every 3 x this).
+    std::chrono::milliseconds copy_timeout{5000};
     int max_restarts = 3;
     int master_port = 29500;
     // With a persist directory: the versions complete on disk, newest
@@ -104,6 +108,8 @@ class Coordinator {
   void Register(PeerId from, const RegisterMsg& m, Time now);
   void Held(PeerId from, ByteReader* r);
   void Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Time now);
+  // An agent told to start lacks its own ranks of the committed version.
+  void Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVersion>& lost, Time now);
   void BeginRecovery(const std::string& reason, int exit_code, Time now);
   // Stops the job, naming them, if some rank has no live copy of the
   // committed version; false then.
@@ -143,11 +149,21 @@ class Coordinator {
   std::optional<Time> waiting_since_;  // for a lost slot's agent
   std::optional<uint64_t> target_;     // the version being replicated
   Time target_since_{};
+  // A round failed this epoch (e.g. a node's ranks run ahead and released
+  // the newest version every rank holds): rounds target the newest version
+  // any rank saved; agents copy it when their ranks reach it.
+  bool ahead_ = false;
+  Time last_commit_{};    // or the start of the epoch
+  Time stall_warned_{};
+  void WarnIfStalled(Time now);
   std::vector<RecoveryRecord> recoveries_;
   Time last_heartbeat_sent_{};
   bool done_ = false;
   bool disk_restore_ = false;  // this recovery goes back to a version on disk
   std::set<uint64_t> bad_disk_versions_;  // some node could not read its ranks of them
+  // (agent, rank, version) an agent lacked at a start, and a recovery had it
+  // pulled since; cleared by each commit.
+  std::set<std::tuple<PeerId, int, uint64_t>> missing_;
   int exit_code_ = 0;
   std::string exit_message_;
 };

@@ -31,6 +31,15 @@ Status Agent::SetupCluster() {
   };
   replicator_->on_copy_failed = [this](int, uint64_t version, const Status&) { RoundFailed(version); };
   replicator_->on_corrupt = [this](int rank, uint64_t version, const ChunkRef& c) { CorruptChunkSending(rank, version, c); };
+  replicator_->SetCopyTimeout(o_.config.cluster.copy_timeout);
+  // A stalled copy was cancelled: reset the connection with that agent (a
+  // UCX rendezvous on it may never end; closing it fails what is left on
+  // both sides) and connect again at once.
+  replicator_->on_stalled = [this](PeerId peer) {
+    transport_->Disconnect(peer);
+    auto it = members_.find(peer);
+    if (it != members_.end()) transport_->Connect(peer, it->second);
+  };
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kTransportTag;
@@ -159,10 +168,22 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       if (!r.ok() || epoch != epoch_) return;
       store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed (every rank has saved v)
       round_ = v;
+      round_waiting_.clear();
+      // A rank that has not saved v yet (the round may target the newest
+      // version of the job's fastest rank: ranks that run more than
+      // kKeepVersions steps apart share no other) is copied when it does.
       for (const RankSlot& slot : slots_) {
-        if (!store_->Find(slot.global_rank, v)) return RoundFailed(v);  // released meanwhile
+        if (store_->Find(slot.global_rank, v)) continue;
+        auto last = store_->LastSaved(slot.global_rank);
+        if (last && *last >= v) {  // released meanwhile
+          round_waiting_.clear();
+          return RoundFailed(v);
+        }
+        round_waiting_.insert(slot.global_rank);
       }
-      for (const RankSlot& slot : slots_) replicator_->Saved(slot.global_rank, v);
+      for (const RankSlot& slot : slots_) {
+        if (!round_waiting_.count(slot.global_rank)) replicator_->Saved(slot.global_rank, v);
+      }
       return;
     }
     case ClusterMsg::kCommit: {
@@ -238,6 +259,12 @@ void Agent::StartPulls(const PullMsg& m) {
   pull_epoch_ = m.epoch;
   pull_started_ = Clock::now();
   if (m.from_disk) return PullFromDisk(m);
+  if (!m.ranks.empty()) {
+    // The committed version (a replacement may never have seen its commit):
+    // a halt before the start must not drop it as uncommitted.
+    cluster_tracker_->Committed(m.version);
+    service_->OnCommitted(m.version);
+  }
   for (const auto& [rank, holders] : m.ranks) {
     if (store_->Find(rank, m.version)) {  // already here (an earlier pull finished)
       ByteWriter w;
@@ -303,6 +330,8 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
 void Agent::Halt(uint64_t epoch) {
   epoch_ = std::max(epoch_, epoch);
   replicator_->SetEpoch(epoch_);
+  round_waiting_.clear();
+  round_.reset();  // the stopped generation's round is over
   pending_start_.reset();
   if (state_ == State::kRunning) {
     reply_halted_ = true;
@@ -319,7 +348,10 @@ void Agent::StoppedInCluster() {
   state_ = State::kIdle;
   status_dirty_ = true;
   if (reply_halted_) {
+    // The halt came after every commit the coordinator made before it: what
+    // is above the last of them is void now (never before: see ContinueStop).
     reply_halted_ = false;
+    service_->DiscardUncommitted();
     SendToCoordinator(ClusterMsg::kHalted, EncodeU64(epoch_));
   }
   if (pending_start_) {
@@ -338,6 +370,29 @@ void Agent::Start(const StartMsg& m) {
   if (state_ != State::kIdle) return;
   epoch_ = std::max(epoch_, m.epoch);
   replicator_->SetEpoch(epoch_);
+  round_.reset();
+  // Above the version the job starts from: a stopped generation's saves and
+  // copies, or a timeline the job went back from. Never restored, never
+  // acknowledged as a copy of the new timeline's.
+  store_->DiscardAbove(m.version);
+  // Every rank of this node must restore from this node's store: a rank
+  // started without its snapshot fails, and the restart that follows would
+  // fail the same way, forever. The coordinator learns what is missing and
+  // has it pulled from the holders (or goes back to the disk, or stops).
+  std::vector<RankVersion> missing;
+  for (const RankSlot& slot : slots_) {
+    if (m.version && !store_->Find(slot.global_rank, *m.version)) missing.push_back({slot.global_rank, *m.version});
+  }
+  if (!missing.empty()) {
+    std::string names;
+    for (const auto& [rank, v] : missing) names += (names.empty() ? "" : ", ") + std::to_string(rank);
+    FTRUN_LOG_ERROR("told to start from version {}, but this node's store holds no snapshot of rank(s) {} at it: "
+                    "not starting them; asking the coordinator to have them pulled", *m.version, names);
+    ByteWriter w;
+    w.Put<uint64_t>(m.epoch);
+    PutRankVersions(missing, &w);
+    return SendToCoordinator(ClusterMsg::kMissing, w.data());
+  }
   for (const CorruptChunk& c : corrupt_) {
     if (c.dropped && SlotByRank(c.rank) != nullptr) {
       FTRUN_LOG_WARN("{}: not repaired; the job goes on from version {}", c.Name(), m.version.value_or(0));
@@ -397,10 +452,18 @@ void Agent::ClusterTick(Clock::time_point now) {
     pull_failed_ = true;
     SendToCoordinator(ClusterMsg::kPullFailed, w.data());
   }
+  replicator_->Tick(now);  // cancels copies that stalled (cluster.copy_timeout)
   if (coord_up_) {
     if (now - last_heartbeat_ >= interval) {
       last_heartbeat_ = now;
       SendToCoordinator(ClusterMsg::kHeartbeat, EncodeU64(epoch_));
+      // A connection to a holder that failed (or was reset) is made again:
+      // nothing else would, until the next membership change. A no-op for
+      // one that is up or being made.
+      for (PeerId h : replicator_->holders()) {
+        auto it = members_.find(h);
+        if (it != members_.end()) transport_->Connect(h, it->second);
+      }
     }
     if (now - coord_last_heard_ > interval * o_.config.cluster.heartbeat_misses) {
       CoordinatorLost("no message for " + std::to_string((interval * o_.config.cluster.heartbeat_misses).count()) +
@@ -427,6 +490,16 @@ void Agent::ClusterRankSaved(int rank, uint64_t version) {
   w.Put<uint64_t>(epoch_);
   PutRankVersions({{rank, version}}, &w);
   SendToCoordinator(ClusterMsg::kHeld, w.data());  // replication waits for the round (kReplicate)
+  if (round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
+    if (round_ && version == *round_) {
+      replicator_->Saved(rank, version);
+    } else if (round_ && version > *round_ && !store_->Find(rank, *round_)) {
+      round_waiting_.clear();
+      RoundFailed(*round_);  // the rank skipped it
+    } else {
+      round_waiting_.insert(rank);
+    }
+  }
   // Bounded memory while a round runs: keep the committed version, the
   // round's, and the newest kKeepVersions saves (slack for ranks a few
   // steps apart); the rest can never be committed.

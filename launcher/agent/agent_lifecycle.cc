@@ -227,7 +227,12 @@ void Agent::ContinueStop() {
   }
   draining_ = false;
   auto now = Clock::now();
-  service_->DiscardUncommitted();
+  // One node: the saves above the last commit are void. In a cluster the
+  // coordinator may have committed one of them already (it counted this
+  // node's save, and the commit is still on its way here): they go once the
+  // coordinator's halt, sent after any such commit, has arrived
+  // (StoppedInCluster, Halt), or at the next start.
+  if (!cluster() || stop_cause_ == StopCause::kShutdown) service_->DiscardUncommitted();
   if (stop_cause_ == StopCause::kShutdown) {
     if (shutdown_signal_ != 0) exit_code_ = 128 + shutdown_signal_;
     state_ = State::kDone;

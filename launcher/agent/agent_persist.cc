@@ -155,10 +155,17 @@ void Agent::PullFromDisk(const PullMsg& m) {
     // newest version on disk. Newer versions are void, here and on disk.
     FTRUN_LOG_WARN("persist: going back from committed version {} to version {} on disk", *committed, m.version);
     if (flusher_) flusher_->Rewind(m.version);
-    DropFilesAbove(m.version, ranks);
-    store_->DiscardAbove(m.version);
     cluster_tracker_->Rewind(m.version);
   }
+  // Whatever this node has above that version is of another timeline too,
+  // even on an agent that never saw its commit (a replacement, whose pull of
+  // the lost version may have finished; a node started again): in RAM it
+  // would refuse the restore ("versions must increase") or be acknowledged
+  // as a copy of the new timeline's; on disk (this node's marker and
+  // manifests, left by the node it replaces) it would complete a version
+  // of the new timeline with the old one's bytes.
+  if (persist()) DropFilesAbove(m.version, ranks);
+  store_->DiscardAbove(m.version);
   PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
   uint64_t bytes = 0;
   Status s = persist() ? LoadFromDisk(reader, m.version, ranks, &bytes)

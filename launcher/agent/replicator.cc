@@ -77,7 +77,7 @@ void Replicator::StartNext(PeerId to) {
     }
     store_->Pin(job.version);
     out.state_bytes = m->state_bytes();
-    out.started = std::chrono::steady_clock::now();
+    out.started = out.progress = std::chrono::steady_clock::now();
     ByteWriter w;
     w.Put<uint64_t>(job.xfer);
     w.Put<uint64_t>(job.epoch);
@@ -168,8 +168,24 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
     s = Status::FailedPrecondition("offer from epoch " + std::to_string(epoch) + ", this agent is at " +
                                    std::to_string(epoch_));
   }
+  bool stale_pull = false;
+  if (s.ok() && (xfer & kPullBit)) {
+    // Ours only if asked for in this epoch: a pull asked before a recovery
+    // (or before the job went back to the disk) may be of a version, or a
+    // timeline, the job no longer restores.
+    auto p = pulls_.find(xfer);
+    if (p == pulls_.end() || p->second.from != from || p->second.epoch < epoch_) {
+      stale_pull = p != pulls_.end() && p->second.from == from;
+      s = Status::FailedPrecondition("a pull this agent asked for in an earlier epoch (it is at " +
+                                     std::to_string(epoch_) + ")");
+    }
+  }
   if (s.ok() && in_.count({from, xfer})) s = Status::AlreadyExists("transfer already in progress");
-  if (!s.ok()) return Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
+  if (!s.ok()) {
+    Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
+    if (stale_pull) PullDone(xfer, from, s);
+    return;
+  }
   const int rank = m.rank;
   const uint64_t version = m.version;
   if (store_->Find(rank, version) != nullptr) {  // already here (e.g. an earlier pull of it finished)
@@ -183,6 +199,7 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
   in.epoch = epoch;
   in.manifest = std::move(m);
   in.owner = kOwnerBase + next_owner_++;
+  in.progress = std::chrono::steady_clock::now();
   // Which chunks do we lack? Each distinct missing hash is received once.
   std::vector<ChunkRef*> want;
   std::vector<uint64_t> lengths;
@@ -239,6 +256,7 @@ void Replicator::Want(PeerId from, ByteReader* r) {
   auto it = out_.find(from);
   if (it == out_.end() || it->second.job.xfer != xfer) return;  // a transfer we gave up
   Out& out = it->second;
+  out.progress = std::chrono::steady_clock::now();
   uint32_t n = r->GetCount(16);
   for (uint32_t k = 0; k < n; ++k) {
     uint64_t index = r->Get<uint64_t>();
@@ -264,6 +282,7 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
     o->second.inflight--;
     o->second.inflight_bytes -= length;
     o->second.bytes_sent += length;
+    o->second.progress = std::chrono::steady_clock::now();
     Pump(o->second);
     return true;
   }
@@ -274,6 +293,7 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
   auto in = in_.find(key);
   if (in == in_.end()) return true;
   In& x = in->second;
+  x.progress = std::chrono::steady_clock::now();
   if (!status.ok() && x.error.ok()) x.error = status;
   // Verified as each chunk lands, while the next ones are on the wire.
   if (status.ok() && x.error.ok() && HashBytes(base_ + c->offset, c->length) != c->hash) {
@@ -345,7 +365,7 @@ void Replicator::Aborted(PeerId from, ByteReader* r) {
 
 uint64_t Replicator::Pull(PeerId from, int rank, uint64_t version) {
   uint64_t xfer = kPullBit | next_xfer_++;
-  pulls_[xfer] = {rank, version, from};
+  pulls_[xfer] = {rank, version, from, epoch_};
   ByteWriter w;
   w.Put<uint64_t>(xfer);
   w.Put<uint64_t>(epoch_);
@@ -365,6 +385,42 @@ void Replicator::PullRequest(PeerId from, ByteReader* r) {
   // the halt of that epoch may reach this agent after the request does.
   queue_[from].push_front(Job{rank, version, std::max(epoch, epoch_), xfer});
   StartNext(from);
+}
+
+void Replicator::Tick(std::chrono::steady_clock::time_point now) {
+  const std::string why = "no progress for " + std::to_string(copy_timeout_.count()) +
+                          " ms (cluster.copy_timeout); cancelled on both sides, the connection is reset";
+  std::set<PeerId> stalled;
+  for (const auto& [peer, out] : out_) {
+    if (now - out.progress > copy_timeout_) stalled.insert(peer);
+  }
+  for (PeerId to : stalled) {
+    // The rest of this peer's queue goes too: its jobs would be offered on
+    // the connection about to be reset. A routine copy's failure fails its
+    // round at the coordinator, which starts a newer one.
+    queue_.erase(to);
+    Out& out = out_.at(to);
+    ByteWriter w;
+    w.Put<uint64_t>(out.job.xfer);
+    w.PutString(why);
+    t_->Send(to, T(ClusterMsg::kAbort), w.data());
+    FinishOut(to, Status::Timeout(why));  // the WARN
+  }
+  for (auto& [key, in] : in_) {
+    if (in.stalled || now - in.progress <= copy_timeout_) continue;
+    in.stalled = true;
+    stalled.insert(key.first);
+    FTRUN_LOG_WARN("copy of rank {} version {} from agent {}: {} ({} receive(s) outstanding)", in.manifest.rank,
+                   in.manifest.version, key.first, why, in.outstanding);
+    if (in.error.ok()) in.error = Status::Timeout("the copy made no progress for " + std::to_string(copy_timeout_.count()) +
+                                                  " ms (cluster.copy_timeout)");
+    // Each ends in BulkDone (cancelled, or failed by the reset); FinishIn
+    // then refuses the copy and lets the reservations go.
+    for (uint64_t token : in.tokens) t_->CancelRecv(token);
+  }
+  for (PeerId p : stalled) {
+    if (on_stalled) on_stalled(p);
+  }
 }
 
 void Replicator::PeerDown(PeerId peer) {

@@ -51,6 +51,9 @@ class Replicator {
   // receives end); offers from older epochs are refused.
   void SetEpoch(uint64_t epoch);
   void SetHolders(std::vector<PeerId> holders);
+  // A copy (either side, routine or pull) that makes no progress (no chunk
+  // completes, no answer comes) for this long is cancelled: see Tick.
+  void SetCopyTimeout(std::chrono::milliseconds timeout) { copy_timeout_ = timeout; }
   const std::vector<PeerId>& holders() const { return holders_; }
 
   // A local rank's manifest is in the store: copy it to every holder.
@@ -63,6 +66,15 @@ class Replicator {
   // Transport completions and failures.
   bool BulkDone(uint64_t token, const Status& status);
   void PeerDown(PeerId peer);
+  // Cancels the copies that made no progress for the copy timeout, with a
+  // WARN each: a source tells the holder (kAbort) and fails the copy
+  // (on_copy_failed: the coordinator's round moves on, and the next version
+  // goes to that holder with every chunk it lacks); a holder cancels its
+  // receives and refuses the copy. Then on_stalled(peer): a UCX request on
+  // that connection may never end (a rendezvous whose other side is gone
+  // or wedged), so the owner resets the connection, which fails what is
+  // left of it on both sides.
+  void Tick(std::chrono::steady_clock::time_point now);
 
   // Holder side: a copy of (rank, version) is complete in our store.
   std::function<void(int rank, uint64_t version)> on_stored;
@@ -74,6 +86,8 @@ class Replicator {
   std::function<void(int rank, uint64_t version, const ChunkRef& chunk)> on_corrupt;
   // Puller side: a pull ended (OK: stored).
   std::function<void(uint64_t pull, PeerId from, int rank, uint64_t version, const Status&)> on_pulled;
+  // A copy with `peer` stalled and was cancelled (Tick).
+  std::function<void(PeerId peer)> on_stalled;
 
   // The last completed copies sent from here (for status and benchmarks).
   struct Record {
@@ -103,6 +117,7 @@ class Replicator {
     uint64_t state_bytes = 0;
     uint64_t bytes_sent = 0;
     std::chrono::steady_clock::time_point started;
+    std::chrono::steady_clock::time_point progress;  // started, the want list, a chunk sent
   };
   struct In {  // one transfer into our store
     PeerId from;
@@ -113,6 +128,8 @@ class Replicator {
     std::vector<uint64_t> tokens;  // posted receives
     int outstanding = 0;
     Status error;
+    std::chrono::steady_clock::time_point progress;  // the offer, a chunk landed
+    bool stalled = false;                            // cancelled by Tick
   };
 
   void Enqueue(PeerId to, Job job);
@@ -136,6 +153,7 @@ class Replicator {
   char* base_;
   uint64_t chunk_size_;
   uint64_t epoch_ = 0;
+  std::chrono::milliseconds copy_timeout_{5000};
   std::vector<PeerId> holders_;
   uint64_t next_xfer_ = 1;
   uint64_t next_tag_ = 1;
@@ -153,6 +171,7 @@ class Replicator {
     int rank;
     uint64_t version;
     PeerId from;
+    uint64_t epoch;  // ours when asked: an offer for it after the epoch moved on is refused
   };
   std::map<uint64_t, PendingPull> pulls_;  // pull xfer ->
   std::deque<Record> history_;

@@ -233,6 +233,7 @@ Status Runner::Setup() {
   co.heartbeat_interval = config_.cluster.heartbeat_interval;
   co.heartbeat_misses = config_.cluster.heartbeat_misses;
   co.lost_node_timeout = config_.cluster.lost_node_timeout;
+  co.copy_timeout = config_.cluster.copy_timeout;
   co.max_restarts = config_.job.max_restarts;
   co.master_port = o_.master_port;
   if (!config_.persist.dir.empty()) {

@@ -150,6 +150,12 @@ const Key kKeys[] = {
        return c.cluster.lost_node_timeout.count() > 0 ? nullptr : "a duration > 0 like 60s";
      },
      [](const Config& c) { return Millis(c.cluster.lost_node_timeout); }},
+    {"cluster", "copy_timeout", "a duration like 5s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->cluster.copy_timeout); },
+     [](const Config& c) -> const char* {
+       return c.cluster.copy_timeout.count() > 0 ? nullptr : "a duration > 0 like 5s";
+     },
+     [](const Config& c) { return Millis(c.cluster.copy_timeout); }},
     {"persist", "dir", "a directory path, or \"\" for no disk copies",
      [](const std::string& t, Config* c) { return c->persist.dir = t, Status::Ok(); }, nullptr,
      [](const Config& c) { return Quote(c.persist.dir); }},

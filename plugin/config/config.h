@@ -5,7 +5,7 @@
 //   job:   { id, max_restarts, hang_timeout, stop_grace }
 //   store: { memory_budget, chunk_size, snapshot_bytes, prefault }
 //   agent: { run_dir, log_level, ranks_per_node }
-//   cluster: { replicas, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout }
+//   cluster: { replicas, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout, copy_timeout }
 //   persist: { dir, every_versions, every_seconds, keep, rate_limit, direct_io, drain_timeout }
 // Missing keys and sections take the defaults below; unknown keys, wrong node
 // types and out-of-range values are errors.
@@ -68,6 +68,8 @@ struct ClusterConfig {
   std::chrono::milliseconds heartbeat_interval{200};     // cluster.heartbeat_interval, > 0
   int heartbeat_misses = 10;                             // cluster.heartbeat_misses, >= 1
   std::chrono::milliseconds lost_node_timeout{60000};    // cluster.lost_node_timeout, > 0
+  std::chrono::milliseconds copy_timeout{5000};          // cluster.copy_timeout, > 0: a copy between agents
+                                                         // with no progress that long is cancelled
 };
 
 // Committed versions written lazily to disk (plugin/persist/). A version is

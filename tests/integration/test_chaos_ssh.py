@@ -46,6 +46,13 @@ def ssh_ready(c, i):
 
 
 with nc.NetnsCluster(5) as c:
+    # UCX on one named device everywhere (the bridge here, the same name for each namespace's end):
+    # with all devices, a bridge of another test coming or going stalls the coordinator's UCX.
+    for i in range(5):
+        veth = c.device(i)
+        for argv in (["dev", veth, "down"], ["dev", veth, "name", c.bridge], ["dev", c.bridge, "up"]):
+            subprocess.run([nc.IP, "-n", c.netns(i), "link", "set"] + argv, check=True)
+    c.check_connectivity()
     sshds = [subprocess.Popen(c.exec_prefix(i) + [SSHD, "-D", "-f", os.path.join(d, "sshd_config"),
                                                   "-o", "ListenAddress=" + c.addr(i)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(5)]
@@ -59,7 +66,7 @@ with nc.NetnsCluster(5) as c:
             f.write("name: over ssh\n"
                     "cluster:\n  backend: ssh\n  hosts: [%s]\n  spares: 1\n  ranks_per_node: 2\n  replicas: 1\n"
                     "  ssh: ssh -o BatchMode=yes %s\n  launcher_args: %s\n  coordinator_addr: %s\n"
-                    "  env: {UCX_TLS: 'tcp,self'}\n  run_dir: %s\n"
+                    "  env: {UCX_TLS: 'tcp,self', UCX_NET_DEVICES: %s}\n  run_dir: %s\n"
                     "job:\n  synthetic: {state_bytes: 2MiB, tensors: 4, steps: 900, step_ms: 20}\n"
                     "  config: \"job: {hang_timeout: 2s}\\n\"\n"
                     "persist: {dir: %s, every_versions: 10}\n"
@@ -72,8 +79,8 @@ with nc.NetnsCluster(5) as c:
                     "  - {kind: node_kill, at_step: 450, target: {node: 1}}\n"
                     "  - {kind: coordinator_kill, at_step: 560, attach_after: 1s}\n"
                     "  - {kind: bitflip_disk, at_step: 650}\n"
-                    % (", ".join(c.addr(i) for i in range(5)), opts, json.dumps(opts), c.root_addr, run_dir,
-                       persist))
+                    % (", ".join(c.addr(i) for i in range(5)), opts, json.dumps(opts), c.root_addr, c.bridge,
+                       run_dir, persist))
         out = os.path.join(d, "out")
         p = subprocess.run([os.path.join(BUILD, "ftrun-chaos"), "--plan", plan, "--out", out, "--build", BUILD],
                            capture_output=True, text=True, timeout=600)

@@ -373,5 +373,18 @@ TEST_CASE("a persist dir needs something to trigger a write", "[config]") {
   CHECK(ValidateConfig(c).message() == "<default>: persist.keep: expected an integer >= 1, got 0");
 }
 
+TEST_CASE("cluster.copy_timeout is read and must be above 0", "[config]") {
+  CHECK(DefaultConfig().cluster.copy_timeout == milliseconds(5000));
+  Config c;
+  REQUIRE(ParseConfig("cluster:\n  copy_timeout: 1500ms\n", "inline.yaml", &c).ok());
+  CHECK(c.cluster.copy_timeout == milliseconds(1500));
+  Config d;
+  REQUIRE(LoadConfigFile(RepoRoot() + "configs/default.yaml", &d).ok());
+  CHECK(d.cluster.copy_timeout == DefaultConfig().cluster.copy_timeout);
+  ExpectError("cluster:\n  copy_timeout: 0s\n", 2, "cluster.copy_timeout", "a duration > 0 like 5s");
+  ExpectError("cluster:\n  copy_timeout: soon\n", 2, "cluster.copy_timeout",
+              "expected a duration like 30s, 500ms, 2m or 1h, got 'soon'");
+}
+
 }  // namespace
 }  // namespace ftrun

@@ -261,5 +261,90 @@ TEST_CASE("coordinator: when every copy of a shard was dropped as corrupted the 
   REQUIRE(f.c->exit_message().find("ranks 1 have no complete copy of committed version 3") != std::string::npos);
 }
 
+TEST_CASE("coordinator: ranks far apart: after a failed round the target is the fastest rank's newest version",
+          "[coordinator][stall]") {
+  Fixture f(0);
+  auto replicate_version = [&](PeerId to) {
+    const std::string payload = f.out.Last(to, ClusterMsg::kReplicate);
+    ByteReader r(payload);
+    uint64_t epoch = r.Get<uint64_t>();
+    uint64_t v = r.Get<uint64_t>();
+    CHECK(epoch == 0);
+    return v;
+  };
+  // Rank 0 runs ahead (its agent keeps only its newest saves); ranks 1 and 2 are at 10.
+  for (uint64_t v = 10; v <= 20; ++v) f.Msg(0, ClusterMsg::kHeld, HeldMsg(0, {{0, v}}));
+  f.Msg(1, ClusterMsg::kHeld, HeldMsg(0, {{1, 10}}));
+  f.Msg(2, ClusterMsg::kHeld, HeldMsg(0, {{2, 10}}));
+  REQUIRE(f.out.Count(0, ClusterMsg::kReplicate) == 1);
+  CHECK(replicate_version(0) == 10);  // the newest version every rank holds
+  // Agent 0 released rank 0's version 10 already: the round fails.
+  ByteWriter w;
+  w.Put<uint64_t>(0);
+  w.Put<uint64_t>(10);
+  f.Msg(0, ClusterMsg::kRoundFailed, w.data());
+  REQUIRE(f.out.Count(0, ClusterMsg::kReplicate) == 2);
+  CHECK(replicate_version(1) == 20);  // the slower ranks copy it when they reach it
+  // A slower rank saving an older version changes nothing while the round runs.
+  f.Msg(1, ClusterMsg::kHeld, HeldMsg(0, {{1, 11}}));
+  CHECK(f.out.Count(1, ClusterMsg::kReplicate) == 2);
+  f.SaveEverywhere(20, 0);
+  CHECK(f.c->committed() == 20u);
+}
+
+TEST_CASE("coordinator: a node told to start without its ranks' committed copy pulls it; lacking it again stops",
+          "[coordinator][missing]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  REQUIRE(f.c->committed() == 3u);
+  // Rank 1 fails; node 1 was counted as holding its own copy of version 3.
+  f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(0));
+  REQUIRE(f.c->epoch() == 1);
+  REQUIRE(f.out.Count(1, ClusterMsg::kPull) == 0);
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(1));
+  REQUIRE(f.out.Count(1, ClusterMsg::kStart) == 2);
+  // Told to start, node 1 finds it lacks that copy: a stale report changes
+  // nothing but the count of copies; this epoch's starts a recovery in
+  // which node 1 pulls it from its holder.
+  f.Msg(1, ClusterMsg::kMissing, HeldMsg(0, {{1, 3}}));
+  REQUIRE(f.c->epoch() == 1);
+  f.Msg(1, ClusterMsg::kMissing, HeldMsg(1, {{1, 3}}));
+  REQUIRE(f.c->epoch() == 2);
+  REQUIRE(!f.c->done());
+  PullMsg pull;
+  REQUIRE(Decode(f.out.Last(1, ClusterMsg::kPull), &pull).ok());
+  REQUIRE(pull.version == 3);
+  REQUIRE(pull.ranks.size() == 1);
+  REQUIRE(pull.ranks[0].first == 1);
+  REQUIRE(pull.ranks[0].second == std::vector<uint32_t>{2});
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(2));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);  // not before the pull
+  f.Msg(1, ClusterMsg::kHeld, HeldMsg(2, {{1, 3}}));
+  f.Msg(1, ClusterMsg::kReady, EncodeU64(2));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 3);
+  // Lacking it again after the pull: the job stops with an error, never a loop.
+  f.Msg(1, ClusterMsg::kMissing, HeldMsg(2, {{1, 3}}));
+  REQUIRE(f.c->done());
+  REQUIRE(f.c->exit_code() == 1);
+  INFO(f.c->exit_message());
+  CHECK(f.c->exit_message().find("node 1 (agent 1) has no copy of rank(s) 1 of committed version 3") !=
+        std::string::npos);
+  CHECK(f.c->exit_message().find("again after pulling it") != std::string::npos);
+}
+
+TEST_CASE("coordinator: a node lacking a copy no other node holds goes back to the disk or stops",
+          "[coordinator][missing]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  f.Msg(2, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));  // the holder's copy went
+  f.Msg(0, ClusterMsg::kRankFailed, RankFailedMsg(0));
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(1));
+  REQUIRE(f.out.Count(1, ClusterMsg::kStart) == 2);
+  f.Msg(1, ClusterMsg::kMissing, HeldMsg(1, {{1, 3}}));
+  REQUIRE(f.c->done());
+  INFO(f.c->exit_message());
+  CHECK(f.c->exit_message().find("ranks 1 have no complete copy of committed version 3") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ftrun

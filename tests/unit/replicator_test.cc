@@ -26,6 +26,8 @@ struct FakeNet {
   };
   std::map<PeerId, std::vector<TransportEvent>> events;
   std::map<std::tuple<PeerId, PeerId, uint64_t>, Recv> recvs;  // (receiver, sender, tag) ->
+  bool swallow_bulk = false;  // bulk sends vanish: neither side's request ever ends (a wedged rendezvous)
+  std::vector<std::pair<PeerId, PeerId>> disconnects;  // (by, peer)
 
   void Push(PeerId to, TransportEvent e) { events[to].push_back(std::move(e)); }
   static TransportEvent Done(uint64_t token, Status s) {
@@ -41,7 +43,7 @@ class FakeTransport : public Transport {
   FakeTransport(FakeNet* net, PeerId self) : net_(net), self_(self) {}
   std::string address() const override { return "fake"; }
   void Connect(PeerId, const std::string&) override {}
-  void Disconnect(PeerId) override {}
+  void Disconnect(PeerId peer) override { net_->disconnects.push_back({self_, peer}); }
   void Send(PeerId peer, uint16_t type, std::string payload) override {
     TransportEvent e{TransportEvent::Kind::kMessage};
     e.peer = self_;
@@ -50,6 +52,7 @@ class FakeTransport : public Transport {
     net_->Push(peer, std::move(e));
   }
   void SendBulk(PeerId peer, uint64_t tag, const void* data, uint64_t length, uint64_t token) override {
+    if (net_->swallow_bulk) return;
     auto it = net_->recvs.find({peer, self_, tag});
     if (it == net_->recvs.end() || it->second.length != length) {
       return net_->Push(self_, FakeNet::Done(token, Status::Unavailable("no matching receive")));
@@ -89,16 +92,17 @@ struct Node {
   Replicator replicator;
 };
 
-// Rank 0's version 1 in `n`'s store: two chunks of 4 KiB.
-Manifest Save(Node& n) {
+// Rank 0's `version` in `n`'s store: two chunks of 4 KiB, filled with
+// `fill` and `fill` + 1.
+Manifest Save(Node& n, uint64_t version = 1, char fill = 'a') {
   std::vector<uint64_t> offs;
   REQUIRE(n.store.Reserve(1, {4096, 4096}, &offs).ok());
   Manifest m;
   m.rank = 0;
-  m.version = 1;
+  m.version = version;
   TensorManifest t;
   for (size_t i = 0; i < 2; ++i) {
-    std::memset(n.arena.data() + offs[i], 'a' + static_cast<int>(i), 4096);
+    std::memset(n.arena.data() + offs[i], fill + static_cast<int>(i), 4096);
     ChunkRef c;
     c.hash = HashBytes(n.arena.data() + offs[i], 4096);
     c.length = 4096;
@@ -166,6 +170,76 @@ TEST_CASE("replicator: a pull copies a shard, and a chunk corrupted at the sourc
     CHECK(puller.store.Stats().used_bytes == 0);  // its reservations went with the failed copy
     CHECK(net.recvs.empty());
   }
+}
+
+TEST_CASE("replicator: a copy that stalls is cancelled on both sides, and the next version goes in full",
+          "[replicator][stall]") {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  FakeNet net;
+  Node source(&net, 1), holder(&net, 2);
+  source.replicator.SetHolders({2});
+  source.replicator.SetCopyTimeout(milliseconds(1000));
+  holder.replicator.SetCopyTimeout(milliseconds(1000));
+  std::vector<std::pair<uint64_t, Status>> failed;
+  source.replicator.on_copy_failed = [&](int, uint64_t version, const Status& s) { failed.emplace_back(version, s); };
+  std::vector<uint64_t> stored;
+  holder.replicator.on_stored = [&](int, uint64_t version) { stored.push_back(version); };
+  std::vector<std::pair<PeerId, PeerId>> stalled;  // (who, peer)
+  source.replicator.on_stalled = [&](PeerId p) { stalled.emplace_back(1, p); };
+  holder.replicator.on_stalled = [&](PeerId p) { stalled.emplace_back(2, p); };
+
+  Save(source, 1, 'a');
+  net.swallow_bulk = true;  // version 1's chunks never land, and no error ever comes
+  source.replicator.Saved(0, 1);
+  Run({&source, &holder});
+  REQUIRE(net.recvs.size() == 2);  // the holder waits for both chunks
+  CHECK(holder.store.Stats().reserved_bytes == 8192);
+  const auto t0 = std::chrono::steady_clock::now();
+  source.replicator.Tick(t0);  // within the bound: nothing happens
+  holder.replicator.Tick(t0);
+  Run({&source, &holder});
+  CHECK(failed.empty());
+  CHECK(stalled.empty());
+
+  SECTION("the source gives up first: it tells the holder, which lets its receives and reservations go") {
+    source.replicator.Tick(t0 + seconds(2));
+    REQUIRE(failed.size() == 1);
+    CHECK(failed[0].first == 1);
+    CHECK(failed[0].second.code() == Code::kTimeout);
+    CHECK(failed[0].second.message().find("cluster.copy_timeout") != std::string::npos);
+    REQUIRE(stalled.size() == 1);
+    CHECK(stalled[0] == std::make_pair(PeerId{1}, PeerId{2}));
+    Run({&source, &holder});
+  }
+  SECTION("the holder gives up first: it cancels its receives and refuses the copy") {
+    holder.replicator.Tick(t0 + seconds(2));
+    REQUIRE(stalled.size() == 1);
+    CHECK(stalled[0] == std::make_pair(PeerId{2}, PeerId{1}));
+    Run({&source, &holder});
+    REQUIRE(failed.size() == 1);
+    CHECK(failed[0].first == 1);
+    CHECK(failed[0].second.message().find("refused") != std::string::npos);
+  }
+  CHECK(net.recvs.empty());
+  CHECK(holder.store.Find(0, 1) == nullptr);
+  CHECK(holder.store.Stats().reserved_bytes == 0);
+  CHECK(stored.empty());
+
+  // The link works again: the next version goes, with every chunk the
+  // holder lacks (all of them: version 1 never arrived).
+  net.swallow_bulk = false;
+  Save(source, 2, 'p');
+  source.replicator.Saved(0, 2);
+  Run({&source, &holder});
+  REQUIRE(stored == std::vector<uint64_t>{2});
+  const Manifest* got = holder.store.Find(0, 2);
+  REQUIRE(got != nullptr);
+  for (const auto& c : got->tensors[0].chunks) CHECK(HashBytes(holder.arena.data() + c.offset, c.length) == c.hash);
+  REQUIRE(!source.replicator.history().empty());
+  CHECK(source.replicator.history().back().version == 2);
+  CHECK(source.replicator.history().back().bytes_sent == 8192);
+  CHECK(failed.size() == 1);
 }
 
 }  // namespace

@@ -177,6 +177,8 @@ def disk_full(ctx, f, rng):
 
 
 def disk_error(ctx, f, rng):
+    if ctx.nodes.read_only:
+        raise Skip("the persist directory is read-only already (another disk_error)")
     ctx.nodes.disk_read_only()
     return {"target": ctx.nodes.persist_dir, "params": {"error": "EROFS"}}, ctx.nodes.disk_writable
 
@@ -289,6 +291,8 @@ def manifest_chunks(path):
 
 
 def bitflip_disk(ctx, f, rng):
+    if ctx.nodes.read_only:
+        raise Skip("the persist directory is read-only (a disk_error is going on)")
     plan = ctx.plan
     versions = complete_versions(ctx.nodes.persist_dir, ctx.job.job_id, plan.nodes)
     if not versions:
