@@ -186,6 +186,9 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
     FTRUN_LOG_INFO("learned committed version {} from agent {}", *committed_, from);
   }
   epoch_ = std::max(epoch_, m.epoch);
+  // An agent that ran ranks before (a restarted coordinator adopting its
+  // agents): the start below is a restart of those fenced ranks.
+  if (m.committed || !m.catalog.empty() || m.epoch > 0) agents_ran_ranks_ = true;
   for (auto& [v, ranks] : held_) {
     for (auto& [rank, holders] : ranks) holders.erase(from);  // its old reports are void
   }
@@ -207,6 +210,10 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
     // Everyone is here: start the first generation (or the committed
     // version a restarted coordinator learned).
     phase_ = Phase::kRecovering;
+    // A new epoch when the agents' ranks ran before: a rank must never see
+    // the restart count (TORCHELASTIC_RESTART_COUNT) of the generation it
+    // replaces, whose rendezvous may still be held.
+    if (agents_ran_ranks_) epoch_++;
     for (auto& [id, x] : agents_) x.halted = x.ready = true;
     recoveries_.push_back({epoch_, "job start", now, std::nullopt});
     if (!committed_) RestoreFromDisk();

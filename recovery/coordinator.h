@@ -142,6 +142,7 @@ class Coordinator {
   std::vector<std::optional<PeerId>> slots_;  // slot -> agent
   Phase phase_ = Phase::kForming;
   uint64_t epoch_ = 0;
+  bool agents_ran_ranks_ = false;  // an agent registered with ranks run before (an attach)
   int restarts_ = 0;
   int last_failure_code_ = 1;
   std::optional<uint64_t> committed_;

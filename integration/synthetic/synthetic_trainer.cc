@@ -8,7 +8,8 @@
 // of a correctly restored state. It can crash itself in several ways, in
 // restart generation 0 only ($TORCHELASTIC_RESTART_COUNT unset or 0).
 //
-// Output (stdout): "restored version V (rank R)" after a restore, "STEP <rank> <step>"
+// Output (stdout): "restored version V (rank R, restart N)" after a restore
+// (N: $TORCHELASTIC_RESTART_COUNT, the epoch in a cluster), "STEP <rank> <step>"
 // per step with --verbose, "SAVE_FAILURES <rank> <n>" when saves were
 // refused for lack of space, and last "DIGEST <rank> <32 hex>", the XXH3-128
 // of the tensors in order. Exit 0, or 1 after printing a Status error.
@@ -287,7 +288,8 @@ int Run(const Options& opts) {
     if (st.ok()) st = trainer.Restore(*snap);
     if (!st.ok()) return Fail(rank, "restore version " + std::to_string(restore), st);
     step = restore + 1;
-    std::printf("restored version %llu (rank %d)\n", static_cast<unsigned long long>(restore), rank);
+    std::printf("restored version %llu (rank %d, restart %d)\n", static_cast<unsigned long long>(restore), rank,
+                EnvInt("TORCHELASTIC_RESTART_COUNT", 0));
     std::fflush(stdout);
   }
 

@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 
 from . import plan as planlib
@@ -51,7 +52,12 @@ def main(argv=None):
     ap.add_argument("--build", help="the build directory with ftrun, ftrun-agent, ftrun-synthetic")
     ap.add_argument("--quiet", action="store_true", help="only the summary")
     a = ap.parse_args(argv)
-    log = (lambda m: None) if a.quiet else (lambda m: print("ftrun-chaos: " + m, flush=True))
+    lock = threading.Lock()  # faults fired together log from their own threads
+
+    def log(message):
+        if not a.quiet:
+            with lock:
+                print("ftrun-chaos: " + message, flush=True)
     try:
         plan = planlib.load(a.plan)
         if a.faults is not None and a.faults < 1:

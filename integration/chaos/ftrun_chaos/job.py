@@ -16,7 +16,7 @@ import threading
 import time
 
 STEP_RE = re.compile(r"^STEP (\d+) (\d+)$")
-RESTORED_RE = re.compile(r"^restored version (\d+) \(rank (\d+)\)$")
+RESTORED_RE = re.compile(r"^restored version (\d+) \(rank (\d+)(?:, restart (\d+))?\)$")
 DIGEST_RE = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$")
 # The coordinator starting an epoch: every rank restores this version (recovery/coordinator.cc).
 ANNOUNCE_RE = re.compile(r"epoch (\d+): started \d+ nodes from version (\d+)")
@@ -36,14 +36,15 @@ class Timeline:
         self.steps = []          # [(t, step)]: the lowest of the ranks' latest steps, when it changes
         self.latest = {}         # rank -> its latest step (its restored version after a restore)
         self.committed = []      # [(t, version)]
-        self.restores = []       # [(t, rank, version, announced version or None)]
+        self.restores = []       # [(t, rank, version, announced version or None, epoch or None)]
+        self.epoch_versions = {}  # epoch -> the version the coordinator started it from
         self.announced = None    # the coordinator's last announced restore version
         self.announcements = []  # [(t, version, line)]
         self.reasons = {}        # epoch -> why the coordinator began it
         self.digests = {}
         self.max_step = 0
         self.log_lines = []      # [(t, line)] of lines that are not STEP lines
-        self.first_steps = {}    # rank -> [(t, step)] first STEP after each restore
+        self.first_steps = {}    # rank -> [(restore time, time of the first STEP after it, epoch)]
 
     def feed(self, t, line):
         m = STEP_RE.match(line)
@@ -54,15 +55,16 @@ class Timeline:
                 self._track(t, rank, step)
                 pending = self.first_steps.setdefault(rank, [])
                 if pending and pending[-1][1] is None:
-                    pending[-1] = (pending[-1][0], t)
+                    pending[-1] = (pending[-1][0], t, pending[-1][2])
                 return
             self.log_lines.append((t, line))
             m = RESTORED_RE.match(line)
             if m:
                 v, rank = int(m.group(1)), int(m.group(2))
-                self.restores.append((t, rank, v, self.announced))
+                epoch = int(m.group(3)) if m.group(3) is not None else None
+                self.restores.append((t, rank, v, self.announced, epoch))
                 self._track(t, rank, v)
-                self.first_steps.setdefault(rank, []).append((t, None))
+                self.first_steps.setdefault(rank, []).append((t, None, epoch))
                 return
             m = DIGEST_RE.match(line)
             if m:
@@ -74,6 +76,7 @@ class Timeline:
             m = ANNOUNCE_RE.search(line)
             if m:
                 self.announced = int(m.group(2))
+                self.epoch_versions[int(m.group(1))] = self.announced
                 self.announcements.append((t, self.announced, line))
 
     def _track(self, t, rank, step):

@@ -37,7 +37,7 @@ def restores_by_epoch(tl):
     out = []
     for t, v, line in tl.announcements:
         out.append([t, v, line, []])
-    for t, rank, v, announced in tl.restores:
+    for t, rank, v, announced, epoch in tl.restores:
         owner = None
         for e in out:
             if e[0] <= t:
@@ -48,32 +48,21 @@ def restores_by_epoch(tl):
 
 
 def check_restores(tl, nranks):
-    """A rank's restore loads the version of the epoch it belongs to: the newest one the coordinator started
-    before it, or the one before that (a rank of an epoch that a new failure already replaced may finish its
-    restore after the next epoch's line). An epoch every rank restored in before the next began restored
-    one version on all of them."""
-    bad, epochs = [], restores_by_epoch(tl)
-    for i, (t, v, line, restores) in enumerate(epochs):
-        allowed = {v} | ({epochs[i - 1][1]} if i else set())
-        wrong = [(r, rv) for _, r, rv in restores if rv not in allowed]
-        if wrong:
-            bad.append("epoch from version %d: ranks restored %s" % (v, ", ".join("rank %d: %d" % w for w in wrong[:8])))
-        by_rank = {}
-        for _, r, rv in restores:
-            by_rank.setdefault(r, []).append(rv)
-        if len(by_rank) == nranks and all(len(x) == 1 for x in by_rank.values()):
-            versions = {x[0] for x in by_rank.values()}
-            if versions != {v}:
-                bad.append("epoch from version %d: its ranks restored %s" % (v, sorted(versions)))
-    # Committed: the status file (written at least every 200 ms) showed it, or a newer one, by then.
-    for t, v, line, _ in epochs:
+    """Every rank's restore loads the version the coordinator started its epoch from (the trainer says which
+    epoch: $TORCHELASTIC_RESTART_COUNT), so all ranks of an epoch load the same one; and that version was
+    committed: the status file (written at least every 200 ms) showed it, or a newer one, by then."""
+    bad = []
+    for t, rank, v, announced, epoch in tl.restores:
+        want = tl.epoch_versions.get(epoch) if epoch is not None else announced
+        if want is None:
+            bad.append("rank %d restored version %d in epoch %s, which the coordinator never started" % (rank, v, epoch))
+        elif v != want:
+            bad.append("rank %d restored version %d in epoch %s, started from version %d" % (rank, v, epoch, want))
+    for t, v, line in tl.announcements:
         seen = tl.committed_at(t + 0.5)
         if seen is None or v > seen:
             bad.append("an epoch started from version %d, newer than any version shown committed (%s)" % (v, seen))
-    orphans = [(t, r, v) for t, r, v, a in tl.restores if a is None]
-    if orphans:
-        bad.append("%d restore(s) before the coordinator started any epoch from a version" % len(orphans))
-    detail = "%d epochs from a version, %d rank restores" % (len(epochs), len(tl.restores))
+    detail = "%d epochs from a version, %d rank restores" % (len(tl.announcements), len(tl.restores))
     return check("every restore used the committed version the coordinator started from, the same on every rank",
                  not bad, "; ".join(bad[:5]) or detail)
 
@@ -178,10 +167,12 @@ def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
         if not pending and not tl.reasons.get(_epoch_of(line)):
             continue  # the job's first start
         t_next = epochs[i + 1][0] if i + 1 < len(epochs) else float("inf")
+        epoch = _epoch_of(line)
         firsts = {}
         for rank, lst in tl.first_steps.items():
-            for t_restore, t_step in lst:
-                if ta <= t_restore < t_next and t_step is not None:
+            for t_restore, t_step, e in lst:
+                mine = e == epoch if e is not None else ta <= t_restore < t_next
+                if mine and t_step is not None:
                     firsts.setdefault(rank, t_step)
         done = max(firsts.values()) if len(firsts) == nranks else None
         if done is None and i + 1 < len(epochs):
@@ -195,7 +186,6 @@ def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
         if agent:
             for key, name in PHASES:
                 breakdown[name] = float(agent.get(key) or 0)
-        epoch = _epoch_of(line)
         recs.append({"epoch": epoch, "reason": tl.reasons.get(epoch, "")[:300], "detected_s": detected - t0,
                      "first_step_s": (done - t0) if done else None,
                      "total_ms": (done - t_fault) * 1000 if done else None, "restored_version": v,
