@@ -169,18 +169,38 @@ def delay(ctx, f, rng):
 
 # ----------------------------------------------------------------- disk
 
+def _disk_fault(ctx, kind):
+    if not ctx.nodes.disk.begin(kind):
+        raise Skip("another disk fault is going on (%s)" % ctx.nodes.disk.active)
+
+
 def disk_full(ctx, f, rng):
-    if ctx.nodes.read_only:
-        raise Skip("the persist directory is read-only (a disk_error is going on)")
-    taken = ctx.nodes.fill_disk()
-    return {"target": ctx.nodes.persist_dir, "params": {"ballast_bytes": taken}}, ctx.nodes.free_disk
+    _disk_fault(ctx, "disk_full")
+    try:
+        taken = ctx.nodes.fill_disk()
+    except BaseException:
+        ctx.nodes.free_disk()
+        ctx.nodes.disk.end()
+        raise
+
+    def undo():
+        ctx.nodes.free_disk()
+        ctx.nodes.disk.end()
+    return {"target": ctx.nodes.persist_dir, "params": {"ballast_bytes": taken}}, undo
 
 
 def disk_error(ctx, f, rng):
-    if ctx.nodes.read_only:
-        raise Skip("the persist directory is read-only already (another disk_error)")
-    ctx.nodes.disk_read_only()
-    return {"target": ctx.nodes.persist_dir, "params": {"error": "EROFS"}}, ctx.nodes.disk_writable
+    _disk_fault(ctx, "disk_error")
+    try:
+        ctx.nodes.disk_read_only()
+    except BaseException:
+        ctx.nodes.disk.end()
+        raise
+
+    def undo():
+        ctx.nodes.disk_writable()
+        ctx.nodes.disk.end()
+    return {"target": ctx.nodes.persist_dir, "params": {"error": "EROFS"}}, undo
 
 
 # ----------------------------------------------------------------- corruption
@@ -291,8 +311,14 @@ def manifest_chunks(path):
 
 
 def bitflip_disk(ctx, f, rng):
-    if ctx.nodes.read_only:
-        raise Skip("the persist directory is read-only (a disk_error is going on)")
+    _disk_fault(ctx, "bitflip_disk")
+    try:
+        return _bitflip_disk(ctx, f, rng)
+    finally:
+        ctx.nodes.disk.end()
+
+
+def _bitflip_disk(ctx, f, rng):
     plan = ctx.plan
     versions = complete_versions(ctx.nodes.persist_dir, ctx.job.job_id, plan.nodes)
     if not versions:

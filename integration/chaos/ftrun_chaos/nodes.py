@@ -12,6 +12,7 @@ so a full disk and a read-only one are real errors from the kernel."""
 import os
 import signal
 import subprocess
+import threading
 import time
 
 from . import netns_cluster as nc
@@ -37,6 +38,7 @@ class NetnsNodes:
             _run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % plan.persist_size, "ftrun-chaos",
                   self.persist_dir])
         self.read_only = False
+        self.disk = DiskFaults()
 
     # -- what the runner needs
     def runner_args(self):
@@ -237,6 +239,26 @@ def free_disk(persist_dir):
         os.unlink(_ballast(persist_dir))
     except FileNotFoundError:
         pass
+
+
+class DiskFaults:
+    """One disk fault at a time on the persist directory: a full disk, a read-only one and a flipped bit
+    interfere (a ballast that cannot be removed from a read-only directory fills it for good)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.active = None  # the kind going on
+
+    def begin(self, kind):
+        with self.lock:
+            if self.active:
+                return False
+            self.active = kind
+            return True
+
+    def end(self):
+        with self.lock:
+            self.active = None
 
 
 def _run(argv, input=None):

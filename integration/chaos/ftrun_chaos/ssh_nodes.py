@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 
-from .nodes import NodeError, fill_disk, free_disk
+from .nodes import DiskFaults, NodeError, fill_disk, free_disk
 
 FLIP = ("import os,sys; p,o,b=sys.argv[1],int(sys.argv[2]),int(sys.argv[3]); fd=os.open(p,os.O_RDWR); "
         "c=os.pread(fd,1,o); os.pwrite(fd,bytes([c[0]^(1<<b)]),o)")
@@ -30,7 +30,7 @@ class SshNodes:
         self.plan = plan
         self.hosts = plan.hosts
         self.persist_dir = plan.persist_dir
-        self.read_only = False
+        self.disk = DiskFaults()
         self.hostfile = os.path.join(workdir, "hostfile")
         with open(self.hostfile, "w") as f:
             for h in self.hosts:

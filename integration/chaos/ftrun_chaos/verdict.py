@@ -123,10 +123,11 @@ def detect_corruptions(faults, tl, persist_dir, job_id, nodes, runner_path):
             if not ref:
                 f["detected"], f["note"] = True, "no complete version references the file any more"
             else:
-                found = [v for v in ref if name in exported["errors"].get(v, "")]
+                # Export stops at the first bad chunk: a version it refuses as corrupted on disk counts.
+                found = [v for v in ref if "corrupted on disk" in exported["errors"].get(v, "")]
                 f["detected"] = len(found) == len(ref)
-                f["note"] = ("found by `ftrun export` of %s at the end" % ", ".join(found)) if f["detected"] else \
-                    "still referenced by %s and `ftrun export` did not report it" % ", ".join(ref)
+                f["note"] = ("`ftrun export` refuses %s at the end (corrupted on disk)" % ", ".join(found)) \
+                    if f["detected"] else "still referenced by %s and `ftrun export` reads it back" % ", ".join(ref)
 
 
 def _replaced(c):
