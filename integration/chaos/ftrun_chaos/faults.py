@@ -217,19 +217,34 @@ def _all_rank_pids(ctx):
     return pids
 
 
-def _pause(ctx, paused, timeout=10.0):
-    """SIGSTOPs every rank and waits until all are stopped, then for the commits of their last saves."""
-    for a, pid in paused:
-        ctx.nodes.send_signal(a, pid, signal.SIGSTOP)
-    by_agent = {}
-    for a, pid in paused:
-        by_agent.setdefault(a, []).append(pid)
-    deadline = time.time() + timeout
-    while not all(ctx.nodes.stopped(a, pids) for a, pids in by_agent.items()):
+def _pause(ctx, timeout=10.0):
+    """SIGSTOPs every rank, and any rank that starts meanwhile (the status files lag a restart), until the
+    set of ranks holds still and all are stopped; then waits for their last saves' commits. Returns the
+    [(agent, pid)] stopped."""
+    paused, deadline = [], time.time() + timeout
+    while True:
+        now_ranks = _all_rank_pids(ctx)
+        for a, pid in now_ranks:
+            if (a, pid) not in paused:
+                ctx.nodes.send_signal(a, pid, signal.SIGSTOP)
+                paused.append((a, pid))
+        by_agent = {}
+        for a, pid in now_ranks:
+            by_agent.setdefault(a, []).append(pid)
+        time.sleep(0.3)  # a status file written since shows any rank started meanwhile
+        if len(now_ranks) == ctx.plan.nodes * ctx.plan.ranks_per_node and set(_all_rank_pids(ctx)) == set(now_ranks) \
+                and all(ctx.nodes.stopped(a, pids) for a, pids in by_agent.items()):
+            break
         if time.time() > deadline:
-            raise Skip("the ranks did not all stop within %.0f s" % timeout)
-        time.sleep(0.05)
+            _resume(ctx, paused)
+            raise Skip("the ranks did not all hold still within %.0f s" % timeout)
     time.sleep(0.6)  # the last saves' copies and commit, then the status files (written every 200 ms)
+    return paused
+
+
+def _resume(ctx, paused):
+    for a, pid in paused:
+        ctx.nodes.send_signal(a, pid, signal.SIGCONT)
 
 
 def _stable_sample(ctx, agent, timeout=3.0):
@@ -252,10 +267,9 @@ def bitflip_shm(ctx, f, rng):
     node = ctx.pick_node(f.node, rng)
     agent = ctx.agent_of_node(node)
     restart = f.params["read"] == "restart"
-    paused = _all_rank_pids(ctx) if restart else []
+    paused = _pause(ctx) if restart else []
     try:
         if restart:
-            _pause(ctx, paused)
             st, chunks = _stable_sample(ctx, agent)
         else:
             st = ctx.agent_status(agent)
@@ -270,7 +284,8 @@ def bitflip_shm(ctx, f, rng):
                    node, agent, c["rank"], c["tensor"], c["chunk"], c["version"]),
                "params": {"offset": offset, "bit": bit, "read": f.params["read"]},
                "corrupt": {"where": "shm", "rank": c["rank"], "tensor": c["tensor"], "chunk": c["chunk"],
-                           "version": c["version"], "hash": c.get("hash"), "read": restart},
+                           "version": c["version"], "hash": c.get("hash"), "store_offset": c["offset"],
+                           "read": restart},
                "namespaces": [agent]}
         if restart:
             victim = next((r for r in st.get("ranks", []) if r.get("pid")), None)
@@ -280,8 +295,7 @@ def bitflip_shm(ctx, f, rng):
                 rec["params"]["then"] = "SIGKILL rank %d" % victim["rank"]
         return rec, None
     finally:
-        for a, pid in paused:
-            ctx.nodes.send_signal(a, pid, signal.SIGCONT)
+        _resume(ctx, paused)
 
 
 def complete_versions(persist_dir, job_id, nodes):

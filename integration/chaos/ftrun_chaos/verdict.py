@@ -101,8 +101,12 @@ def detect_corruptions(faults, tl, persist_dir, job_id, nodes, runner_path):
             continue
         lines = tl.lines_after(f["_t"])
         if c["where"] == "shm":
+            # Chunks are shared by content: the agent may name another (rank, tensor) that uses the same
+            # bytes, so its hash counts as well as the name.
             name = "rank %d tensor '%s' chunk #%d" % (c["rank"], c["tensor"], c["chunk"])
-            hits = [l for l in lines if name in l and "corrupted in shared memory" in l]
+            where = "store offset %d," % c["store_offset"] if "store_offset" in c else name
+            hits = [l for l in lines if "corrupted in" in l and (name in l or where in l or
+                                                                   (c.get("hash") and c["hash"] in l))]
             if hits:
                 f["detected"], f["note"] = True, "detected: " + hits[0].split("] ", 1)[-1].strip()[:240]
             elif not c.get("read"):
