@@ -247,14 +247,19 @@ def _resume(ctx, paused):
         ctx.nodes.send_signal(a, pid, signal.SIGCONT)
 
 
-def _stable_sample(ctx, agent, timeout=3.0):
-    """The agent's sample of committed chunks once it is of the job's committed version (ranks stopped)."""
+def _stable_sample(ctx, agent, timeout=5.0, still=1.0):
+    """The agent's sample of committed chunks, once the job's committed version has not moved for `still`
+    seconds (ranks paused: the commits of their last saves have landed) and the sample is of it."""
     deadline = time.time() + timeout
+    last, since = None, time.time()
     while time.time() < deadline:
         committed = ctx.status().get("committed_version")
+        if committed != last:
+            last, since = committed, time.time()
         st = ctx.agent_status(agent)
         chunks = st.get("store", {}).get("committed_chunks") or []
-        if committed is not None and chunks and all(c["version"] == committed for c in chunks):
+        if committed is not None and time.time() - since >= still and chunks and \
+                all(c["version"] == committed for c in chunks):
             return st, chunks
         time.sleep(0.05)
     raise Skip("agent %d's committed chunks did not settle on the job's committed version" % agent)
@@ -328,6 +333,8 @@ def bitflip_disk(ctx, f, rng):
     _disk_fault(ctx, "bitflip_disk")
     try:
         return _bitflip_disk(ctx, f, rng)
+    except FileNotFoundError as e:  # retention removed the version or the file meanwhile
+        raise Skip("%s is gone" % e.filename)
     finally:
         ctx.nodes.disk.end()
 

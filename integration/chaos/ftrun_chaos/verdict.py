@@ -111,6 +111,9 @@ def detect_corruptions(faults, tl, persist_dir, job_id, nodes, runner_path):
                 f["detected"], f["note"] = True, "detected: " + hits[0].split("] ", 1)[-1].strip()[:240]
             elif not c.get("read"):
                 f["detected"], f["note"] = True, "not read: no restart was made to load it (read: none)"
+            elif _restart_version(tl, f["_t"]) not in (None, c["version"]):
+                f["detected"], f["note"] = True, "not read: the restart loaded version %d, not the flipped " \
+                    "chunk's %d (a commit landed after the choice)" % (_restart_version(tl, f["_t"]), c["version"])
             else:
                 f["detected"], f["note"] = False, "the restart loaded its version, and nothing names %s" % name
             continue
@@ -132,6 +135,11 @@ def detect_corruptions(faults, tl, persist_dir, job_id, nodes, runner_path):
                 f["detected"] = len(found) == len(ref)
                 f["note"] = ("`ftrun export` refuses %s at the end (corrupted on disk)" % ", ".join(found)) \
                     if f["detected"] else "still referenced by %s and `ftrun export` reads it back" % ", ".join(ref)
+
+
+def _restart_version(tl, t):
+    """The version of the first epoch the coordinator started after time t."""
+    return next((v for tt, v, _ in tl.announcements if tt >= t), None)
 
 
 def _replaced(c):
