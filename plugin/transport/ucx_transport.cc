@@ -513,6 +513,22 @@ void UcxTransport::BecomeUp(Conn* c) {
   auto& list = up_[c->peer];
   list.push_back(c);
   if (list.size() == 1) Emit({TransportEvent::Kind::kPeerUp, c->peer, 0, {}, 0, {}});
+  if (!c->outgoing) {
+    // A peer connects only when it has no connection with us, up or being
+    // made: an older connection it made is one it gave up (its link went
+    // down and it reconnected), though no error reached this side. Close
+    // it, or sends (UpConn takes the oldest) would vanish into it. The new
+    // one is up, so the peer is not reported down. (A connection this side
+    // made stays: the two sides may have connected to each other at once.)
+    std::vector<Conn*> stale;
+    for (Conn* o : list) {
+      if (o != c && !o->outgoing) stale.push_back(o);
+    }
+    for (Conn* o : stale) {
+      FTRUN_LOG_DEBUG("peer {} reconnected from {}: closing its older connection from {}", c->peer, c->remote, o->remote);
+      CloseConn(o, Status::Unavailable("replaced by a newer connection from the same peer"));
+    }
+  }
   for (auto& [type, payload] : std::exchange(c->pending, {})) SendOnConn(c, type, std::move(payload));
 }
 

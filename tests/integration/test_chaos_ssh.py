@@ -68,7 +68,7 @@ with nc.NetnsCluster(5) as c:
                     "  ssh: ssh -o BatchMode=yes %s\n  launcher_args: %s\n  coordinator_addr: %s\n"
                     "  env: {UCX_TLS: 'tcp,self', UCX_NET_DEVICES: %s}\n  run_dir: %s\n"
                     "job:\n  synthetic: {state_bytes: 2MiB, tensors: 4, steps: 900, step_ms: 20}\n"
-                    "  config: \"job: {hang_timeout: 2s}\\n\"\n"
+                    "  config: \"job: {hang_timeout: 10s}\\n\"\n"
                     "persist: {dir: %s, every_versions: 10}\n"
                     "faults:\n"
                     "  - {kind: rank_kill, at_step: 60, signal: SIGKILL}\n"

@@ -247,7 +247,7 @@ def _resume(ctx, paused):
         ctx.nodes.send_signal(a, pid, signal.SIGCONT)
 
 
-def _stable_sample(ctx, agent, timeout=5.0, still=1.0):
+def _stable_sample(ctx, agent, timeout=5.0, still=0.5):
     """The agent's sample of committed chunks, once the job's committed version has not moved for `still`
     seconds (ranks paused: the commits of their last saves have landed) and the sample is of it."""
     deadline = time.time() + timeout

@@ -18,7 +18,7 @@ from .plan import AWAY_KINDS
 from .schedule import planned_groups, random_groups
 
 READY_TIMEOUT = 120.0  # a job not running again this long after a fault fails the run
-SKIP_RETRIES = 150  # x 0.2 s: a target away in a recovery gets 30 s to come back
+SKIP_RETRY_S = 30.0  # a target away in a recovery gets this long to come back
 
 
 class RunError(RuntimeError):
@@ -167,7 +167,8 @@ class Runner:
 
     def _fire_one(self, f, rng):
         reason = "?"
-        for attempt in range(SKIP_RETRIES):
+        give_up = now() + SKIP_RETRY_S
+        while now() < give_up and self.job.alive():
             t = now()
             try:
                 rec, undo = faultlib.inject(self.ctx, f, rng)
