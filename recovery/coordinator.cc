@@ -86,6 +86,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       if (epoch != epoch_) return;  // a stopped generation's saves never count
       for (const auto& [rank, version] : GetRankVersions(&r)) {
         if (r.ok() && (!committed_ || version >= *committed_)) held_[version][rank].insert(from);
+        if (r.ok() && target_ == version) target_since_ = now;  // the round makes progress
       }
       MaybeCommit(now);
       return MaybeTarget(now);
@@ -466,9 +467,12 @@ void Coordinator::BroadcastMembership() {
 void Coordinator::MaybeTarget(Time now) {
   if (phase_ != Phase::kRunning || o_.replicas == 0) return;
   // A round in progress runs to its end (the first one copies whole
-  // shards); only one stuck for kRoundTimeout (a holder refused the copy)
-  // gives way to a newer version.
-  if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < kRoundTimeout) return;
+  // shards); only one with no copy of its version held for 3 x
+  // cluster.copy_timeout (at most kRoundTimeout: a holder refused the copy,
+  // a copy hangs) gives way to a newer version. Tick asks too, so a round
+  // that hears nothing still gives way.
+  const auto patience = std::min<std::chrono::milliseconds>(kRoundTimeout, 3 * o_.copy_timeout);
+  if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < patience) return;
   const int world = WorldSize();
   std::optional<uint64_t> newest;
   for (auto it = held_.rbegin(); it != held_.rend() && !newest; ++it) {
@@ -598,6 +602,7 @@ void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
 
 void Coordinator::Tick(Time now) {
   if (phase_ == Phase::kStopped) return;
+  MaybeTarget(now);  // a round stuck with no progress gives way
   if (now - last_heartbeat_sent_ >= o_.heartbeat_interval) {
     last_heartbeat_sent_ = now;
     SendAll(ClusterMsg::kCoordHeartbeat, EncodeU64(epoch_));

@@ -312,6 +312,31 @@ TEST_CASE("coordinator: ranks far apart: after a failed round the target is the 
   CHECK(f.c->committed() == 20u);
 }
 
+TEST_CASE("coordinator: a round that hears of no copy for 3 x copy_timeout gives way to a newer version on Tick",
+          "[coordinator][stall]") {
+  Fixture f(0);
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHeld, HeldMsg(0, {{static_cast<int>(a), 5}}));
+  REQUIRE(f.out.Count(0, ClusterMsg::kReplicate) == 1);  // the round of version 5
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHeld, HeldMsg(0, {{static_cast<int>(a), 6}}));
+  auto wait = [&](int ms) {  // time passes, every agent alive
+    for (int t = 0; t < ms; t += 100) {
+      f.now += milliseconds(100);
+      for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHeartbeat, EncodeU64(0));
+      f.c->Tick(f.now);
+    }
+  };
+  wait(1000);
+  f.Msg(1, ClusterMsg::kHeld, HeldMsg(0, {{0, 5}}));  // one copy of 5 lands: progress
+  wait(14000);                                        // 14 s since: within 3 x copy_timeout (5 s)
+  CHECK(f.out.Count(0, ClusterMsg::kReplicate) == 1);
+  wait(1100);  // 15 s with no copy of 5 held: the round gives way
+  REQUIRE(f.out.Count(0, ClusterMsg::kReplicate) == 2);
+  const std::string payload = f.out.Last(0, ClusterMsg::kReplicate);
+  ByteReader r(payload);
+  r.Get<uint64_t>();
+  CHECK(r.Get<uint64_t>() == 6u);
+}
+
 TEST_CASE("coordinator: a node told to start without its ranks' committed copy pulls it; lacking it again stops",
           "[coordinator][missing]") {
   Fixture f(0);
