@@ -38,6 +38,9 @@ opts = "-p %d -i %s/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/d
 run_dir, persist = os.path.join(d, "run"), os.path.join(d, "persist")
 os.makedirs(run_dir)
 os.makedirs(persist)
+# The persist directory on its own small filesystem: disk_full fills it, and
+# must never fill the machine's.
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "ftrun-chaos-ssh", persist], check=True)
 
 
 def ssh_ready(c, i):
@@ -106,4 +109,5 @@ with nc.NetnsCluster(5) as c:
         for s in sshds:
             s.terminate()
             s.wait(timeout=10)
+        subprocess.run(["umount", "-l", persist])
 finish()

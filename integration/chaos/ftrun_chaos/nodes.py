@@ -216,7 +216,10 @@ def _ballast(persist_dir):
 
 
 def fill_disk(persist_dir):
-    """Takes every free byte of the filesystem of persist_dir; returns how many."""
+    """Takes every free byte of the filesystem of persist_dir; returns how many. Never the root one."""
+    if os.stat(persist_dir).st_dev == os.stat("/").st_dev:
+        raise NodeError("disk_full: %s is on the root filesystem; give the persist directory its own "
+                        "(a mount), or the whole machine would fill up" % persist_dir)
     st = os.statvfs(persist_dir)
     free = st.f_bavail * st.f_frsize
     fd = os.open(_ballast(persist_dir), os.O_CREAT | os.O_WRONLY, 0o600)
