@@ -18,7 +18,6 @@ import time
 from .nodes import NodeError, flip_bit
 
 CHUNK_HEADER = 4096  # plugin/persist/disk_format.h: a chunk file's bytes start here
-RANDOM_SIGNALS = ["SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT"]
 
 
 class Skip(Exception):
@@ -82,7 +81,7 @@ def _sig(name):
 # ----------------------------------------------------------------- processes
 
 def rank_kill(ctx, f, rng):
-    name = f.params["signal"] if f.params.get("signal") != "random" else rng.choice(RANDOM_SIGNALS)
+    name = f.params["signal"]
     node, agent, pid = ctx.rank_pid(ctx.pick_rank(f.rank, rng))
     _signal(ctx, agent, pid, _sig(name))
     return {"target": "node %d (agent %d) rank pid %d" % (node, agent, pid), "params": {"signal": name},

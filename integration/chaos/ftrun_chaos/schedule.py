@@ -9,8 +9,9 @@ takes away more nodes than `cluster.replicas` covers (distinct nodes), and a
 group with a fault that restarts the job waits until the job runs again with
 a version committed after the previous such fault (its redundancy back)."""
 from .plan import AWAY_KINDS, KINDS, NODE_LOSS_KINDS, RESTART_KINDS, Fault
-from .faults import RANDOM_SIGNALS
 
+# The signals a random rank_kill draws from.
+RANDOM_SIGNALS = ["SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGINT"]
 # What takes away one copy of some shard: a node, or (a bit flipped in a
 # chunk that the restart then drops) one chunk of a node's copy.
 COPY_LOSS_KINDS = NODE_LOSS_KINDS | AWAY_KINDS | {"bitflip_shm"}

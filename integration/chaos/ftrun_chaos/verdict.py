@@ -32,21 +32,6 @@ def check(name, ok, detail):
     return {"name": name, "ok": bool(ok), "detail": detail}
 
 
-def restores_by_epoch(tl):
-    """[(announce time, version, line, [(t, rank, version)])] in order."""
-    out = []
-    for t, v, line in tl.announcements:
-        out.append([t, v, line, []])
-    for t, rank, v, announced, epoch in tl.restores:
-        owner = None
-        for e in out:
-            if e[0] <= t:
-                owner = e
-        if owner is not None:
-            owner[3].append((t, rank, v))
-    return out
-
-
 def check_restores(tl, nranks):
     """Every rank's restore loads the version the coordinator started its epoch from (the trainer says which
     epoch: $TORCHELASTIC_RESTART_COUNT), so all ranks of an epoch load the same one; and that version was
@@ -174,8 +159,8 @@ def tie_recoveries(faults, tl, coord_recoveries, agent_recoveries, nranks, t0):
     """Builds the recovery list and sets each restart fault's 'recovery' index. A recovery ends at the first
     step of every rank after an epoch's restore; an epoch replaced by the next before that (a second failure
     during the recovery) is part of the same recovery. Times in seconds since t0."""
-    recs, pending, epochs = [], [], restores_by_epoch(tl)
-    for i, (ta, v, line, restores) in enumerate(epochs):
+    recs, pending, epochs = [], [], tl.announcements
+    for i, (ta, v, line) in enumerate(epochs):
         pending += [f for f in faults if f.get("recovery") is None and f not in pending and _caused(f, ta, t0)]
         if not pending and not tl.reasons.get(_epoch_of(line)):
             continue  # the job's first start
