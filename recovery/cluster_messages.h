@@ -30,7 +30,7 @@ enum class ClusterMsg : uint16_t {
   kRegister = 1,  // RegisterMsg
   kHeartbeat,     // epoch
   kHeld,          // epoch, [(rank, version)]: manifests complete in the sender's store
-  kRankFailed,    // epoch, exit code (shell convention), reason
+  kRankFailed,    // epoch, exit code (shell convention), reason, u8 early (before its first save)
   kHalted,        // epoch: the sender's ranks are gone, uncommitted versions dropped
   kReady,         // epoch: a replacement pulled every shard it was told to
   kNodeDone,      // epoch: every rank of the sender finished with 0

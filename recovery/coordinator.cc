@@ -93,7 +93,14 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
     case ClusterMsg::kRankFailed: {
       int32_t code = r.Get<int32_t>();
       std::string reason = r.GetString();
-      if (epoch == epoch_ && phase_ == Phase::kRunning) BeginRecovery(reason, code, now);
+      bool early = r.Get<uint8_t>() != 0;  // before the rank's first save (EarlyFailureRule)
+      if (!r.ok() || epoch != epoch_ || phase_ != Phase::kRunning) return;
+      if (early_failures_.Record(epoch_, early, code)) {
+        return Stop(code == 0 ? 1 : code, "not restarting: the same failure before the first save in two epochs in a "
+                                          "row (exit code " + std::to_string(code) + "), so every restart would end "
+                                          "the same way: " + reason);
+      }
+      BeginRecovery(reason, code, now);
       return;
     }
     case ClusterMsg::kHalted:

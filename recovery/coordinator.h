@@ -36,6 +36,7 @@
 
 #include "plugin/transport/transport.h"
 #include "recovery/cluster_messages.h"
+#include "recovery/early_failure.h"
 
 namespace ftrun {
 
@@ -145,6 +146,7 @@ class Coordinator {
   bool agents_ran_ranks_ = false;  // an agent registered with ranks run before (an attach)
   int restarts_ = 0;
   int last_failure_code_ = 1;
+  EarlyFailureRule early_failures_;
   std::optional<uint64_t> committed_;
   std::map<uint64_t, std::map<int, std::set<PeerId>>> held_;  // version -> rank -> agents
   std::optional<Time> waiting_since_;  // for a lost slot's agent

@@ -51,6 +51,10 @@ Status Agent::Setup() {
   sigemptyset(&mask);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
   if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return Status::FromErrno("sigprocmask", errno);
+  if (o_.each_rank_log_dir.empty()) {
+    rank_output_ = std::make_unique<RankOutput>(STDERR_FILENO);
+    FTRUN_RETURN_IF_ERROR(rank_output_->Start());
+  }
   FTRUN_RETURN_IF_ERROR(InstanceLock::Claim(c.agent.run_dir, o_.job_id, o_.agent_id, &lock_));
   if (lock_.removed_stale_socket()) {
     FTRUN_LOG_WARN("removed a stale socket {} left by an agent that is gone", lock_.socket_path());

@@ -25,9 +25,11 @@
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/options.h"
+#include "launcher/agent/rank_output.h"
 #include "launcher/agent/replicator.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/supervisor.h"
+#include "recovery/early_failure.h"
 #include "plugin/store/arena.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
@@ -89,8 +91,11 @@ class Agent {
   void ChildExited(pid_t pid, const ExitInfo& info);
   void Tick();
   void SpawnGeneration();
-  void FailRank(const std::string& reason, const ExitInfo& info);
-  void BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit);
+  // `early`: the rank died before its first save of this generation (see
+  // EarlyFailureRule).
+  void FailRank(const std::string& reason, const ExitInfo& info, bool early = false);
+  std::string LastWords(const RankSlot& s);
+  void BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit, bool early = false);
   // All rank processes are gone: kill what is left of their groups, then
   // (ContinueStop, once the groups are empty) restart or end the job.
   void FinishStop();
@@ -184,6 +189,9 @@ class Agent {
   std::optional<uint64_t> restore_version_;
   StopCause stop_cause_ = StopCause::kFailure;
   std::optional<ExitInfo> failure_;  // the exit that caused the current stop
+  bool failure_early_ = false;       // ... before the failing rank's first save
+  EarlyFailureRule early_failures_;  // one node; a cluster's is the coordinator's
+  std::unique_ptr<RankOutput> rank_output_;  // the ranks' stderr (none with each-rank logs)
   int shutdown_signal_ = 0;
   bool killed_hard_ = false;
   // Waiting for the stopped ranks' process groups to empty.

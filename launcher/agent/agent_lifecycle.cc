@@ -1,11 +1,13 @@
 // The agent's rank lifecycle: spawn a generation, notice a death or a hang,
 // stop every rank (SIGTERM, grace, SIGKILL), and restart from the last
 // committed version or end the job.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -55,7 +57,10 @@ void Agent::SpawnGeneration() {
     s.finished = false;
     s.last_progress = now;
     s.connected = s.restored = s.first_step = Clock::time_point{};
-    Status st = SpawnProcess(spec, &s.pid);
+    UniqueFd stderr_pipe;
+    Status st = rank_output_ ? rank_output_->NewPipe(s.global_rank, &stderr_pipe) : Status::Ok();
+    spec.stderr_fd = stderr_pipe.get();
+    if (st.ok()) st = SpawnProcess(spec, &s.pid);
     if (!st.ok()) {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
       s.pid = 0;
@@ -146,7 +151,13 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
   }
   if (state_ == State::kRunning) {
     FTRUN_LOG_ERROR("rank {} (pid {}) {}", slot->global_rank, pid, info.Describe());
-    FailRank("rank " + std::to_string(slot->global_rank) + " " + info.Describe(), info);
+    std::string reason = "rank " + std::to_string(slot->global_rank) + " " + info.Describe();
+    const bool early = slot->first_step == Clock::time_point{} && EarlyFailureRule::Counts(info.ShellCode());
+    if (early) {
+      std::string words = LastWords(*slot);
+      reason += " before its first save" + (words.empty() ? std::string() : "; its last lines:\n" + words);
+    }
+    FailRank(reason, info, early);
     return;
   }
   if (state_ == State::kStopping) {
@@ -159,22 +170,41 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
 // A rank died or hung: every rank of the job restarts. In a cluster the
 // coordinator orders it (every node), after this node settled the chunks
 // its ranks found corrupted.
-void Agent::FailRank(const std::string& reason, const ExitInfo& info) {
+void Agent::FailRank(const std::string& reason, const ExitInfo& info, bool early) {
   SettleCorruptChunks();
   if (cluster()) {
     ByteWriter w;
     w.Put<uint64_t>(epoch_);
     w.Put<int32_t>(info.ShellCode());
     w.PutString(reason);
+    w.Put<uint8_t>(early ? 1 : 0);
     SendToCoordinator(ClusterMsg::kRankFailed, w.data());
   }
-  BeginStop(StopCause::kFailure, reason, info);
+  BeginStop(StopCause::kFailure, reason, info, early);
 }
 
-void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit) {
+// What a rank said last: its stderr pipe's tail, or its own log file's.
+std::string Agent::LastWords(const RankSlot& s) {
+  constexpr size_t kLines = 10;
+  if (rank_output_) return rank_output_->Tail(s.global_rank, kLines);
+  std::string log = o_.each_rank_log_dir + "/rank" + std::to_string(s.global_rank) + ".log";
+  UniqueFd fd(::open(log.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return {};
+  off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  std::string t(static_cast<size_t>(std::min<off_t>(std::max<off_t>(size, 0), 4096)), '\0');
+  ssize_t n = ::pread(fd.get(), t.data(), t.size(), size - static_cast<off_t>(t.size()));
+  t.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  size_t start = t.size(), lines = 0;
+  while (start > 0 && !(t[start - 1] == '\n' && ++lines == kLines)) --start;
+  return t.substr(start);
+}
+
+void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit, bool early) {
   auto now = Clock::now();
   stop_cause_ = cause;
   failure_ = exit;
+  failure_early_ = early;
   SettleCorruptChunks();
   state_ = State::kStopping;
   killed_hard_ = false;
@@ -241,6 +271,15 @@ void Agent::ContinueStop() {
   Recovery& r = recoveries_.back();
   r.stopped = now;
   if (cluster()) return StoppedInCluster();  // restarts are the coordinator's call
+  const int code = failure_ ? failure_->ShellCode() : 1;
+  if (early_failures_.Record(static_cast<uint64_t>(generation_), failure_early_, code)) {
+    FTRUN_LOG_ERROR("not restarting: the same failure before the first save in two generations in a row "
+                    "(exit code {}), so every restart would end the same way: {}", code, r.reason);
+    recoveries_.pop_back();
+    exit_code_ = code;
+    state_ = State::kDone;
+    return;
+  }
   if (generation_ >= o_.config.job.max_restarts) {
     FTRUN_LOG_ERROR("giving up after {} restarts (job.max_restarts): {}", generation_, r.reason);
     recoveries_.pop_back();

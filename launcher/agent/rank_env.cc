@@ -15,8 +15,13 @@ std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank)
     cmd.push_back("-u");
     if (o.module) cmd.push_back("-m");
   }
-  cmd.insert(cmd.end(), o.command.begin(), o.command.end());
+  // DeepSpeed's launch.py order: the script, then --local_rank=N, then the
+  // script's own arguments (scripts that parse positionals or REMAINDER see
+  // the same argv under ftrun as under deepspeed).
+  auto script_end = o.command.begin() + (o.command.empty() ? 0 : 1);
+  cmd.insert(cmd.end(), o.command.begin(), script_end);
   if (!o.no_local_rank) cmd.push_back("--local_rank=" + std::to_string(local_rank));
+  cmd.insert(cmd.end(), script_end, o.command.end());
   return cmd;
 }
 

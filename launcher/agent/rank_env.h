@@ -1,5 +1,5 @@
 // What a rank process is started with: its command line (DeepSpeed launch
-// rules: python -u [-m] SCRIPT ARGS --local_rank=N) and its environment
+// rules: python -u [-m] SCRIPT --local_rank=N ARGS) and its environment
 // (DeepSpeed's and torchrun's variables, plus ftrun's own).
 #pragma once
 

@@ -47,7 +47,7 @@ TEST_CASE("the launch argv of deepspeed.launcher.launch is accepted", "[agent]")
   CHECK(o.first_global_rank == 2);
   CHECK(o.world_size == 5);
   CHECK(o.command == std::vector<std::string>{"train.py", "--lr", "3"});
-  CHECK(BuildRankCommand(o, 2) == std::vector<std::string>{"python3", "-u", "train.py", "--lr", "3", "--local_rank=2"});
+  CHECK(BuildRankCommand(o, 2) == std::vector<std::string>{"python3", "-u", "train.py", "--local_rank=2", "--lr", "3"});
   auto env = EnvMap(BuildRankEnv(o, RankIdentity{2, 4, 3, "/tmp/x/s.sock"}));
   CHECK(env["RANK"] == "4");
   CHECK(env["LOCAL_RANK"] == "2");
@@ -64,7 +64,7 @@ TEST_CASE("the rank command follows --module and --no_python and --no_local_rank
   REQUIRE(Parse({"--nproc", "2", "--module", "--no_local_rank", "pkg.train"}, &o).ok());
   CHECK(BuildRankCommand(o, 0) == std::vector<std::string>{"python3", "-u", "-m", "pkg.train"});
   REQUIRE(Parse({"--nproc", "2", "--no_python", "--", "./trainer", "--steps", "3"}, &o).ok());
-  CHECK(BuildRankCommand(o, 1) == std::vector<std::string>{"./trainer", "--steps", "3", "--local_rank=1"});
+  CHECK(BuildRankCommand(o, 1) == std::vector<std::string>{"./trainer", "--local_rank=1", "--steps", "3"});
 }
 
 TEST_CASE("bad agent command lines are refused with the reason", "[agent]") {

@@ -218,12 +218,53 @@ TEST_CASE("coordinator: a replacement whose every holder failed stops the job na
   REQUIRE(f.c->exit_message().find("agent 2 is down") != std::string::npos);
 }
 
-std::string RankFailedMsg(uint64_t epoch) {
+std::string RankFailedMsg(uint64_t epoch, bool early = false, int32_t code = 1) {
   ByteWriter w;
   w.Put<uint64_t>(epoch);
-  w.Put<int32_t>(1);
-  w.PutString("rank 1 exited with code 1");
+  w.Put<int32_t>(code);
+  w.PutString("rank 1 exited with code " + std::to_string(code));
+  w.Put<uint8_t>(early ? 1 : 0);
   return w.data();
+}
+
+// Brings every node of `f` through the halt of `epoch` back to running.
+void Restart(Fixture& f, uint64_t epoch) {
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(epoch));
+}
+
+TEST_CASE("coordinator: the same failure before the first save in two epochs in a row stops the job",
+          "[coordinator][early]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(0, true, 2));  // argparse: exit code 2
+  REQUIRE(f.c->epoch() == 1);
+  Restart(f, 1);
+  f.Msg(0, ClusterMsg::kRankFailed, RankFailedMsg(1, true, 2));  // again, another rank first
+  REQUIRE(f.c->done());
+  REQUIRE(f.c->exit_code() == 2);
+  REQUIRE(f.c->exit_message().find("two epochs in a row") != std::string::npos);
+}
+
+TEST_CASE("coordinator: early failures with other codes, or a step between them, still restart",
+          "[coordinator][early]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(0, false, 2));  // after a save
+  Restart(f, 1);
+  f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(1, true, 2));  // the first early one
+  REQUIRE(!f.c->done());
+  Restart(f, 2);
+  f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(2, true, 1));  // early, another code
+  REQUIRE(!f.c->done());
+  REQUIRE(f.c->epoch() == 3);
+  // A malformed report (no early flag) is refused, not taken as a failure.
+  Restart(f, 3);
+  ByteWriter w;
+  w.Put<uint64_t>(3);
+  w.Put<int32_t>(2);
+  f.Msg(1, ClusterMsg::kRankFailed, w.data());
+  REQUIRE(f.c->epoch() == 3);
+  REQUIRE(!f.c->done());
 }
 
 TEST_CASE("coordinator: a node that dropped a corrupted copy pulls it from its holder before the restart",
