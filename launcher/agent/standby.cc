@@ -350,8 +350,9 @@ void Standby::Reap() {
 void Standby::Shutdown(int signo) {
   ++stops_;
   int sig = stops_ == 1 ? SIGTERM : SIGKILL;
-  FTRUN_LOG_WARN("standby: signal {}: {} to {} agent(s)", signo, sig == SIGTERM ? "SIGTERM" : "SIGKILL",
-                 attached_.size());
+  size_t agents = 0;
+  for (const auto& [id, a] : attached_) agents += a.agent > 0;
+  FTRUN_LOG_WARN("standby: signal {}: {} to {} agent(s)", signo, sig == SIGTERM ? "SIGTERM" : "SIGKILL", agents);
   if (listen_.valid()) {
     listen_.Reset();
     ::unlink(sock_path_.c_str());
