@@ -32,6 +32,15 @@ std::string V2Root(bool* hybrid) {
   return "";
 }
 
+Status ReadCgroupV2Path(pid_t pid, std::string* path) {
+  std::string file = "/proc/" + std::to_string(pid) + "/cgroup";
+  std::ifstream in(file);
+  if (!in) return Status::FromErrno("read " + file, errno);
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseCgroupV2Path(text.str(), path);
+}
+
 }  // namespace
 
 Status ParseCgroupV2Path(std::string_view text, std::string* path) {
@@ -85,14 +94,12 @@ CgroupTarget CgroupOf(pid_t pid) {
                 "cgroups, outside the job's limits";
     return t;
   }
-  std::string file = "/proc/" + std::to_string(pid) + "/cgroup";
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string path;
-  Status s = in ? ParseCgroupV2Path(text.str(), &path) : Status::FromErrno("read " + file, errno);
-  if (s.ok()) s = ResolveCgroupDir(root, path, &t.dir);
-  if (s.ok()) {
+  std::string path, ours;
+  Status s = ReadCgroupV2Path(pid, &path);
+  // Already there (the attacher runs where the standby does): nothing to join.
+  const bool same = s.ok() && ReadCgroupV2Path(::getpid(), &ours).ok() && ours == path;
+  if (s.ok() && !same) s = ResolveCgroupDir(root, path, &t.dir);
+  if (s.ok() && !same) {
     t.procs.Reset(::open((t.dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (!t.procs.valid()) s = Status::FromErrno("open " + t.dir + "/cgroup.procs", errno);
   }
@@ -100,8 +107,8 @@ CgroupTarget CgroupOf(pid_t pid) {
     t.warning = "cannot join the attaching process's cgroup (" + s.message() +
                 "): the agent and its ranks stay in the standby's cgroup, outside the job's limits";
   } else if (hybrid) {
-    t.warning = "hybrid cgroup host: joined the job's cgroup v2 " + t.dir +
-                " only; limits the job has in cgroup v1 hierarchies do not apply to the agent and its ranks";
+    t.warning = "hybrid cgroup host: " + (same ? "the job's cgroup v2 is the standby's" : "joined the job's cgroup v2 " + t.dir) +
+                "; limits the job has in cgroup v1 hierarchies (devices, memory, cpuset) do not apply to the agent and its ranks";
   }
   return t;
 }

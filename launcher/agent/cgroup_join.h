@@ -35,7 +35,8 @@ struct CgroupTarget {
 };
 
 // Finds the cgroup v2 mount, reads /proc/<pid>/cgroup and opens that
-// cgroup's cgroup.procs. Never fails: what cannot be done is in warning.
+// cgroup's cgroup.procs (none when it is the caller's own cgroup already).
+// Never fails: what cannot be done is in warning.
 CgroupTarget CgroupOf(pid_t pid);
 
 // In a forked child, before exec: moves the calling process into the

@@ -25,7 +25,7 @@ struct Connection {
   // What one connection may cost the agent's loop (the rest waits for the
   // next wakeup, so other ranks are served in between), and the largest
   // frame it may send: a hello is small; a save's manifest is the largest
-  // frame a rank sends (about 50 bytes a chunk).
+  // frame a rank sends (32 bytes a chunk, plus its user bytes).
   static constexpr size_t kReadBudget = 1u << 20;
   static constexpr uint32_t kMaxHelloFrame = 64u << 10;
   static constexpr uint32_t kMaxRankFrame = 128u << 20;

@@ -146,7 +146,10 @@ Status FrameReader::ReadFrom(int fd, size_t budget) {
       if (errno == ECONNRESET) return Status::Unavailable("connection reset");
       return Status::FromErrno("recvmsg", errno);
     }
-    const uint64_t at = base_ + buf_.size();
+    // The kernel ends a read with the message that carried descriptors, and
+    // a sender attaches them to the first bytes of a frame (one sendmsg per
+    // frame, split or not): the last byte read is that frame's.
+    const uint64_t at = base_ + buf_.size() + static_cast<uint64_t>(r > 0 ? r - 1 : 0);
     for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
       if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
       size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);

@@ -96,7 +96,7 @@ class FrameReader {
 
  private:
   struct PassedFd {
-    uint64_t at;  // stream offset of the byte it came with
+    uint64_t at;  // stream offset of the last byte read with it
     UniqueFd fd;
   };
   std::string buf_;

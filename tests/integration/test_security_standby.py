@@ -41,9 +41,17 @@ USER = "ftrun-sbtest"
 try:
     pw = pwd.getpwnam(USER)
 except KeyError:
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+    made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER])
+    if made.returncode != 0:
+        print(f"SKIPPED: cannot create the throwaway user {USER} (useradd exit {made.returncode})")
+        sys.exit(77)
     pw = pwd.getpwnam(USER)
 UID, GID = pw.pw_uid, pw.pw_gid
+# The agent runs as that user: it must be able to reach the build tree.
+probe = subprocess.run([AGENT, "--help"], user=UID, group=GID, extra_groups=[], capture_output=True)
+if probe.returncode != 0:
+    print(f"SKIPPED: {USER} cannot run {AGENT} (a build tree other users cannot enter?): {probe.stderr[-300:]}")
+    sys.exit(77)
 
 MAGIC = 0x46545231
 ATTACH, ATTACH_FD, ATTACH_EXIT, ATTACH_REFUSED = 64, 65, 67, 68
