@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -202,7 +203,19 @@ void Agent::Accept() {
                      ::getuid());
       continue;
     }
+    // Connections that have not said hello cost a descriptor and a buffer
+    // each, and any process of our uid can open them: bounded.
+    size_t pending = 0;
+    for (const auto& [id, c] : conns_) pending += c->rank < 0;
+    if (pending >= MaxPendingHello()) {
+      if (refused_pending_++ % 100 == 0) {
+        FTRUN_LOG_WARN("refused a connection from pid {}: {} connections have not said hello yet (limit {}; "
+                       "{} refused so far)", cred.pid, pending, MaxPendingHello(), refused_pending_);
+      }
+      continue;
+    }
     auto conn = std::make_unique<Connection>();
+    conn->reader.set_max_frame(Connection::kMaxHelloFrame);
     conn->id = next_conn_id_++;
     conn->fd = std::move(fd);
     conn->pid = cred.pid;
@@ -216,15 +229,35 @@ void Agent::Readable(uint64_t conn_id) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
   Connection& conn = *it->second;
-  Status read = conn.reader.ReadFrom(conn.fd.get());
+  // At most kReadBudget bytes per wakeup: epoll is level-triggered, so the
+  // rest is read on a later round, after the other connections had theirs.
+  Status read = conn.reader.ReadFrom(conn.fd.get(), Connection::kReadBudget);
   MsgType type;
   std::string payload;
+  const auto now = Clock::now();
   // Frames that arrived before a close still count (e.g. a last save).
-  while (conns_.count(conn_id) && conn.reader.Next(&type, &payload)) Dispatch(conn, type, payload);
+  while (conns_.count(conn_id) && conn.reader.Next(&type, &payload)) {
+    Status rate = conn.Received(now, payload.size());
+    if (!rate.ok()) return Drop(conn, rate);
+    Dispatch(conn, type, payload);
+  }
   if (!conns_.count(conn_id)) return;
-  if (!conn.reader.status().ok()) return Close(conn_id, conn.reader.status().message());
+  if (!conn.reader.status().ok()) return Drop(conn, conn.reader.status());
+  if (!read.ok() && read.code() != Code::kUnavailable) return Drop(conn, read);
   if (!read.ok()) Close(conn_id, read.message());
 }
+
+// A peer that broke the protocol (a bad or oversized frame, a flood) is cut
+// off at once; the agent and the other connections go on.
+void Agent::Drop(Connection& conn, const Status& why) {
+  FTRUN_LOG_WARN("dropped the connection of {} (pid {}): {}",
+                 conn.rank >= 0 ? "rank " + std::to_string(conn.rank) : std::string("a client before hello"), conn.pid,
+                 why.message());
+  (void)conn.SendError(why);
+  Close(conn.id, why.message());
+}
+
+size_t Agent::MaxPendingHello() const { return std::max<size_t>(64, 2 * slots_.size()); }
 
 void Agent::Writable(uint64_t conn_id) {
   auto it = conns_.find(conn_id);
@@ -284,6 +317,7 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
     return Close(conn.id, "hello refused");
   }
   conn.rank = rank;
+  conn.reader.set_max_frame(Connection::kMaxRankFrame);
   conn.generation = generation_;
   slot->conn_id = conn.id;
   slot->last_progress = Clock::now();

@@ -84,6 +84,8 @@ class Agent {
   // After each batch of events: poll for EPOLLOUT where replies are queued,
   // close connections whose writes failed.
   void SyncConnections();
+  void Drop(Connection& conn, const Status& why);
+  size_t MaxPendingHello() const;
   void Dispatch(Connection& conn, MsgType type, const std::string& payload);
   void Hello(Connection& conn, const std::string& payload);
   void Close(uint64_t conn_id, const std::string& why);
@@ -182,6 +184,7 @@ class Agent {
   UniqueFd spare_fd_;  // given up to refuse a connection when out of fds
   std::optional<Clock::time_point> listen_paused_until_;
   std::map<uint64_t, std::unique_ptr<Connection>> conns_;
+  uint64_t refused_pending_ = 0;  // connections refused: too many without a hello
   uint64_t next_conn_id_ = 16;  // ids below are the fixed event sources
   std::vector<RankSlot> slots_;
   State state_ = State::kRunning;

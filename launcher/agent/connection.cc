@@ -47,4 +47,22 @@ Status Connection::Flush() {
   return Status::Ok();
 }
 
+Status Connection::Received(std::chrono::steady_clock::time_point now, size_t bytes) {
+  if (now - window_start_ >= std::chrono::seconds(1)) {
+    window_start_ = now;
+    window_frames_ = 0;
+    window_bytes_ = 0;
+  }
+  ++window_frames_;
+  window_bytes_ += bytes;
+  if (window_frames_ > kMaxFramesPerSecond || window_bytes_ > kMaxBytesPerSecond) {
+    return Status::ResourceExhausted("flooding: more than " +
+                                     (window_frames_ > kMaxFramesPerSecond
+                                          ? std::to_string(kMaxFramesPerSecond) + " frames"
+                                          : std::to_string(kMaxBytesPerSecond >> 20) + " MiB") +
+                                     " in one second");
+  }
+  return Status::Ok();
+}
+
 }  // namespace ftrun

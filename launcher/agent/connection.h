@@ -22,6 +22,17 @@ struct Connection {
   // A rank that stops reading (SIGSTOP) while more than this is queued is
   // cut off when the next frame comes.
   static constexpr size_t kMaxOutbox = 64u << 20;
+  // What one connection may cost the agent's loop (the rest waits for the
+  // next wakeup, so other ranks are served in between), and the largest
+  // frame it may send: a hello is small; a save's manifest is the largest
+  // frame a rank sends (32 bytes a chunk, plus its user bytes).
+  static constexpr size_t kReadBudget = 1u << 20;
+  static constexpr uint32_t kMaxHelloFrame = 64u << 10;
+  static constexpr uint32_t kMaxRankFrame = 128u << 20;
+  // More than this within one second is a flood, not a rank at work (a
+  // save is a few frames, a round trip each): the connection is dropped.
+  static constexpr uint64_t kMaxFramesPerSecond = 100000;
+  static constexpr uint64_t kMaxBytesPerSecond = 1ull << 30;
 
   uint64_t id = 0;
   UniqueFd fd;
@@ -42,9 +53,15 @@ struct Connection {
   Status SendError(const Status& s) { return Send(MsgType::kError, EncodeError(s)); }
   // Writes queued bytes until the socket is full or the outbox empty.
   Status Flush();
+  // Counts one received frame of `bytes`; an error once the peer sends more
+  // than kMaxFramesPerSecond frames or kMaxBytesPerSecond bytes in a second.
+  Status Received(std::chrono::steady_clock::time_point now, size_t bytes);
 
  private:
   std::string outbox_;
+  std::chrono::steady_clock::time_point window_start_;
+  uint64_t window_frames_ = 0;
+  uint64_t window_bytes_ = 0;
   size_t sent_ = 0;
   int pass_fd_ = -1;  // not owned; sent with the first byte of the outbox
 };

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -127,36 +128,76 @@ Status RecvFrame(int fd, int timeout_ms, MsgType* type, std::string* payload, Un
   return Status::Ok();
 }
 
-Status FrameReader::ReadFrom(int fd) {
+Status FrameReader::ReadFrom(int fd, size_t budget) {
   char tmp[64 * 1024];
-  while (true) {
-    ssize_t r = ::recv(fd, tmp, sizeof(tmp), MSG_DONTWAIT);
-    if (r > 0) {
-      buf_.append(tmp, static_cast<size_t>(r));
-      continue;
+  size_t taken = 0;
+  while (taken < budget) {
+    iovec iov{tmp, std::min(sizeof(tmp), budget - taken)};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t r = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+      if (errno == ECONNRESET) return Status::Unavailable("connection reset");
+      return Status::FromErrno("recvmsg", errno);
+    }
+    // The kernel ends a read with the message that carried descriptors, and
+    // a sender attaches them to the first bytes of a frame (one sendmsg per
+    // frame, split or not): the last byte read is that frame's.
+    const uint64_t at = base_ + buf_.size() + static_cast<uint64_t>(r > 0 ? r - 1 : 0);
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int passed;
+        std::memcpy(&passed, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        UniqueFd owned(passed);
+        if (accept_fds_ && fds_.size() < kMaxPendingFds) fds_.push_back({at, std::move(owned)});
+        else if (accept_fds_) return Status::ResourceExhausted("peer passed more than " + std::to_string(kMaxPendingFds) + " descriptors");
+      }
     }
     if (r == 0) return Status::Unavailable("peer closed the connection");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
-    if (errno == ECONNRESET) return Status::Unavailable("connection reset");
-    return Status::FromErrno("recv", errno);
+    buf_.append(tmp, static_cast<size_t>(r));
+    taken += static_cast<size_t>(r);
   }
+  return Status::Ok();
 }
 
-bool FrameReader::Next(MsgType* type, std::string* payload) {
+bool FrameReader::Next(MsgType* type, std::string* payload, UniqueFd* fd) {
   if (!status_.ok() || buf_.size() - pos_ < sizeof(FrameHeader)) return false;
   FrameHeader h;
   std::memcpy(&h, buf_.data() + pos_, sizeof(h));
-  if (h.magic != kFrameMagic || h.length > kMaxFrameBytes) {
-    status_ = Status::Corruption("bad frame (magic or length): not an ftrun client");
+  if (h.magic != kFrameMagic) {
+    status_ = Status::Corruption("bad frame magic: not an ftrun client");
+    return false;
+  }
+  if (h.length > max_frame_) {
+    status_ = Status::InvalidArgument("a " + std::to_string(h.length) + "-byte frame (type " + std::to_string(h.type) +
+                                      ") is over the " + std::to_string(max_frame_) + "-byte limit");
     return false;
   }
   if (buf_.size() - pos_ - sizeof(h) < h.length) return false;
   *type = static_cast<MsgType>(h.type);
   payload->assign(buf_, pos_ + sizeof(h), h.length);
+  const uint64_t start = base_ + pos_, end = start + sizeof(h) + h.length;
+  // A descriptor belongs to the frame whose bytes it came with.
+  while (!fds_.empty() && fds_.front().at < end) {
+    if (fd != nullptr && fds_.front().at >= start && !fd->valid()) *fd = std::move(fds_.front().fd);
+    fds_.erase(fds_.begin());
+  }
   pos_ += sizeof(h) + h.length;
   if (pos_ == buf_.size()) {
+    base_ += pos_;
     buf_.clear();
+    pos_ = 0;
+  } else if (pos_ > (1u << 20)) {
+    base_ += pos_;
+    buf_.erase(0, pos_);
     pos_ = 0;
   }
   return true;

@@ -7,8 +7,10 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ftrun/status.h"
 #include "plugin/common/fd.h"
@@ -67,19 +69,42 @@ ssize_t SendMsgWithFd(int sock, iovec* iov, size_t iovcnt, int pass_fd, int flag
 Status RecvFrame(int fd, int timeout_ms, MsgType* type, std::string* payload,
                  UniqueFd* received_fd = nullptr);
 
-// Incremental decoder for a non-blocking socket (the agent side).
+// Incremental decoder for a non-blocking socket (the agent's and the
+// standby's side). Bounded: each ReadFrom takes at most `budget` bytes (then
+// the caller serves its other sockets; a level-triggered poll brings it
+// back), a frame longer than max_frame() is refused at its header, before
+// its payload is read, and descriptors passed with the frames are kept only
+// when accept_fds() is on (at most kMaxPendingFds at a time).
 class FrameReader {
  public:
-  // Reads what the socket has. kUnavailable at EOF, kIoError on errors.
-  Status ReadFrom(int fd);
-  // Pops the next complete frame, if any. A bad magic or an oversized
-  // length makes it return kCorruption through status().
-  bool Next(MsgType* type, std::string* payload);
+  static constexpr size_t kMaxPendingFds = 4;
+
+  // Reads what the socket has, up to `budget` bytes. kUnavailable at EOF,
+  // kIoError on errors, kResourceExhausted for too many passed descriptors.
+  Status ReadFrom(int fd, size_t budget = SIZE_MAX);
+  // Pops the next complete frame, if any, with the descriptor that came
+  // with its bytes (when fd is given and accept_fds() is on). A bad magic or
+  // an oversized length makes it return false with the reason in status().
+  bool Next(MsgType* type, std::string* payload, UniqueFd* fd = nullptr);
   const Status& status() const { return status_; }
+  // True while bytes of an unfinished frame are buffered.
+  bool partial() const { return pos_ < buf_.size(); }
+
+  uint32_t max_frame() const { return max_frame_; }
+  void set_max_frame(uint32_t bytes) { max_frame_ = bytes; }
+  void set_accept_fds(bool on) { accept_fds_ = on; }
 
  private:
+  struct PassedFd {
+    uint64_t at;  // stream offset of the last byte read with it
+    UniqueFd fd;
+  };
   std::string buf_;
   size_t pos_ = 0;
+  uint64_t base_ = 0;  // stream offset of buf_[0]
+  uint32_t max_frame_ = kMaxFrameBytes;
+  bool accept_fds_ = false;
+  std::vector<PassedFd> fds_;
   Status status_;
 };
 

@@ -1,5 +1,6 @@
 #include "plugin/store/arena.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -60,11 +61,16 @@ Status Arena::Create(const std::string& job_id, uint32_t node, uint64_t bytes,
     return Status::InvalidArgument("job id '" + job_id + "' is longer than 63 characters");
   }
   std::string name = "ftrun-" + job_id + "-node" + std::to_string(node);
-  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC));
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) return Status::FromErrno("memfd_create", errno);
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
     return Status::FromErrno("ftruncate of the store segment to " + std::to_string(bytes) + " bytes", errno);
   }
+  // Every rank holds this fd read-write (and any same-uid process can reopen
+  // it through /proc/<agent>/fd): once sealed, nobody can shrink it (which
+  // would SIGBUS the agent on its next access), grow it, or add a seal of
+  // its own (F_SEAL_FUTURE_WRITE would stop later ranks from mapping it).
+  if (::fcntl(fd.get(), F_ADD_SEALS, kArenaSeals) != 0) return Status::FromErrno("sealing the store segment", errno);
   Arena a;
   // The agent maps without MAP_POPULATE: Prefault does that on a thread.
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
@@ -92,6 +98,11 @@ Status Arena::Create(const std::string& job_id, uint32_t node, uint64_t bytes,
 }
 
 Status Arena::Attach(UniqueFd fd, const std::string& expected_job_id, Arena* out) {
+  // An unsealed segment could shrink under the rank's mapping (SIGBUS).
+  int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & kArenaSeals) != kArenaSeals) {
+    return Status::FailedPrecondition("store segment is not sealed against resizing (an agent of an older build?)");
+  }
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("fstat of the store segment", errno);
   auto size = static_cast<uint64_t>(st.st_size);

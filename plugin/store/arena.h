@@ -6,6 +6,8 @@
 // chunk extents live (managed by ExtentAllocator, owned by the agent).
 #pragma once
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -19,6 +21,10 @@ namespace ftrun {
 inline constexpr uint64_t kArenaMagic = 0x414e455241525446ull;  // "FTRARENA"
 inline constexpr uint32_t kArenaFormatVersion = 1;
 inline constexpr uint64_t kArenaHeaderBytes = 4096;
+// The seals Create applies once the segment has its size (fcntl F_ADD_SEALS):
+// F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL. Attach refuses a segment without
+// them.
+inline constexpr int kArenaSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 // Plain data at offset 0 of the segment; checksum covers every field before it.
 struct ArenaHeader {
@@ -45,8 +51,8 @@ class Arena {
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  // Agent side: creates a memfd of `bytes` (header included), maps it and
-  // writes the header. Does not touch the data pages (see Prefault).
+  // Agent side: creates a memfd of `bytes` (header included), seals its size
+  // (kArenaSeals), maps it and writes the header. Does not touch the data pages (see Prefault).
   static Status Create(const std::string& job_id, uint32_t node, uint64_t bytes,
                        uint64_t chunk_size, Arena* out);
   // Rank side: maps a received fd and checks magic, format version,
