@@ -304,7 +304,7 @@ Status Runner::AdoptAgents(const std::string& before_text) {
     }
     if (p.slot >= 0 && p.slot < static_cast<int>(nodes_.size())) p.host = nodes_[static_cast<size_t>(p.slot)].host;
     agents_.push_back(p);
-    FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
+    if (p.adopted) FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
                    p.slot >= 0 ? "node " + std::to_string(p.slot) : std::string("spare"));
   }
   if (agents_.empty()) return Status::InvalidArgument("ftrun --attach " + job_id_ + ": the old status lists no agents");
@@ -549,8 +549,9 @@ int AttachJob(int argc, char** argv) {
   std::string text;
   Status read = ReadPrivateFile(path, 1u << 20, &text);
   if (!read.ok()) {
-    std::fprintf(stderr, "ftrun --attach: %s (is agent.run_dir right? pass the job's --config)\n",
-                 read.message().c_str());
+    const bool refused = read.code() == Code::kFailedPrecondition;  // there, but not trusted
+    std::fprintf(stderr, "ftrun --attach: cannot read %s: %s%s\n", path.c_str(), read.message().c_str(),
+                 refused ? "" : " (is agent.run_dir right? pass the job's --config)");
     return 2;
   }
   nlohmann::json saved = nlohmann::json::parse(text, nullptr, false);
