@@ -173,6 +173,9 @@ if os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"):
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
     u = pwd.getpwnam(USER)
+    mine, theirs = default_run_dir(os.geteuid()), default_run_dir(u.pw_uid)
+    if os.path.isdir(theirs) and os.lstat(theirs).st_uid != u.pw_uid:
+        shutil.rmtree(theirs)  # an earlier run of this test on the old code left it (as root)
     both = config("default")  # no agent.run_dir: the built-in, per-user default
     # The first user (root) holds its run dir while the second starts.
     first = subprocess.Popen([AGENT, "--config", both, "--nproc", "1", "--job-id", "two-users", "--no_python",
@@ -186,13 +189,16 @@ if os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"):
     print("--- first user's agent\n" + out1[-1500:], flush=True)
     check(first.returncode == 0, f"the first user's agent runs (got {first.returncode})")
     check(rc == 0, f"the second user's agent runs next to it on the same node (got {rc})")
-    mine, theirs = default_run_dir(os.geteuid()), default_run_dir(u.pw_uid)
     check(mine != theirs, "the two users' default run dirs differ")
-    check(os.path.isdir(theirs) and os.stat(theirs).st_uid == u.pw_uid and (os.stat(theirs).st_mode & 0o777) == 0o700,
-          f"the second user's run dir {theirs} is its own, mode 0700")
+    ok = check(os.path.isdir(theirs) and os.stat(theirs).st_uid == u.pw_uid and
+               (os.stat(theirs).st_mode & 0o777) == 0o700, f"the second user's run dir {theirs} is its own, mode 0700")
 
     # --- the epilog removes what the job left, and the emptied default dir ---
+    # (Only in the user's own directory: never made here as root.)
     slurm_job = str(random.randrange(1 << 20, 1 << 30))
+    if not ok:
+        os.makedirs(theirs, mode=0o700, exist_ok=True)
+        os.chown(theirs, u.pw_uid, u.pw_gid)
     os.makedirs(os.path.join(theirs, "slurm-%s-abc" % slurm_job), exist_ok=True)
     open(os.path.join(theirs, "slurm-%s-abc.node0.lock" % slurm_job), "w").close()
     for root, dirs, files in os.walk(theirs):
