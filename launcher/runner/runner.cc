@@ -184,6 +184,11 @@ Status Runner::Setup() {
   // The run dir and the job's directory in it: this user's own, every
   // component checked, nothing in them another user could have written.
   job_dir_ = config_.agent.run_dir + "/" + job_id_;
+  if (remote() && config_.agent.run_dir == DefaultRunDir()) {
+    FTRUN_LOG_WARN("agent.run_dir is the per-user default {}, which other hosts do not see; the agents read the job "
+                   "secret from {}/secret: set agent.run_dir to a directory every node sees", config_.agent.run_dir,
+                   job_dir_);
+  }
   {
     UniqueFd run_dir;
     FTRUN_RETURN_IF_ERROR(OpenPrivateDir(config_.agent.run_dir, true, "agent.run_dir", &run_dir));

@@ -44,12 +44,14 @@ Status CheckDir(const struct stat& st, const std::string& shown, bool last, cons
   }
   if (st.st_uid != me && st.st_uid != 0) {
     return Status::FailedPrecondition(head + " (a component of the path) belongs to " + Uid(st.st_uid) +
-                                      "; expected owner root or " + Uid(me) + " (this user): another user could "
+                                      "; expected owner root or " + Uid(me) +
+                                      " (this user): another user could "
                                       "replace what is below it");
   }
   if ((st.st_mode & 022) && !((st.st_mode & S_ISVTX) && st.st_uid == 0)) {
     return Status::FailedPrecondition(head + " (a component of the path) is writable by group or others (mode " +
-                                      Mode(st.st_mode) + ") and not a sticky directory owned by root like /tmp; "
+                                      Mode(st.st_mode) +
+                                      ") and not a sticky directory owned by root like /tmp; "
                                       "expected no write permission for group or others");
   }
   return Status::Ok();
@@ -57,7 +59,8 @@ Status CheckDir(const struct stat& st, const std::string& shown, bool last, cons
 
 Status CheckFile(const struct stat& st, const std::string& path) {
   if (S_ISLNK(st.st_mode)) {
-    return Status::FailedPrecondition("'" + path + "' is a symbolic link; expected a regular file (nothing is "
+    return Status::FailedPrecondition("'" + path +
+                                      "' is a symbolic link; expected a regular file (nothing is "
                                       "read or written through a link here)");
   }
   if (!S_ISREG(st.st_mode)) return Status::FailedPrecondition("'" + path + "' is not a regular file; expected one");
@@ -86,7 +89,7 @@ std::deque<std::string> Split(const std::string& path) {
 Status OpenRoot(UniqueFd* fd, const std::string& what) {
   fd->Reset(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd->valid()) return Status::FromErrno("open /", errno);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd->get(), &st) != 0) return Status::FromErrno("stat /", errno);
   return CheckDir(st, "/", false, what);
 }
@@ -109,7 +112,8 @@ Status OpenPrivateDir(const std::string& path, bool create, const std::string& w
   std::string abs = path;
   if (abs[0] != '/') {
     char cwd[4096];
-    if (::getcwd(cwd, sizeof(cwd)) == nullptr) return Status::FromErrno("getcwd (for " + what + " '" + path + "')", errno);
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr)
+      return Status::FromErrno("getcwd (for " + what + " '" + path + "')", errno);
     abs = std::string(cwd) + "/" + path;
   }
   std::deque<std::string> todo = Split(abs);
@@ -140,16 +144,21 @@ Status OpenPrivateDir(const std::string& path, bool create, const std::string& w
     }
     if (!next.valid()) {
       const int err = errno;
-      struct stat lst{};
+      struct stat lst {};
       if ((err == ELOOP || err == ENOTDIR) && ::fstatat(fd, name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
           S_ISLNK(lst.st_mode)) {
         if (last) {
-          return Status::FailedPrecondition(what + " '" + shown + "' is a symbolic link; expected a real directory "
-                                            "owned by " + Uid(::geteuid()) + " (this user), not a link");
+          return Status::FailedPrecondition(what + " '" + shown +
+                                            "' is a symbolic link; expected a real directory "
+                                            "owned by " +
+                                            Uid(::geteuid()) + " (this user), not a link");
         }
         if (lst.st_uid != ::geteuid() && lst.st_uid != 0) {
-          return Status::FailedPrecondition(what + " '" + shown + "' (a component of the path) is a symbolic link "
-                                            "owned by " + Uid(lst.st_uid) + "; expected a directory, or a link "
+          return Status::FailedPrecondition(what + " '" + shown +
+                                            "' (a component of the path) is a symbolic link "
+                                            "owned by " +
+                                            Uid(lst.st_uid) +
+                                            "; expected a directory, or a link "
                                             "owned by root or this user");
         }
         if (++links > 40) return Status::FailedPrecondition(what + " '" + path + "': too many symbolic links");
@@ -164,7 +173,7 @@ Status OpenPrivateDir(const std::string& path, bool create, const std::string& w
       }
       return Status::FromErrno(what + " '" + shown + "'", err);
     }
-    struct stat st{};
+    struct stat st {};
     if (::fstat(next.get(), &st) != 0) return Status::FromErrno("stat " + shown, errno);
     FTRUN_RETURN_IF_ERROR(CheckDir(st, last ? path : shown, last, what));
     chain.push_back(std::move(next));
@@ -180,11 +189,11 @@ Status OpenOwnFileAt(int dir_fd, const std::string& dir_path, const std::string&
   UniqueFd fd(::openat(dir_fd, name.c_str(), flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     const int err = errno;
-    struct stat lst{};
+    struct stat lst {};
     if (err == ELOOP && ::fstatat(dir_fd, name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0) return CheckFile(lst, path);
     return Status::FromErrno("cannot open " + path, err);
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
   FTRUN_RETURN_IF_ERROR(CheckFile(st, path));
   *out = std::move(fd);
@@ -194,7 +203,7 @@ Status OpenOwnFileAt(int dir_fd, const std::string& dir_path, const std::string&
 Status ReplaceFileAt(int dir_fd, const std::string& dir_path, const std::string& name, const std::string& data,
                      mode_t mode) {
   const std::string path = dir_path + "/" + name;
-  struct stat old{};
+  struct stat old {};
   if (::fstatat(dir_fd, name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0) {
     FTRUN_RETURN_IF_ERROR(CheckFile(old, path));
   } else if (errno != ENOENT) {
@@ -249,8 +258,9 @@ Status CreateNewFile(const std::string& path, const std::string& data) {
   if (!dfd.valid()) return Status::FromErrno("cannot open directory " + dir, errno);
   UniqueFd fd(::openat(dfd.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid() && errno == EEXIST) {
-    struct stat st{};
-    if (::fstatat(dfd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Status::FromErrno("stat " + path, errno);
+    struct stat st {};
+    if (::fstatat(dfd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      return Status::FromErrno("stat " + path, errno);
     FTRUN_RETURN_IF_ERROR(CheckFile(st, path));
     if (::unlinkat(dfd.get(), name.c_str(), 0) != 0) return Status::FromErrno("cannot remove the old " + path, errno);
     fd.Reset(::openat(dfd.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -273,11 +283,11 @@ Status ReadPrivateFile(const std::string& path, size_t max_bytes, std::string* o
   UniqueFd fd(::openat(dfd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
     const int err = errno;
-    struct stat lst{};
+    struct stat lst {};
     if (err == ELOOP && ::fstatat(dfd.get(), name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0) return CheckFile(lst, path);
     return Status::FromErrno("cannot open " + path, err);
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
   FTRUN_RETURN_IF_ERROR(CheckFile(st, path));
   std::string text;

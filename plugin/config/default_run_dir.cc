@@ -12,7 +12,7 @@ namespace {
 // a link) of `uid` that nobody else can write. OpenPrivateDir checks the
 // whole path again when the run dir is made.
 bool Usable(const std::string& dir, uid_t uid) {
-  struct stat st{};
+  struct stat st {};
   if (dir.empty() || dir[0] != '/' || ::lstat(dir.c_str(), &st) != 0) return false;
   return S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & 022) == 0;
 }

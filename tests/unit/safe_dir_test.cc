@@ -1,6 +1,8 @@
 // The run directory's rules (plugin/common/safe_dir.h, default_run_dir.h,
 // proc_start.h) on real directories, files, links and processes. CI runs as
 // root: a foreign owner is uid 65534 (nobody), set with chown.
+#include "plugin/common/safe_dir.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,7 +16,6 @@
 
 #include "launcher/agent/instance_lock.h"
 #include "plugin/common/proc_start.h"
-#include "plugin/common/safe_dir.h"
 #include "plugin/config/config.h"
 
 using namespace ftrun;
@@ -41,7 +42,7 @@ std::string Slurp(const std::string& path) {
 void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 bool Exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
 }
 
@@ -77,13 +78,12 @@ TEST_CASE("the default run dir is per user: XDG_RUNTIME_DIR, /run/user/<uid>, /t
   CHECK(DefaultRunDir() == DefaultConfig().agent.run_dir);
 }
 
-TEST_CASE("OpenPrivateDir creates 0700 and refuses links, foreign and shared directories, naming them",
-          "[security]") {
+TEST_CASE("OpenPrivateDir creates 0700 and refuses links, foreign and shared directories, naming them", "[security]") {
   TempDir t;
   UniqueFd fd;
   const std::string made = t.path + "/a/b/run";
   REQUIRE(OpenPrivateDir(made, true, "agent.run_dir", &fd).ok());
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat(made.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   CHECK(OpenPrivateDir(made, false, "agent.run_dir", &fd).ok());
@@ -169,7 +169,7 @@ TEST_CASE("files in the run dir are never written or read through a link or from
   REQUIRE(ReplaceFileAt(dir.get(), t.path, "status.json", "{}\n").ok());
   REQUIRE(ReplaceFileAt(dir.get(), t.path, "status.json", "{\"a\":1}\n").ok());
   CHECK(Slurp(t.path + "/status.json") == "{\"a\":1}\n");
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat((t.path + "/status.json").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
   // A link at the final name: refused, nothing written through it, the link kept.
@@ -219,7 +219,7 @@ TEST_CASE("pid files in /tmp are created new, never through a link", "[security]
   REQUIRE(CreateNewFile(pidfile, "42\n").ok());
   REQUIRE(CreateNewFile(pidfile, "43\n").ok());  // our own earlier file: replaced
   CHECK(Slurp(pidfile) == "43\n");
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat(pidfile.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
   if (::geteuid() == 0) {
