@@ -309,7 +309,8 @@ Status Runner::AdoptAgents(const std::string& before_text) {
     }
     if (p.slot >= 0 && p.slot < static_cast<int>(nodes_.size())) p.host = nodes_[static_cast<size_t>(p.slot)].host;
     agents_.push_back(p);
-    if (p.adopted) FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
+    if (!p.adopted) continue;
+    FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
                    p.slot >= 0 ? "node " + std::to_string(p.slot) : std::string("spare"));
   }
   if (agents_.empty()) return Status::InvalidArgument("ftrun --attach " + job_id_ + ": the old status lists no agents");

@@ -19,6 +19,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import time
 
 from ftrun_testlib import AGENT, RUNNER, SOURCE, check, finish
 
@@ -168,10 +169,13 @@ def default_run_dir(uid):
 
 
 if os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"):
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+    for attempt in range(10):  # other tests may hold /etc/passwd's lock for a moment
+        try:
+            pwd.getpwnam(USER)
+            break
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER])
+            time.sleep(0.5)
     u = pwd.getpwnam(USER)
     mine, theirs = default_run_dir(os.geteuid()), default_run_dir(u.pw_uid)
     if os.path.isdir(theirs) and os.lstat(theirs).st_uid != u.pw_uid:
