@@ -6,7 +6,11 @@
 # FTRUN_EPILOG_WAIT seconds (default 60), then the agents are SIGKILLed (their
 # ranks die with them) and at last the standby. Then the job's files go: its
 # socket and pid file, the agents' sockets, locks and job directories under
-# the run directory, and any shared-memory segment named after the job.
+# the run directory, and any shared-memory segment named after the job. The
+# run directory itself goes too when it is the job user's default one
+# (/run/user/<uid>/ftrun or /tmp/ftrun-<uid>, see plugin/config/
+# default_run_dir.h) and nothing else is left in it. Removals run as the job's
+# user (setpriv): root never deletes inside a directory a user can change.
 #
 # Exit status: non-zero drains the node, so it is non-zero only when a
 # process of the job survives SIGKILL (the node is then not fit for the next
@@ -14,7 +18,8 @@
 #
 # Settings (environment, or $FTRUN_SLURM_CONF, default /etc/ftrun/slurm.env):
 #   FTRUN_STANDBY_DIR  as in prolog.sh (default /run/ftrun)
-#   FTRUN_RUN_DIR      the agents' agent.run_dir (default /tmp/ftrun)
+#   FTRUN_RUN_DIR      the agents' agent.run_dir, when the jobs set one (default:
+#                      the job user's default run directories, removed once empty)
 #   FTRUN_EPILOG_WAIT  seconds to wait for the agents to stop (default 60)
 set -u
 conf=${FTRUN_SLURM_CONF:-/etc/ftrun/slurm.env}
@@ -30,7 +35,12 @@ if [ -z "$job" ]; then
 fi
 case $job in *[!A-Za-z0-9_.-]*) log "SLURM_JOB_ID '$job' has unexpected characters: nothing removed"; exit 0 ;; esac
 dir=${FTRUN_STANDBY_DIR:-/run/ftrun}
-run_dir=${FTRUN_RUN_DIR:-/tmp/ftrun}
+run_dir=${FTRUN_RUN_DIR:-}
+uid=${SLURM_JOB_UID:-}
+case $uid in *[!0-9]*) uid= ;; esac
+gid=${SLURM_JOB_GID:-}
+case $gid in *[!0-9]*) gid= ;; esac
+[ -n "$uid" ] && [ -z "$gid" ] && gid=$(id -g "$uid" 2>/dev/null)
 bound=${FTRUN_EPILOG_WAIT:-60}
 pidfile=$dir/slurm-$job.pid
 
@@ -67,6 +77,40 @@ else
   log "no standby agent running for this job"
 fi
 
+# Runs "$@" as the job's user when we are root and know who that is.
+as_user() {
+  if [ -n "$uid" ] && [ "$uid" != 0 ] && [ -n "$gid" ] && [ "$(id -u)" = 0 ]; then
+    setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"
+  else
+    "$@"
+  fi
+}
+# Removes the job's entries (sockets, locks, job directories) from run dir $1;
+# with $2 = rmdir also the directory itself once it is empty. Only a real
+# directory (not a link) of the job's user or root is touched.
+clean_run_dir() {
+  local d=$1 owner
+  { [ -d "$d" ] && [ ! -L "$d" ]; } || return 0
+  owner=$(stat -c %u -- "$d") || return 0
+  if [ -n "$uid" ] && [ "$owner" != "$uid" ] && [ "$owner" != 0 ]; then
+    log "run dir $d belongs to uid $owner, not to the job's user (uid $uid): left alone"
+    return 0
+  fi
+  local entries=("$d/slurm-$job"-*)
+  [ -e "${entries[0]}" ] || [ -L "${entries[0]}" ] || entries=()
+  [ ${#entries[@]} -eq 0 ] || as_user rm -rf -- "${entries[@]}"
+  if [ "${2:-}" = rmdir ] && as_user rmdir -- "$d" 2>/dev/null; then log "removed the empty run dir $d"; fi
+  return 0
+}
+
 rm -f -- "$pidfile" "$dir/slurm-$job.sock"
-rm -rf -- "$run_dir/slurm-$job"-* /dev/shm/ftrun-slurm-"$job"-*
+rm -rf -- /dev/shm/ftrun-slurm-"$job"-*
+if [ -n "$run_dir" ]; then
+  clean_run_dir "$run_dir"
+elif [ -n "$uid" ]; then
+  clean_run_dir "/run/user/$uid/ftrun" rmdir
+  clean_run_dir "/tmp/ftrun-$uid" rmdir
+else
+  log "SLURM_JOB_UID is not set and FTRUN_RUN_DIR is not: the run directory is left as it is"
+fi
 exit $status

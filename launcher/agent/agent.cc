@@ -16,6 +16,7 @@
 #include "launcher/agent/rank_env.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/log.h"
+#include "plugin/common/safe_dir.h"
 #include "plugin/config/units.h"
 #include "plugin/ipc/unix_socket.h"
 
@@ -119,7 +120,9 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), timer_fd_.get(), kTimerTag));
   if (cluster()) FTRUN_RETURN_IF_ERROR(SetupCluster());
   if (o_.save_pid > 0) {
-    std::ofstream(std::string("/tmp/") + std::to_string(o_.save_pid) + ".deepspeed") << ::getpid() << "\n";
+    // /tmp is shared: created new, never through a link (safe_dir.h).
+    FTRUN_RETURN_IF_ERROR(CreateNewFile("/tmp/" + std::to_string(o_.save_pid) + ".deepspeed",
+                                        std::to_string(::getpid()) + "\n"));
   }
   return Status::Ok();
 }

@@ -216,6 +216,7 @@ class Agent {
   uint64_t chunks_corrupt_repaired_ = 0;
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;
+  std::string status_error_;  // the last status write error logged (logged once)
 
   // Multi-node state.
   static constexpr uint64_t kTransportTag = 4;

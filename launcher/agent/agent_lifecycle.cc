@@ -17,6 +17,8 @@
 #include "launcher/agent/rank_env.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/log.h"
+#include "plugin/common/proc_start.h"
+#include "plugin/common/safe_dir.h"
 #include "plugin/persist/persist_reader.h"
 
 namespace ftrun {
@@ -428,6 +430,7 @@ void Agent::WriteStatus() {
   json j;
   j["job_id"] = o_.job_id;
   j["agent_pid"] = static_cast<int>(::getpid());
+  j["agent_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
   j["node"] = o_.node_rank;
   const char* states[] = {"running", "stopping", "idle", "done"};
   j["state"] = states[static_cast<int>(state_)];
@@ -468,7 +471,8 @@ void Agent::WriteStatus() {
   if (flusher_) j["persist"] = flusher_->StatusJson();
   j["ranks"] = json::array();
   for (const RankSlot& s : slots_) {
-    j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"finished", s.finished},
+    j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"start_time", ProcessStartTime(s.pid)},
+                          {"finished", s.finished},
                           {"connected", s.conn_id != 0}});
   }
   j["recoveries"] = json::array();
@@ -492,11 +496,13 @@ void Agent::WriteStatus() {
     j["recoveries"].push_back(x);
   }
   j["exit_code"] = state_ == State::kDone ? json(exit_code_) : json(nullptr);
-  const std::string tmp = o_.status_file + ".tmp";
-  std::ofstream(tmp) << j.dump(2) << "\n";
-  if (::rename(tmp.c_str(), o_.status_file.c_str()) != 0) {
-    FTRUN_LOG_WARN("cannot write status file {}: {}", o_.status_file, std::strerror(errno));
-  }
+  // Never through a link; inside the run dir (the runner's job dir), only in
+  // a directory nobody else can write (safe_dir.h).
+  const std::string& run_dir = o_.config.agent.run_dir;
+  const bool in_run_dir = o_.status_file.compare(0, run_dir.size() + 1, run_dir + "/") == 0;
+  Status s = ReplaceFile(o_.status_file, j.dump(2) + "\n", in_run_dir);
+  if (!s.ok() && s.message() != status_error_) FTRUN_LOG_WARN("cannot write status file: {}", s.message());
+  status_error_ = s.ok() ? std::string() : s.message();
 }
 
 }  // namespace ftrun

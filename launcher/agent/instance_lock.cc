@@ -9,29 +9,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "plugin/common/safe_dir.h"
+
 namespace ftrun {
-namespace {
-
-Status MakeDirs(const std::string& path) {
-  std::string cur;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || (path[i] == '/' && i > 0)) {
-      cur = path.substr(0, i);
-      if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno("mkdir " + cur, errno);
-    }
-  }
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument("agent.run_dir '" + path + "' is not a directory");
-  }
-  if (st.st_uid != ::getuid()) {
-    return Status::FailedPrecondition("agent.run_dir '" + path + "' belongs to uid " + std::to_string(st.st_uid) +
-                                      ", not to this user; pick another run_dir");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 InstanceLock::~InstanceLock() {
   // Remove the socket while still holding the lock, so no new agent can
@@ -40,13 +20,16 @@ InstanceLock::~InstanceLock() {
 }
 
 Status InstanceLock::Claim(const std::string& run_dir, const std::string& job_id, int node, InstanceLock* out) {
-  FTRUN_RETURN_IF_ERROR(MakeDirs(run_dir));
-  const std::string stem = run_dir + "/" + job_id + ".node" + std::to_string(node);
+  // Every component checked (safe_dir.h): nobody else can have planted the
+  // lock, or a link where our socket goes.
+  UniqueFd dir;
+  FTRUN_RETURN_IF_ERROR(OpenPrivateDir(run_dir, true, "agent.run_dir", &dir));
+  const std::string name = job_id + ".node" + std::to_string(node);
+  const std::string stem = run_dir + "/" + name;
   InstanceLock l;
   l.lock_path_ = stem + ".lock";
   l.socket_path_ = stem + ".sock";
-  l.lock_fd_.Reset(::open(l.lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!l.lock_fd_.valid()) return Status::FromErrno("open " + l.lock_path_, errno);
+  FTRUN_RETURN_IF_ERROR(OpenOwnFileAt(dir.get(), run_dir, name + ".lock", O_RDWR, &l.lock_fd_));
   if (::flock(l.lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
     if (err != EWOULDBLOCK) return Status::FromErrno("flock " + l.lock_path_, err);
@@ -62,7 +45,7 @@ Status InstanceLock::Claim(const std::string& run_dir, const std::string& job_id
       ::pwrite(l.lock_fd_.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     return Status::FromErrno("write " + l.lock_path_, errno);
   }
-  if (::unlink(l.socket_path_.c_str()) == 0) {
+  if (::unlinkat(dir.get(), (name + ".sock").c_str(), 0) == 0) {
     l.removed_stale_ = true;
   } else if (errno != ENOENT) {
     return Status::FromErrno("remove stale socket " + l.socket_path_, errno);

@@ -25,7 +25,8 @@ class InstanceLock {
   InstanceLock(InstanceLock&&) = default;
   InstanceLock& operator=(InstanceLock&&) = default;
 
-  // Creates run_dir (0700) if needed, takes the lock, removes a stale socket.
+  // Opens run_dir (creating it 0700 if needed) with every component checked
+  // (plugin/common/safe_dir.h), takes the lock, removes a stale socket.
   // kAlreadyExists names the live agent's pid and socket.
   static Status Claim(const std::string& run_dir, const std::string& job_id, int node, InstanceLock* out);
 

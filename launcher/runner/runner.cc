@@ -23,6 +23,8 @@
 #include "launcher/runner/remote_command.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
+#include "plugin/common/proc_start.h"
+#include "plugin/common/safe_dir.h"
 #include "plugin/config/config.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/transport/secret.h"
@@ -53,18 +55,10 @@ struct AgentProc {
   int slot = -1;  // as started; -1 = spare
   std::string host;  // where a remote launcher starts it
   pid_t pid = 0;
+  uint64_t start_time = 0;  // of pid (proc_start.h): written next to it, checked before an adopted pid is signalled
   int respawns = 0;
   bool adopted = false;  // started by an earlier runner (`ftrun --attach`): not our child
 };
-
-// A live process that is not a zombie (adopted agents cannot be waited for).
-bool ProcessAlive(pid_t pid) {
-  if (pid <= 0) return false;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
-}
 
 // The first IPv4 address of `host`, for agents and the coordinator that
 // remote launchers start elsewhere.
@@ -92,16 +86,9 @@ std::string SelfDir() {
   return p.substr(0, p.rfind('/'));
 }
 
-Status MakeDirs(const std::string& path) {
-  std::string cur;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || (path[i] == '/' && i > 0)) {
-      cur = path.substr(0, i);
-      if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno("cannot create " + cur, errno);
-    }
-  }
-  return Status::Ok();
-}
+// Our child (it cannot be reused before we reap it), or an adopted agent
+// that is still the process its status recorded.
+bool StillOurs(const AgentProc& a) { return a.pid > 0 && (!a.adopted || SameProcess(a.pid, a.start_time)); }
 
 class Runner {
  public:
@@ -125,6 +112,8 @@ class Runner {
   std::vector<std::string> spare_hosts_;  // remote launchers: the hosts spares run on
   bool remote() const { return o_.launcher != "local"; }
   std::string job_id_, job_dir_, secret_file_;
+  UniqueFd job_dir_fd_;         // job_dir_, checked (safe_dir.h): runner.json and status.json are written in it
+  std::string status_error_;    // the last status write error logged (logged once)
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<TransportOutbox> outbox_;
   std::unique_ptr<Coordinator> coord_;
@@ -192,16 +181,28 @@ Status Runner::Setup() {
     const char* slurm = std::getenv("SLURM_JOB_ID");
     job_id_ = slurm != nullptr && *slurm != '\0' ? "slurm-" + std::string(slurm) + NewJobId().substr(3) : NewJobId();
   }
+  // The run dir and the job's directory in it: this user's own, every
+  // component checked, nothing in them another user could have written.
   job_dir_ = config_.agent.run_dir + "/" + job_id_;
-  FTRUN_RETURN_IF_ERROR(MakeDirs(job_dir_));
+  if (remote() && config_.agent.run_dir == DefaultRunDir()) {
+    FTRUN_LOG_WARN("agent.run_dir is the per-user default {}, which other hosts do not see; the agents read the job "
+                   "secret from {}/secret: set agent.run_dir to a directory every node sees", config_.agent.run_dir,
+                   job_dir_);
+  }
+  {
+    UniqueFd run_dir;
+    FTRUN_RETURN_IF_ERROR(OpenPrivateDir(config_.agent.run_dir, true, "agent.run_dir", &run_dir));
+  }
+  FTRUN_RETURN_IF_ERROR(OpenPrivateDir(job_dir_, true, "the job directory", &job_dir_fd_));
   secret_file_ = job_dir_ + "/secret";
   nlohmann::json before;  // an attach: the old runner's status (its coordinator and agents)
   if (o_.attach_job.empty()) {
-    ::unlink(secret_file_.c_str());
+    ::unlinkat(job_dir_fd_.get(), "secret", 0);
     FTRUN_RETURN_IF_ERROR(WriteNewSecretFile(secret_file_));
   } else {
-    std::ifstream f(job_dir_ + "/status.json");
-    before = nlohmann::json::parse(f, nullptr, false);
+    std::string text;
+    FTRUN_RETURN_IF_ERROR(ReadPrivateFile(job_dir_ + "/status.json", 16u << 20, &text));
+    before = nlohmann::json::parse(text, nullptr, false);
     if (before.is_discarded() || !before.contains("coordinator") || !before.contains("agents")) {
       return Status::InvalidArgument("ftrun --attach " + job_id_ + ": " + job_dir_ +
                                      "/status.json is missing or has no 'coordinator' and 'agents'");
@@ -271,7 +272,7 @@ Status Runner::Setup() {
   {
     nlohmann::json r;  // what `ftrun --attach` needs to take the job over
     r["argv"] = o_.argv;
-    std::ofstream(job_dir_ + "/runner.json") << r.dump(1) << "\n";
+    FTRUN_RETURN_IF_ERROR(ReplaceFileAt(job_dir_fd_.get(), job_dir_, "runner.json", r.dump(1) + "\n"));
   }
   for (int a = 0; a < static_cast<int>(nodes_.size()) + spares_; ++a) {
     AgentProc p;
@@ -293,12 +294,22 @@ Status Runner::AdoptAgents(const std::string& before_text) {
     AgentProc p;
     p.id = a.value("agent", -1);
     p.pid = a.value("pid", 0);
+    p.start_time = a.value("start_time", uint64_t{0});
     p.adopted = true;
+    if (p.pid > 0 && !SameProcess(p.pid, p.start_time)) {
+      // The pid was reused (or the status predates start times): never wait
+      // on or signal a process that is not the agent.
+      FTRUN_LOG_WARN("agent {}: pid {} is not the process the old status recorded (start time {}, now {}): "
+                     "treated as gone, not adopted", p.id, p.pid, p.start_time, ProcessStartTime(p.pid));
+      p.pid = 0;
+      p.adopted = false;
+    }
     for (const auto& n : before.value("nodes", nlohmann::json::array())) {
       if (n.contains("agent") && n["agent"].is_number() && n["agent"].get<int>() == p.id) p.slot = n.value("node", -1);
     }
     if (p.slot >= 0 && p.slot < static_cast<int>(nodes_.size())) p.host = nodes_[static_cast<size_t>(p.slot)].host;
     agents_.push_back(p);
+    if (!p.adopted) continue;
     FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
                    p.slot >= 0 ? "node " + std::to_string(p.slot) : std::string("spare"));
   }
@@ -310,7 +321,7 @@ Status Runner::AdoptAgents(const std::string& before_text) {
 // Adopted agents are not our children: notice their end by polling.
 void Runner::CheckAdopted() {
   for (AgentProc& a : agents_) {
-    if (!a.adopted || a.pid <= 0 || ProcessAlive(a.pid)) continue;
+    if (!a.adopted || a.pid <= 0 || StillOurs(a)) continue;
     a.adopted = false;
     Reaped(a.pid, ExitInfo{false, 1});
   }
@@ -360,7 +371,8 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
                      std::to_string(a.slot >= 0 ? a.slot : 0), "--secret-file", secret_file_, "--job-id", job_id_,
                      "--listen", listen, "--nproc",
                      std::to_string(node.slots.size()), "--master_addr", ResolveMasterAddr(o_, nodes_),
-                     "--master_port", std::to_string(o_.master_port), "--log-level", o_.log_level, "--status-file",
+                     "--master_port", std::to_string(o_.master_port), "--log-level", o_.log_level, "--run-dir",
+                     config_.agent.run_dir, "--status-file",
                      job_dir_ + "/agent" + std::to_string(a.id) + ".json"});
   if (!o_.config.empty()) v.insert(v.end(), {"--config", o_.config});
   if (as_spare) v.push_back("--spare");
@@ -393,6 +405,7 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
     spec.argv.insert(spec.argv.end(), launch.begin(), launch.end());
   }
   FTRUN_RETURN_IF_ERROR(SpawnProcess(spec, &a.pid));
+  a.start_time = ProcessStartTime(a.pid);
   FTRUN_LOG_INFO("started agent {} ({}){} as pid {}", a.id, as_spare ? std::string("spare") : "node " + std::to_string(a.slot),
                  remote() ? " on " + a.host + " with " + o_.launcher : std::string(), a.pid);
   return Status::Ok();
@@ -424,19 +437,22 @@ void Runner::WriteStatus() {
   j["job_dir"] = job_dir_;
   j["coordinator"] = transport_->address();
   j["runner_pid"] = ::getpid();
+  j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
   j["updated_unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch()).count();
   j["agents"] = nlohmann::json::array();
   for (const AgentProc& a : agents_) {
-    j["agents"].push_back({{"agent", a.id}, {"pid", a.pid}, {"status_file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"}});
+    j["agents"].push_back({{"agent", a.id}, {"pid", a.pid}, {"start_time", a.start_time},
+                           {"status_file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"}});
   }
   // Always in the job's directory, where `ftrun status` looks; also where
   // --status_file says.
-  for (const std::string& path : {job_dir_ + "/status.json", o_.status_file}) {
-    if (path.empty()) continue;
-    std::ofstream(path + ".tmp") << j.dump(2) << "\n";
-    ::rename((path + ".tmp").c_str(), path.c_str());
-  }
+  // Never written through a link (safe_dir.h).
+  const std::string text = j.dump(2) + "\n";
+  Status s = ReplaceFileAt(job_dir_fd_.get(), job_dir_, "status.json", text);
+  if (s.ok() && !o_.status_file.empty()) s = ReplaceFile(o_.status_file, text, false);
+  if (!s.ok() && s.message() != status_error_) FTRUN_LOG_WARN("cannot write the job status: {}", s.message());
+  status_error_ = s.ok() ? std::string() : s.message();
 }
 
 void Runner::Loop() {
@@ -486,7 +502,7 @@ void Runner::Loop() {
                    (config_.persist.dir.empty() ? std::chrono::milliseconds(0) : config_.persist.drain_timeout);
       if (now - *ending_since_ > bound) {
         for (const AgentProc& a : agents_) {
-          if (a.pid) {
+          if (StillOurs(a)) {
             FTRUN_LOG_WARN("agent {} did not exit: SIGKILL", a.id);
             SignalGroup(a.pid, SIGKILL);
           }
@@ -502,13 +518,13 @@ int Runner::Run() {
   if (!s.ok()) {
     FTRUN_LOG_ERROR("{}", s.message());
     for (const AgentProc& a : agents_) {
-      if (a.pid) SignalGroup(a.pid, SIGKILL);
+      if (StillOurs(a)) SignalGroup(a.pid, SIGKILL);
     }
     return 2;
   }
   Loop();
   WriteStatus();
-  ::unlink(secret_file_.c_str());
+  if (job_dir_fd_.valid()) ::unlinkat(job_dir_fd_.get(), "secret", 0);
   if (signal_ != 0) return 128 + signal_;
   if (coord_->exit_code() != 0) FTRUN_LOG_ERROR("job failed: {}", coord_->exit_message());
   return coord_->exit_code();
@@ -535,8 +551,16 @@ int AttachJob(int argc, char** argv) {
     if (!s.ok()) return std::fprintf(stderr, "ftrun --attach: %s\n", s.message().c_str()), 2;
   }
   const std::string path = config.agent.run_dir + "/" + job + "/runner.json";
-  std::ifstream f(path);
-  nlohmann::json saved = nlohmann::json::parse(f, nullptr, false);
+  // Only what this user wrote: the directory and the file checked (safe_dir.h).
+  std::string text;
+  Status read = ReadPrivateFile(path, 1u << 20, &text);
+  if (!read.ok()) {
+    const bool refused = read.code() == Code::kFailedPrecondition;  // there, but not trusted
+    std::fprintf(stderr, "ftrun --attach: cannot read %s: %s%s\n", path.c_str(), read.message().c_str(),
+                 refused ? "" : " (is agent.run_dir right? pass the job's --config)");
+    return 2;
+  }
+  nlohmann::json saved = nlohmann::json::parse(text, nullptr, false);
   if (saved.is_discarded() || !saved.contains("argv") || !saved["argv"].is_array()) {
     std::fprintf(stderr, "ftrun --attach: cannot read %s (expected {\"argv\": [...]} written by the job's runner; "
                  "is agent.run_dir right? pass the job's --config)\n", path.c_str());

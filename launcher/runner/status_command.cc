@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plugin/common/file.h"
+#include "plugin/common/proc_start.h"
 #include "plugin/config/config.h"
 #include "plugin/config/units.h"
 
@@ -208,7 +209,9 @@ int RunStatusCommand(int argc, char** argv) {
   }
   const std::string phase = st["phase"].get<std::string>();
   const bool finished = st.contains("exit_code");
-  const bool runner_alive = st.contains("runner_pid") && ::kill(st["runner_pid"].get<int>(), 0) == 0;
+  // A recycled pid is not the runner: the start time recorded next to it must match (proc_start.h).
+  const bool runner_alive = st.contains("runner_pid") && st.contains("runner_start_time") &&
+                            SameProcess(st["runner_pid"].get<int>(), st["runner_start_time"].get<uint64_t>());
   if (as_json) {
     for (auto& a : st["agents"]) {
       json agent;

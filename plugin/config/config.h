@@ -24,6 +24,7 @@
 #include <string>
 
 #include "ftrun/status.h"
+#include "plugin/config/default_run_dir.h"
 
 namespace ftrun {
 
@@ -56,7 +57,7 @@ struct StoreConfig {
 };
 
 struct AgentConfig {
-  std::string run_dir = "/tmp/ftrun";  // agent.run_dir: sockets and lock files
+  std::string run_dir = DefaultRunDir();  // agent.run_dir: sockets, locks, job dirs (default_run_dir.h)
   std::string log_level = "info";      // agent.log_level: trace|debug|info|warn|error
   int ranks_per_node = 1;              // agent.ranks_per_node, >= 1 (the CLI may override)
 };

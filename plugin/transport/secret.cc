@@ -27,7 +27,7 @@ std::string Hex(const unsigned char* p, size_t n) {
 Status WriteNewSecretFile(const std::string& path) {
   unsigned char raw[kSecretBytes];
   if (RAND_bytes(raw, sizeof(raw)) != 1) return Status::IoError("cannot generate a job secret: RAND_bytes failed");
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::FromErrno("cannot create secret file " + path, errno);
   std::string text = Hex(raw, sizeof(raw)) + "\n";
   if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
@@ -37,10 +37,14 @@ Status WriteNewSecretFile(const std::string& path) {
 }
 
 Status ReadSecretFile(const std::string& path, std::string* secret) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));  // never through a link
+  if (!fd.valid() && errno == ELOOP) {
+    return Status::FailedPrecondition("secret file " + path + " is a symbolic link; expected a regular file");
+  }
   if (!fd.valid()) return Status::FromErrno("cannot open secret file " + path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("cannot stat secret file " + path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::FailedPrecondition("secret file " + path + " is not a regular file");
   if (st.st_mode & 077) {
     return Status::FailedPrecondition("secret file " + path + " is readable by group or others (mode " +
                                       std::to_string(st.st_mode & 0777) +

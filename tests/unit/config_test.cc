@@ -58,7 +58,7 @@ TEST_CASE("DefaultConfig has the documented defaults", "[config]") {
   CHECK(c.store.snapshot_bytes == 0);
   CHECK(c.store.prefault);
   CHECK(c.store.memory_budget_loc.line == 0);
-  CHECK(c.agent.run_dir == "/tmp/ftrun");
+  CHECK(c.agent.run_dir == DefaultRunDir());  // per user: default_run_dir.h
   CHECK(c.agent.log_level == "info");
   CHECK(c.agent.ranks_per_node == 1);
   CHECK(c.persist.dir.empty());
