@@ -178,6 +178,7 @@ std::string ClusterMsgName(uint16_t type) {
     case ClusterMsg::kFenced: return "fenced";
     case ClusterMsg::kCoordHeartbeat: return "coordinator-heartbeat";
     case ClusterMsg::kReplicate: return "replicate";
+    case ClusterMsg::kDropAbove: return "drop-above";
     case ClusterMsg::kOffer: return "offer";
     case ClusterMsg::kWant: return "want";
     case ClusterMsg::kOfferFailed: return "offer-failed";

@@ -51,6 +51,7 @@ enum class ClusterMsg : uint16_t {
   kFenced,         // message: this agent is out of the job
   kCoordHeartbeat, // epoch
   kReplicate,      // epoch, version: copy this version of your ranks to your holders
+  kDropAbove,      // version: the job went back to it and has committed a newer one: drop this node's files above it
   // agent <-> agent
   kOffer = 64,   // xfer, epoch, manifest: "store this (rank, version)"
   kWant,         // xfer, [(chunk index, tag)]: the chunks the holder lacks

@@ -80,6 +80,11 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
   AgentInfo& a = it->second;
   a.last_heard = now;
   uint64_t epoch = r.Get<uint64_t>();
+  if (!r.ok()) {  // every message after kRegister starts with the sender's epoch
+    FTRUN_LOG_WARN("agent {} sent a {} of {} bytes, without its epoch: ignored", from, ClusterMsgName(type),
+                   payload.size());
+    return;
+  }
   switch (static_cast<ClusterMsg>(type)) {
     case ClusterMsg::kHeartbeat: return;
     case ClusterMsg::kHeld:
@@ -137,9 +142,20 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       // Every holder it was given failed it: those copies do not count.
       auto v = held_.find(version);
       if (v != held_.end()) v->second.erase(rank);
-      if (CheckCoverage(" (last error pulling rank " + std::to_string(rank) + ": " + msg + ")")) {
-        Stop(1, "agent " + std::to_string(from) + " could not pull rank " + std::to_string(rank) + ": " + msg);
+      if (phase_ != Phase::kRecovering) return;
+      if (!CheckCoverage(" (last error pulling rank " + std::to_string(rank) + ": " + msg + ")")) return;
+      if (disk_restore_) {  // no live copy left, but the disk has a version: every node goes back to it
+        FTRUN_LOG_WARN("agent {} could not pull rank {} ({}): every node restores version {} from disk", from, rank,
+                       msg, committed_.value_or(0));
+        return PullAllFromDisk(now);
       }
+      // Other live copies remain (the agent was given a subset): pull from those.
+      if (a.slot < 0 || !committed_) return;
+      PullMsg p{epoch_, *committed_, {}};
+      auto h = HoldersAlive(rank, *committed_);
+      p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+      a.ready = false;
+      out_->Send(from, ClusterMsg::kPull, Encode(p));
       return;
     }
     case ClusterMsg::kDiskFailed: {
@@ -203,6 +219,13 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
   for (const auto& [rank, version] : m.catalog) {
     if (committed_ && version == *committed_) held_[version][rank].insert(from);
   }
+  // An agent that holds a node and registers again for another place (a
+  // spare, another node) leaves that node: it must not point at it.
+  std::optional<int> left;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s] == from && static_cast<int>(s) != m.slot) left = static_cast<int>(s);
+  }
+  if (left) slots_[static_cast<size_t>(*left)].reset();
   AgentInfo& a = agents_[from];
   a = AgentInfo{};
   a.id = from;
@@ -211,6 +234,12 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
   a.last_heard = now;
   FTRUN_LOG_INFO("agent {} registered from {} ({}), holding {} committed shards", from, m.address,
                  m.slot >= 0 ? "node " + std::to_string(m.slot) : std::string("spare"), m.catalog.size());
+  if (left && phase_ != Phase::kForming) {
+    return BeginRecovery("agent " + std::to_string(from) + " left node " + std::to_string(*left) +
+                             ": it registered again as " +
+                             (m.slot >= 0 ? "node " + std::to_string(m.slot) : std::string("a spare")),
+                         1, now);
+  }
   if (phase_ == Phase::kForming) {
     if (m.slot >= 0) Assign(a, m.slot);
     bool full = std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s.has_value(); });
@@ -342,11 +371,17 @@ void Coordinator::DiskFailed(PeerId from, uint64_t version, const std::string& w
   if (!older) {
     return Stop(1, "agent " + std::to_string(from) + ": " + why + "; no older complete version on disk");
   }
-  FTRUN_LOG_WARN("agent {}: {}; going back to version {}, the next older one on disk", from, why, *older);
-  epoch_++;  // answers about the abandoned version (kHeld, kReady) now carry a stale epoch
+  FTRUN_LOG_WARN("agent {}: {}; going back to version {}, the next older one on disk (version {} is kept on disk "
+                 "until a newer version commits)", from, why, *older, version);
   committed_ = older;
+  WentBackTo(*older);
   held_.clear();
   disk_restore_ = true;
+  PullAllFromDisk(now);
+}
+
+void Coordinator::PullAllFromDisk(Time now) {
+  epoch_++;  // answers about the abandoned plan (kHeld, kReady) now carry a stale epoch
   for (auto& [id, a] : agents_) {
     if (!a.alive || a.slot < 0) continue;
     a.ready = false;
@@ -355,10 +390,15 @@ void Coordinator::DiskFailed(PeerId from, uint64_t version, const std::string& w
   MaybeStart(now);
 }
 
+void Coordinator::WentBackTo(uint64_t version) {
+  void_above_ = void_above_ ? std::min(*void_above_, version) : version;
+}
+
 void Coordinator::RestoreFromDisk() {
   std::optional<uint64_t> v = DiskVersion();
   if (!v) return;
   committed_ = v;
+  WentBackTo(*v);  // what lies above it (incomplete, unreadable) is void once a newer version commits
   FTRUN_LOG_WARN("no committed version in any agent's RAM: restoring version {} from the persist directory", *v);
   for (auto& [id, a] : agents_) {
     if (!a.alive || a.slot < 0) continue;
@@ -385,6 +425,7 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
                    "{}, the newest complete in the persist directory ({} steps lost)",
                    Join(uncovered), *committed_, *d, *committed_ - std::min(*committed_, *d));
     committed_ = d;
+    WentBackTo(*d);
     held_.clear();
     disk_restore_ = true;
     return true;
@@ -519,6 +560,16 @@ void Coordinator::MaybeCommit(Time now) {
   held_.erase(held_.begin(), held_.lower_bound(*newest));
   missing_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);
+  if (void_above_ && *newest > *void_above_) {
+    // The job has a newer version than the one it went back to: the old
+    // timeline's files above that one go now (before this commit is written),
+    // and version numbers found bad there may be written again, good.
+    FTRUN_LOG_INFO("version {} committed after going back to version {}: nodes drop their files of the abandoned "
+                   "versions above it", *newest, *void_above_);
+    SendAll(ClusterMsg::kDropAbove, EncodeU64(*void_above_));
+    void_above_.reset();
+    bad_disk_versions_.clear();
+  }
   SendAll(ClusterMsg::kCommit, EncodeU64(*newest));
 }
 

@@ -164,6 +164,14 @@ class Coordinator {
   bool done_ = false;
   bool disk_restore_ = false;  // this recovery goes back to a version on disk
   std::set<uint64_t> bad_disk_versions_;  // some node could not read its ranks of them
+  // The job went back to this version on disk: the files of versions above
+  // it are another timeline's. Nothing of them is deleted until the job
+  // commits a newer version (a transient failure must never cost a good
+  // version); then every node drops its own (kDropAbove).
+  std::optional<uint64_t> void_above_;
+  void WentBackTo(uint64_t version);
+  // Every node reads its ranks of committed_ from disk, in a new epoch.
+  void PullAllFromDisk(Time now);
   // (agent, rank, version) an agent lacked at a start, and a recovery had it
   // pulled since; cleared by each commit.
   std::set<std::tuple<PeerId, int, uint64_t>> missing_;

@@ -51,7 +51,8 @@ enum {
   FTRUN_UNAVAILABLE = 8,
   FTRUN_TIMEOUT = 9,
   FTRUN_UNIMPLEMENTED = 10,
-  FTRUN_CHUNK_MISSING = 11
+  FTRUN_CHUNK_MISSING = 11,
+  FTRUN_IO_TRANSIENT = 12
 };
 
 /* Element types: the values of ftrun::DType. */

@@ -21,6 +21,7 @@ enum class Code : int {
   kTimeout = 9,
   kUnimplemented = 10,   // a feature not built in (e.g. CUDA without nvcc)
   kChunkMissing = 11,    // a referenced chunk is no longer in the store
+  kIoTransient = 12,     // a disk read or write that may succeed if retried (EIO, ESTALE, EAGAIN, ETIMEDOUT)
 };
 
 const char* CodeName(Code code);

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "launcher/agent/disk_worker.h"
 #include "launcher/agent/rank_env.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/log.h"
@@ -167,6 +168,7 @@ void Agent::Loop() {
       else if (tag == kTimerTag) Tick();
       else if (tag == kTransportTag) TransportEvents();
       else if (tag == kFlushTag) flusher_->OnEvent(Clock::now());
+      else if (tag == kDiskTag) disk_worker_->RunCompleted();
       else {
         if (events[i].events & EPOLLOUT) Writable(tag);
         if (events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) Readable(tag);

@@ -145,6 +145,27 @@ class Agent {
   void PullFromDisk(const PullMsg& m);
   void DropFilesAbove(uint64_t version, const std::vector<int>& ranks);
 
+  // A cluster's restore from the persist directory (agent_restore.cc): the
+  // reads run on disk_worker_, one rank's chunks at a time, so the loop keeps
+  // heartbeating; the loop reserves the extents, adds the manifests and
+  // reports. A newer pull or a halt makes it stale (pull_seq_ moves): its
+  // result is dropped when its read in flight ends.
+  struct DiskRestore {
+    PullMsg pull;
+    uint64_t seq = 0;
+    std::vector<int> ranks;
+    std::vector<Manifest> todo;  // this node's ranks of the version, not in the store yet
+    size_t next = 0;
+    uint64_t bytes = 0;
+    Clock::time_point t0;
+  };
+  void BeginDiskRestore(const PullMsg& m);
+  void DiskRestoreLoaded(const Status& s, std::vector<Manifest> all);
+  void DiskRestoreNextRank();
+  void DiskRestoreRankRead(const Status& s, uint64_t bytes);
+  void DiskRestoreEnd(Status s);
+  bool DiskRestoreStale();
+
   // Multi-node (agent_cluster.cc).
   bool cluster() const { return !o_.coordinator.empty(); }
   Status SetupCluster();
@@ -205,6 +226,13 @@ class Agent {
   static constexpr uint64_t kTimerTag = 3;
   static constexpr uint64_t kFlushTag = 5;  // (4: the transport's)
   std::unique_ptr<Flusher> flusher_;  // created at the first commit with persist.dir set
+  static constexpr uint64_t kDiskTag = 6;
+  static constexpr uint64_t kDiskOwner = ~0ull - 7;  // the store reservation owner of a disk restore
+  // Declared after arena_: joined (its reads into the arena cancelled) first.
+  std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore in a cluster
+  std::optional<DiskRestore> restore_;             // in flight
+  std::optional<PullMsg> next_restore_;            // arrived while one was in flight
+  uint64_t pull_seq_ = 0;                          // each pull plan and each halt
   bool draining_ = false;
   Clock::time_point drain_deadline_;
   std::vector<pid_t> stragglers_;  // groups that outlived kDrainBound

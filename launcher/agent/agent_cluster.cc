@@ -161,7 +161,19 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       if (s.ok()) return Start(m);
       break;
     }
-    case ClusterMsg::kHalt: return Halt(r.Get<uint64_t>());
+    case ClusterMsg::kHalt: {
+      uint64_t epoch = r.Get<uint64_t>();
+      if (r.ok()) return Halt(epoch);
+      break;
+    }
+    case ClusterMsg::kDropAbove: {
+      uint64_t v = r.Get<uint64_t>();
+      if (!r.ok()) break;
+      std::vector<int> ranks;
+      for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
+      if (persist() && !ranks.empty()) DropFilesAbove(v, ranks);
+      return;
+    }
     case ClusterMsg::kReplicate: {
       uint64_t epoch = r.Get<uint64_t>();
       uint64_t v = r.Get<uint64_t>();
@@ -258,7 +270,15 @@ void Agent::StartPulls(const PullMsg& m) {
   pull_failed_ = false;
   pull_epoch_ = m.epoch;
   pull_started_ = Clock::now();
-  if (m.from_disk) return PullFromDisk(m);
+  ++pull_seq_;  // a restore from disk in flight is stale now
+  next_restore_.reset();
+  if (m.from_disk) {
+    if (restore_) {  // its read in flight ends first (DiskRestoreStale starts this one)
+      next_restore_ = m;
+      return;
+    }
+    return PullFromDisk(m);
+  }
   if (!m.ranks.empty()) {
     // The committed version (a replacement may never have seen its commit):
     // a halt before the start must not drop it as uncommitted.
@@ -328,6 +348,8 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
 }
 
 void Agent::Halt(uint64_t epoch) {
+  ++pull_seq_;  // a restore from disk in flight is stale now
+  next_restore_.reset();
   epoch_ = std::max(epoch_, epoch);
   replicator_->SetEpoch(epoch_);
   round_waiting_.clear();

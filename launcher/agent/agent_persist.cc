@@ -11,8 +11,10 @@
 #include <unordered_set>
 
 #include "launcher/agent/agent.h"
+#include "launcher/agent/test_faults.h"
 #include "plugin/common/log.h"
 #include "plugin/common/progress.h"
+#include "plugin/persist/disk_errors.h"
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/version_scan.h"
@@ -20,8 +22,6 @@
 namespace ftrun {
 
 namespace {
-
-constexpr uint64_t kDiskOwner = ~0ull - 7;  // the store reservation owner of a disk restore
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -78,7 +78,7 @@ Status Agent::RestoreFromDisk() {
   if (!persist() || slots_.empty() || cluster()) return Status::Ok();
   auto t0 = Clock::now();
   const std::string& dir = o_.config.persist.dir;
-  PersistReader reader(nullptr, dir, o_.job_id, o_.world_size);
+  PersistReader reader(RestoreReadEnv(), dir, o_.job_id, o_.world_size);
   std::vector<uint64_t> versions;
   std::vector<std::string> skipped;
   FTRUN_RETURN_IF_ERROR(reader.ListComplete(&versions, &skipped));
@@ -90,6 +90,12 @@ Status Agent::RestoreFromDisk() {
     Status s = LoadFromDisk(reader, v, ranks, &bytes);
     // Another job's, another world size's: an error that names the difference.
     if (s.code() == Code::kFailedPrecondition) return s;
+    // A disk that keeps failing (the reader retried), no permission: an
+    // older version is no answer, and nothing is deleted.
+    if (!s.ok() && ClassifyDiskError(s) != DiskErrorClass::kVersionBad) {
+      return s.Annotate("persist: version " + std::to_string(v) + " cannot be read now (" +
+                        DiskErrorClassName(ClassifyDiskError(s)) + " error; nothing was deleted)");
+    }
     if (!s.ok()) {
       FTRUN_LOG_WARN("persist: version {} on disk cannot be restored ({}); trying the next older one", v,
                      s.message());
@@ -146,9 +152,6 @@ Status Agent::LoadFromDisk(const PersistReader& reader, uint64_t version, const 
 // The coordinator found no committed version in RAM and restores `version`
 // from disk: read this node's ranks of it.
 void Agent::PullFromDisk(const PullMsg& m) {
-  auto t0 = Clock::now();
-  std::vector<int> ranks;
-  for (const auto& [rank, holders] : m.ranks) ranks.push_back(rank);
   auto committed = service_->last_committed();
   if (committed && *committed > m.version) {
     // More nodes were lost than the replicas cover: the job goes back to the
@@ -161,41 +164,12 @@ void Agent::PullFromDisk(const PullMsg& m) {
   // even on an agent that never saw its commit (a replacement, whose pull of
   // the lost version may have finished; a node started again): in RAM it
   // would refuse the restore ("versions must increase") or be acknowledged
-  // as a copy of the new timeline's; on disk (this node's marker and
-  // manifests, left by the node it replaces) it would complete a version
-  // of the new timeline with the old one's bytes.
-  if (persist()) DropFilesAbove(m.version, ranks);
+  // as a copy of the new timeline's. On disk (this node's marker and
+  // manifests) it stays until the job commits a newer version (kDropAbove):
+  // a version given up on a read error must not be lost before the job has
+  // a newer one, and nothing newer is written before that commit.
   store_->DiscardAbove(m.version);
-  PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
-  uint64_t bytes = 0;
-  Status s = persist() ? LoadFromDisk(reader, m.version, ranks, &bytes)
-                       : Status::FailedPrecondition("this agent has no persist.dir");
-  if (!s.ok()) {
-    // What was read of it goes; the coordinator picks an older version.
-    store_->DiscardAbove(m.version > 0 ? std::optional<uint64_t>(m.version - 1) : std::nullopt);
-    ByteWriter w;
-    w.Put<uint64_t>(m.epoch);
-    if (s.code() == Code::kFailedPrecondition) {  // another job's or world size's: no older one fits either
-      w.PutString("node " + std::to_string(o_.node_rank) + ": " + s.message());
-      return SendToCoordinator(ClusterMsg::kFatal, w.data());
-    }
-    w.Put<uint64_t>(m.version);
-    w.PutString("node " + std::to_string(o_.node_rank) + " cannot restore version " + std::to_string(m.version) +
-                " from disk: " + s.message());
-    return SendToCoordinator(ClusterMsg::kDiskFailed, w.data());
-  }
-  FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
-                 "{:.0f} ms; training resumes after step {}",
-                 m.version, ranks.front(), ranks.back(), reader.job_dir(), bytes / 1048576.0, MsSince(t0), m.version);
-  cluster_tracker_->Committed(m.version);
-  service_->OnCommitted(m.version);
-  ByteWriter w;
-  w.Put<uint64_t>(m.epoch);
-  std::vector<RankVersion> held;
-  for (int rank : ranks) held.push_back({rank, m.version});
-  PutRankVersions(held, &w);
-  SendToCoordinator(ClusterMsg::kHeld, w.data());
-  SendToCoordinator(ClusterMsg::kReady, EncodeU64(m.epoch));
+  BeginDiskRestore(m);
 }
 
 // This node's marker and its ranks' manifests in versions above `version`:

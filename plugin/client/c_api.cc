@@ -21,6 +21,7 @@ using ftrun::Status;
 // The C enums restate ftrun's values; keep them in step.
 static_assert(FTRUN_INVALID_ARGUMENT == static_cast<int>(Code::kInvalidArgument));
 static_assert(FTRUN_CHUNK_MISSING == static_cast<int>(Code::kChunkMissing));
+static_assert(FTRUN_IO_TRANSIENT == static_cast<int>(Code::kIoTransient));
 static_assert(FTRUN_UNAVAILABLE == static_cast<int>(Code::kUnavailable));
 static_assert(FTRUN_DTYPE_BFLOAT16 == static_cast<int>(ftrun::DType::kBFloat16));
 static_assert(FTRUN_DTYPE_FLOAT32 == static_cast<int>(ftrun::DType::kFloat32));
@@ -325,7 +326,7 @@ int ftrun_snapshot_read(const ftrun_snapshot_t* snap, const char* name,
 void ftrun_snapshot_close(ftrun_snapshot_t* snap) { delete snap; }
 
 const char* ftrun_code_name(int code) {
-  if (code < 0 || code > FTRUN_CHUNK_MISSING) return "UNKNOWN";
+  if (code < 0 || code > FTRUN_IO_TRANSIENT) return "UNKNOWN";
   return ftrun::CodeName(static_cast<Code>(code));
 }
 

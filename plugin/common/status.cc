@@ -18,6 +18,7 @@ const char* CodeName(Code code) {
     case Code::kTimeout: return "TIMEOUT";
     case Code::kUnimplemented: return "UNIMPLEMENTED";
     case Code::kChunkMissing: return "CHUNK_MISSING";
+    case Code::kIoTransient: return "IO_TRANSIENT";
   }
   return "UNKNOWN";
 }

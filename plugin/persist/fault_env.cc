@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "plugin/persist/disk_errors.h"
+
 namespace ftrun {
 namespace {
 
@@ -60,6 +62,16 @@ class FaultEnv::Readable : public RandomAccessFile {
  public:
   Readable(const FaultEnv* env, std::unique_ptr<RandomAccessFile> base) : env_(env), base_(std::move(base)) {}
   Status Read(uint64_t offset, size_t n, void* dst, size_t* got) const override {
+    {
+      std::lock_guard<std::mutex> lock(env_->mu_);
+      if (env_->read_faults_left_ > 0 && path().find(env_->read_fault_part_) != std::string::npos) {
+        --env_->read_faults_left_;
+        ++env_->failed_reads_;
+        return DiskErrno("cannot read " + std::to_string(n) + " bytes at offset " + std::to_string(offset) + " of '" +
+                             path() + "' (fault env)",
+                         env_->read_err_);
+      }
+    }
     FTRUN_RETURN_IF_ERROR(base_->Read(offset, n, dst, got));
     std::lock_guard<std::mutex> lock(env_->mu_);
     auto it = env_->read_flips_.find(path());
@@ -293,6 +305,18 @@ void FaultEnv::ClearWriteFaults() {
 uint64_t FaultEnv::failed_writes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failed_writes_;
+}
+
+void FaultEnv::FailReads(int err, uint64_t count, std::string path_part) {
+  std::lock_guard<std::mutex> lock(mu_);
+  read_err_ = err;
+  read_faults_left_ = count;
+  read_fault_part_ = std::move(path_part);
+}
+
+uint64_t FaultEnv::failed_reads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_reads_;
 }
 
 void FaultEnv::FlipBitOnRead(const std::string& path, uint64_t offset, int bit) {

@@ -12,6 +12,9 @@
 //    They hit Append (a short write first, as a full disk does), Sync,
 //    NewWritableFile, CreateDir and RenameFile. Deletes always work: that is
 //    how space comes back.
+//  - Read errors: the next N reads of files whose path contains a given
+//    part fail with an errno (EIO by default), as a flaky disk does; the
+//    error is classified as disk_errors.h says (EIO: transient).
 //  - Bit flips, in what reads return (FlipBitOnRead) or in the file itself
 //    (FlipBitOnDisk).
 //
@@ -67,6 +70,11 @@ class FaultEnv : public Env {
   void ClearWriteFaults();
   uint64_t failed_writes() const;
 
+  // Read errors: the next `count` RandomAccessFile reads (ReadFile too) of
+  // files whose path contains `path_part` ("" = any) fail with errno `err`.
+  void FailReads(int err, uint64_t count, std::string path_part = "");
+  uint64_t failed_reads() const;
+
   // Bit flips. `bit` is 0..7 of the byte at `offset`.
   void FlipBitOnRead(const std::string& path, uint64_t offset, int bit);
   void ClearReadFlips();
@@ -106,6 +114,10 @@ class FaultEnv : public Env {
   std::mt19937_64 rng_;                                     // Guarded by mu_
   uint64_t failed_writes_ = 0;                              // Guarded by mu_
   std::map<std::string, std::vector<std::pair<uint64_t, int>>> read_flips_;  // Guarded by mu_
+  int read_err_ = 0;                                        // Guarded by mu_
+  mutable uint64_t read_faults_left_ = 0;                   // Guarded by mu_
+  std::string read_fault_part_;                             // Guarded by mu_
+  mutable uint64_t failed_reads_ = 0;                       // Guarded by mu_
 };
 
 }  // namespace ftrun

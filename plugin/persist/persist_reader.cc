@@ -56,9 +56,22 @@ Status PersistReader::CheckJob(const VersionScan& s, const std::map<int, Manifes
   return Status::Ok();
 }
 
+// A scan that failed on a transient read is tried again (disk_errors.h);
+// kIoTransient when it still does.
+Status PersistReader::ScanRetrying(uint64_t version, VersionScan* s) const {
+  Status read = RetryTransient(retry_, "persist: reading version " + std::to_string(version), [&] {
+    *s = ScanVersion(env_, job_dir_, version);
+    return s->complete || !s->transient ? Status::Ok() : Status(Code::kIoTransient, s->reason);
+  });
+  if (read.ok()) return read;
+  return Status(Code::kIoTransient, "persist dir '" + dir_ + "': version " + std::to_string(version) +
+                                        " could not be read: " + read.message());
+}
+
 Status PersistReader::LoadVersion(uint64_t version, const std::map<int, Manifest>* expected,
                                   std::vector<Manifest>* out) const {
-  VersionScan s = ScanVersion(env_, job_dir_, version);
+  VersionScan s;
+  FTRUN_RETURN_IF_ERROR(ScanRetrying(version, &s));
   if (!s.complete) {
     return Status::NotFound("persist dir '" + dir_ + "': version " + std::to_string(version) +
                             " is not complete: " + s.reason);
@@ -70,7 +83,8 @@ Status PersistReader::LoadVersion(uint64_t version, const std::map<int, Manifest
 }
 
 Status PersistReader::ReadChunk(const ChunkRef& ref, void* dst) const {
-  Status st = CheckChunkFile(ref, dst);
+  Status st = RetryTransient(retry_, "persist: reading chunk " + ref.hash.ToHex(),
+                             [&] { return CheckChunkFile(ref, dst); });
   if (st.ok() || (st.code() != Code::kCorruption && st.code() != Code::kNotFound)) return st;
   return Status(st.code(), st.message() + "; the chunk had no RAM holder to repair it from");
 }
@@ -112,7 +126,8 @@ Status PersistReader::CheckChunkFile(const ChunkRef& ref, void* dst) const {
 }
 
 Status PersistReader::Verify(uint64_t version, uint64_t* chunks_checked) const {
-  VersionScan s = ScanVersion(env_, job_dir_, version);
+  VersionScan s;
+  FTRUN_RETURN_IF_ERROR(ScanRetrying(version, &s));
   if (!s.complete) {
     return Status::NotFound("persist dir '" + dir_ + "': version " + std::to_string(version) +
                             " is not complete: " + s.reason);
@@ -166,6 +181,7 @@ Status PersistReader::FindRestorable(const std::map<int, Manifest>* expected, ui
         *version = s.version;
         return Status::Ok();
       }
+      if (ClassifyDiskError(st) != DiskErrorClass::kVersionBad) return st;  // an older one is no answer
       why = st.message();
     } else {
       why = s.reason;

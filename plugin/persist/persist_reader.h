@@ -6,7 +6,10 @@
 //
 // A reader never returns bytes it could not verify: every chunk read is
 // checked against its hash, and every manifest against its marker.
-// Thread-safe as its Env is; holds no state besides its arguments.
+// Reads that fail transiently (disk_errors.h: EIO, ESTALE, ...) are retried
+// with a bounded backoff (LoadVersion, ReadChunk), so call those off any
+// event loop. Thread-safe as its Env is; holds no state besides its
+// arguments.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "ftrun/status.h"
+#include "plugin/persist/disk_errors.h"
 #include "plugin/persist/env.h"
 #include "plugin/persist/version_scan.h"
 #include "plugin/store/manifest.h"
@@ -45,7 +49,8 @@ class PersistReader {
   // never use it); kNotFound when the file is missing. A restore reads from
   // disk only the chunks no RAM copy holds, so these errors also say that
   // the chunk had no RAM holder to repair it from (the fallback to an older
-  // version is logged with this message).
+  // version is logged with this message). kIoTransient when the read failed
+  // transiently on every try (retry_policy()).
   Status ReadChunk(const ChunkRef& ref, void* dst) const;
   // The same read and checks, with errors about the file only: for the
   // flusher's scrub (scrub.h), which does hold the chunk in RAM.
@@ -63,8 +68,11 @@ class PersistReader {
                         std::vector<std::string>* skipped = nullptr) const;
 
   const std::string& job_dir() const { return job_dir_; }
+  void set_retry_policy(const RetryPolicy& p) { retry_ = p; }
+  const RetryPolicy& retry_policy() const { return retry_; }
 
  private:
+  Status ScanRetrying(uint64_t version, VersionScan* s) const;
   Status CheckJob(const VersionScan& scan, const std::map<int, Manifest>* expected) const;
   Status NoVersions() const;
 
@@ -73,6 +81,7 @@ class PersistReader {
   const std::string job_id_;
   const int world_size_;
   const std::string job_dir_;
+  RetryPolicy retry_;
 };
 
 }  // namespace ftrun

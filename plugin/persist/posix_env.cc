@@ -12,6 +12,7 @@
 #include <set>
 
 #include "plugin/common/log.h"
+#include "plugin/persist/disk_errors.h"
 #include "plugin/persist/env.h"
 #include "plugin/persist/posix_write_file.h"
 
@@ -19,8 +20,7 @@ namespace ftrun {
 namespace {
 
 Status Errno(const std::string& what, const std::string& path, int err) {
-  Status st = Status::FromErrno("cannot " + what + " '" + path + "'", err);
-  return err == ENOENT ? Status(Code::kNotFound, st.message()) : st;
+  return DiskErrno("cannot " + what + " '" + path + "'", err);  // kNotFound, kIoTransient or kIoError
 }
 
 class PosixReadFile : public RandomAccessFile {

@@ -92,9 +92,13 @@ Status ApplyRetention(const RetentionOptions& o, RetentionResult* result) {
 
   std::vector<uint64_t> complete;  // newest first
   std::set<uint64_t> incomplete;
+  std::set<uint64_t> unread;  // a transient read error: kept until a scan can tell
   for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
-    if (ScanVersion(env, job_dir, *it).complete) {
+    VersionScan scan = ScanVersion(env, job_dir, *it);
+    if (scan.complete) {
       complete.push_back(*it);
+    } else if (scan.transient) {
+      unread.insert(*it);
     } else {
       incomplete.insert(*it);
     }
@@ -111,7 +115,7 @@ Status ApplyRetention(const RetentionOptions& o, RetentionResult* result) {
   for (uint64_t v : versions) {
     bool abandoned = incomplete.count(v) && v < newest;
     bool old = !incomplete.count(v) && !keep.count(v);
-    if ((abandoned || old) && !keep.count(v)) {
+    if ((abandoned || old) && !keep.count(v) && !unread.count(v)) {
       FTRUN_RETURN_IF_ERROR(DeleteVersion(env, VersionDir(job_dir, v)).Annotate("persist retention"));
       result->deleted.push_back(v);
     } else {

@@ -45,6 +45,7 @@ VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version) 
   s.dir = VersionDir(job_dir, version);
   std::vector<std::string> names;
   Status st = env->ListDir(s.dir, &names);
+  s.transient = st.code() == Code::kIoTransient;
   if (!st.ok()) return Incomplete(s, st.message());
   std::sort(names.begin(), names.end());
 
@@ -57,6 +58,7 @@ VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version) 
     std::string bytes;
     NodeMarker m;
     st = env->ReadFile(s.dir + "/" + n, &bytes);
+    s.transient |= st.code() == Code::kIoTransient;
     if (st.ok()) st = DecodeNodeMarker(bytes, s.dir + "/" + n, &m);
     if (!st.ok()) {
       if (first_problem.empty()) first_problem = st.message();
@@ -109,6 +111,7 @@ VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version) 
     const std::string path = s.dir + "/" + ManifestFileName(r);
     std::string bytes;
     st = env->ReadFile(path, &bytes);
+    s.transient |= st.code() == Code::kIoTransient;
     if (!st.ok()) return Incomplete(s, st.message());
     ChunkHash sum = FileChecksum(bytes);
     bool matches = std::any_of(cover[r].begin(), cover[r].end(), [&](const NodeMarker::Rank* e) {

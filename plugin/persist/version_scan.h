@@ -22,6 +22,7 @@ struct VersionScan {
   std::string dir;
   bool complete = false;
   std::string reason;                   // why it is not complete; "" when it is
+  bool transient = false;               // a read failed transiently (kIoTransient): the reason may pass
   std::string job_id;                   // from the markers; "" when none could be read
   int world_size = 0;                   // from the markers
   std::vector<ManifestFile> manifests;  // every rank in order, when complete

@@ -41,8 +41,9 @@ struct Fixture {
   std::unique_ptr<Coordinator> c;
 
   // 3 nodes x 1 rank, replicas 1, plus `spares` spares (agents 3, 4, ...).
-  explicit Fixture(int spares, int replicas = 1) {
+  explicit Fixture(int spares, int replicas = 1, std::function<std::vector<uint64_t>()> disk = nullptr) {
     Coordinator::Options o;
+    o.disk_versions = std::move(disk);
     o.ranks_per_slot = {1, 1, 1};
     o.replicas = replicas;
     o.heartbeat_interval = milliseconds(100);
@@ -430,6 +431,127 @@ TEST_CASE("coordinator: a node lacking a copy no other node holds goes back to t
   REQUIRE(f.c->done());
   INFO(f.c->exit_message());
   CHECK(f.c->exit_message().find("ranks 1 have no complete copy of committed version 3") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ftrun
+
+namespace ftrun {
+namespace {
+
+PullMsg LastPull(const Fixture& f, PeerId to) {
+  PullMsg p;
+  REQUIRE(Decode(f.out.Last(to, ClusterMsg::kPull), &p).ok());
+  return p;
+}
+
+size_t IndexOf(const Recorder& out, PeerId to, ClusterMsg type) {
+  for (size_t i = 0; i < out.sent.size(); ++i) {
+    if (std::get<0>(out.sent[i]) == to && std::get<1>(out.sent[i]) == type) return i;
+  }
+  return out.sent.size();
+}
+
+std::string DiskFailedMsg(uint64_t epoch, uint64_t version) {
+  ByteWriter w;
+  w.Put<uint64_t>(epoch);
+  w.Put<uint64_t>(version);
+  w.PutString("node 1 cannot restore version 5 from disk: chunk file 'x': its bytes hash to y");
+  return w.data();
+}
+
+TEST_CASE("coordinator: a version given up on disk is kept there until a newer version commits",
+          "[coordinator][security]") {
+  Fixture f(0, 1, [] { return std::vector<uint64_t>{5, 4}; });
+  // A job started again: every node reads version 5 from disk.
+  for (PeerId a = 0; a < 3; ++a) REQUIRE(LastPull(f, a).version == 5);
+  f.Msg(1, ClusterMsg::kDiskFailed, DiskFailedMsg(0, 5));
+  REQUIRE(!f.c->done());
+  for (PeerId a = 0; a < 3; ++a) {
+    PullMsg p = LastPull(f, a);
+    CHECK(p.from_disk);
+    CHECK(p.version == 4);
+    CHECK(p.epoch == 1);
+    // Nothing of version 5 is dropped at the go-back: the job has no newer version yet.
+    CHECK(f.out.Count(a, ClusterMsg::kDropAbove) == 0);
+  }
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(1));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
+  f.SaveEverywhere(5, 1);
+  REQUIRE(f.c->committed() == 5u);
+  // Now the old timeline's files above 4 go, before the commit is written.
+  for (PeerId a = 0; a < 3; ++a) {
+    REQUIRE(f.out.Count(a, ClusterMsg::kDropAbove) == 1);
+    CHECK(f.out.Last(a, ClusterMsg::kDropAbove) == EncodeU64(4));
+    CHECK(IndexOf(f.out, a, ClusterMsg::kDropAbove) < IndexOf(f.out, a, ClusterMsg::kCommit));
+  }
+  // Version 5 on disk is the new timeline's now: a later go-back may use it.
+  f.Msg(0, ClusterMsg::kDropped, HeldMsg(1, {{1, 5}}));
+  f.Msg(1, ClusterMsg::kDropped, HeldMsg(1, {{1, 5}}));
+  f.Msg(2, ClusterMsg::kDropped, HeldMsg(1, {{1, 5}}));
+  f.Msg(0, ClusterMsg::kRankFailed, RankFailedMsg(1));
+  REQUIRE(!f.c->done());
+  CHECK(LastPull(f, 1).version == 5);
+  CHECK(LastPull(f, 1).from_disk);
+}
+
+TEST_CASE("coordinator: a pull that fails when the disk covers it sends every node back to the disk",
+          "[coordinator][security]") {
+  Fixture f(1, 1, [] { return std::vector<uint64_t>{2}; });
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(0));  // restored 2 from disk
+  f.SaveEverywhere(3, 0);
+  REQUIRE(f.c->committed() == 3u);
+  f.c->OnPeerDown(1, "gone", f.now);
+  REQUIRE(LastPull(f, 3).version == 3);
+  ByteWriter w;
+  w.Put<uint64_t>(1);
+  w.Put<int32_t>(1);
+  w.Put<uint64_t>(3);
+  w.PutString("agent 2 is down");
+  f.Msg(3, ClusterMsg::kPullFailed, w.data());
+  INFO(f.c->exit_message());
+  REQUIRE(!f.c->done());
+  for (PeerId a : {0u, 2u, 3u}) {
+    PullMsg p = LastPull(f, a);
+    CHECK(p.from_disk);
+    CHECK(p.version == 2);
+  }
+  const uint64_t e = f.c->epoch();
+  for (PeerId a : {0u, 2u, 3u}) f.Msg(a, ClusterMsg::kHalted, EncodeU64(e));
+  for (PeerId a : {0u, 2u, 3u}) f.Msg(a, ClusterMsg::kReady, EncodeU64(e));
+  REQUIRE(f.out.Count(3, ClusterMsg::kStart) == 1);
+  StartMsg start;
+  REQUIRE(Decode(f.out.Last(3, ClusterMsg::kStart), &start).ok());
+  CHECK(start.version == 2u);
+}
+
+TEST_CASE("coordinator: a message without its epoch is ignored, not read as epoch 0", "[coordinator][security]") {
+  Fixture f(0, 1, [] { return std::vector<uint64_t>{5}; });
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 0);  // every node reads 5 first
+  f.Msg(0, ClusterMsg::kReady, EncodeU64(0));
+  f.Msg(1, ClusterMsg::kReady, EncodeU64(0));
+  f.Msg(2, ClusterMsg::kReady, "");       // truncated
+  f.Msg(2, ClusterMsg::kReady, std::string("\x00\x00", 2));  // short
+  CHECK(f.out.Count(0, ClusterMsg::kStart) == 0);
+  f.Msg(2, ClusterMsg::kReady, EncodeU64(0));
+  CHECK(f.out.Count(0, ClusterMsg::kStart) == 1);
+}
+
+TEST_CASE("coordinator: a node's agent that registers again as a spare leaves the node", "[coordinator][security]") {
+  Fixture f(0);
+  f.SaveEverywhere(3, 0);
+  RegisterMsg m;
+  m.slot = -1;
+  m.address = "127.0.0.1:5001";
+  f.Msg(1, ClusterMsg::kRegister, Encode(m));
+  nlohmann::json st = f.c->StatusJson(f.now);
+  INFO(st.dump());
+  // Never both a node's agent and a spare.
+  for (const auto& n : st["nodes"]) {
+    for (const auto& sp : st["spares"]) CHECK(n["agent"] != sp["agent"]);
+  }
+  CHECK(f.c->epoch() == 1);  // the node was left: a recovery
+  CHECK(f.out.Count(0, ClusterMsg::kHalt) == 1);
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdio>
 
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/fault_env.h"
+#include "plugin/persist/retention.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {
@@ -193,4 +195,83 @@ TEST_CASE("a snapshot of another tensor layout is refused, naming the difference
   CHECK(version == 2);
 }
 
+}  // namespace ftrun
+
+namespace ftrun {
+namespace {
+
+RetryPolicy FastRetry() {
+  RetryPolicy p;
+  p.attempts = 4;
+  p.first = std::chrono::milliseconds(1);
+  p.max_wait = std::chrono::milliseconds(4);
+  return p;
+}
+
+TEST_CASE("a transient read error (EIO) is retried; one that persists is kIoTransient, never corruption",
+          "[persist][reader][security]") {
+  ScratchDir dir;
+  FaultEnv env(PosixEnv());
+  Written w(&env, dir.path());
+  PersistReader r(&env, dir.path(), "job", 1);
+  r.set_retry_policy(FastRetry());
+  std::string buf(1000, '\0');
+
+  env.FailReads(EIO, 3, "/chunks/");  // three failures, the fourth try reads
+  REQUIRE(r.ReadChunk(w.Bias2(), buf.data()).ok());
+  CHECK(env.failed_reads() == 3);
+
+  env.FailReads(EIO, 100, "/chunks/");
+  Status st = r.ReadChunk(w.Bias2(), buf.data());
+  CHECK(st.code() == Code::kIoTransient);
+  CHECK(Contains(st.message(), "Input/output error"));
+  CHECK(Contains(st.message(), "still failing after 4 tries"));
+  CHECK(ClassifyDiskError(st) == DiskErrorClass::kTransient);
+
+  // A manifest read that fails transiently: the version is not "incomplete".
+  env.FailReads(ESTALE, 2, "/manifest");
+  std::vector<Manifest> ms;
+  REQUIRE(r.LoadVersion(2, nullptr, &ms).ok());
+  env.FailReads(EIO, 1000, "");
+  st = r.LoadVersion(2, nullptr, &ms);
+  CHECK(st.code() == Code::kIoTransient);
+  CHECK(ClassifyDiskError(st) == DiskErrorClass::kTransient);
+  // Restore never falls back to an older version on one: it reports it.
+  uint64_t version = 0;
+  env.FailReads(EIO, 1000, "/chunks/");
+  st = r.FindRestorable(nullptr, &version);
+  CHECK(st.code() == Code::kIoTransient);
+  env.FailReads(EIO, 0);
+
+  // A hash mismatch and a missing file are the only verdicts against a version.
+  CHECK(ClassifyDiskError(Status::Corruption("x")) == DiskErrorClass::kVersionBad);
+  CHECK(ClassifyDiskError(Status::NotFound("x")) == DiskErrorClass::kVersionBad);
+  CHECK(ClassifyDiskError(DiskErrno("cannot open 'x'", EACCES)) == DiskErrorClass::kOther);
+  CHECK(ClassifyDiskError(DiskErrno("cannot open 'x'", ENOENT)) == DiskErrorClass::kVersionBad);
+  for (int e : {EIO, ESTALE, EINTR, EAGAIN, ETIMEDOUT}) {
+    CHECK(ClassifyDiskError(DiskErrno("cannot read 'x'", e)) == DiskErrorClass::kTransient);
+  }
+}
+
+TEST_CASE("retention keeps a version it could not read for a transient error", "[persist][retention][security]") {
+  ScratchDir dir;
+  FaultEnv env(PosixEnv());
+  Written w(&env, dir.path());
+  // Version 1's manifest cannot be read now: it is not "abandoned".
+  env.FailReads(EIO, 1000, "/" + VersionDirName(1) + "/");
+  RetentionOptions o;
+  o.env = &env;
+  o.dir = dir.path();
+  o.job_id = "job";
+  o.keep = 1;  // version 1 would go, were it read
+  RetentionResult res;
+  REQUIRE(ApplyRetention(o, &res).ok());
+  CHECK(res.deleted.empty());
+  env.FailReads(EIO, 0);
+  std::vector<uint64_t> complete;
+  REQUIRE(PersistReader(&env, dir.path(), "job", 1).ListComplete(&complete).ok());
+  CHECK(complete == std::vector<uint64_t>{2, 1});
+}
+
+}  // namespace
 }  // namespace ftrun

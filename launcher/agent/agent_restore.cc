@@ -1,0 +1,183 @@
+// A cluster node's restore from the persist directory, off the event loop.
+// Reading a multi-GiB version takes longer than the coordinator waits for a
+// heartbeat; so the reads run on the disk worker (disk_worker.h), a rank's
+// chunks at a time, and the loop only reserves the store extents they go to,
+// adds each rank's manifest once its chunks are in, and reports the end.
+//
+// Errors are classified once (plugin/persist/disk_errors.h): the reader has
+// retried transient ones already. Only a verified corruption or a missing
+// file tells the coordinator the version is bad (kDiskFailed: the job goes
+// back to an older one, and keeps this one's files until it commits a newer
+// version); anything else stops the job with the error and deletes nothing.
+#include <sys/epoll.h>
+
+#include <cerrno>
+#include <memory>
+#include <unordered_set>
+
+#include "launcher/agent/agent.h"
+#include "launcher/agent/disk_worker.h"
+#include "launcher/agent/test_faults.h"
+#include "plugin/common/log.h"
+#include "plugin/persist/disk_errors.h"
+#include "plugin/persist/persist_reader.h"
+
+namespace ftrun {
+
+void Agent::BeginDiskRestore(const PullMsg& m) {
+  DiskRestore r;
+  r.pull = m;
+  r.seq = pull_seq_;
+  r.t0 = Clock::now();
+  for (const auto& [rank, holders] : m.ranks) r.ranks.push_back(rank);
+  restore_ = std::move(r);
+  if (!persist()) return DiskRestoreEnd(Status::FailedPrecondition("this agent has no persist.dir"));
+  if (!disk_worker_) {
+    auto w = std::make_unique<DiskWorker>();
+    Status s = w->Start();
+    if (s.ok()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kDiskTag;
+      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, w->event_fd(), &ev) != 0) s = Status::FromErrno("epoll_ctl", errno);
+    }
+    if (!s.ok()) return DiskRestoreEnd(s);
+    disk_worker_ = std::move(w);
+  }
+  auto reader = std::make_shared<PersistReader>(RestoreReadEnv(), o_.config.persist.dir, o_.job_id, o_.world_size);
+  const uint64_t version = m.version;
+  disk_worker_->Submit([this, reader, version]() -> DiskWorker::Completion {
+    auto all = std::make_shared<std::vector<Manifest>>();
+    Status s = reader->LoadVersion(version, nullptr, all.get());
+    return [this, s, all] { DiskRestoreLoaded(s, std::move(*all)); };
+  });
+}
+
+// True (and the restore dropped, the next one started) when a newer plan
+// replaced it while its read was in flight.
+bool Agent::DiskRestoreStale() {
+  if (restore_ && restore_->seq == pull_seq_) return false;
+  store_->ReleaseReservations(kDiskOwner);  // no read is in flight now
+  if (restore_) {
+    FTRUN_LOG_INFO("persist: restore of version {} from disk dropped: the coordinator changed the plan",
+                   restore_->pull.version);
+  }
+  restore_.reset();
+  if (next_restore_) {
+    PullMsg m = std::move(*next_restore_);
+    next_restore_.reset();
+    PullFromDisk(m);
+  }
+  return true;
+}
+
+void Agent::DiskRestoreLoaded(const Status& s, std::vector<Manifest> all) {
+  if (DiskRestoreStale()) return;
+  if (!s.ok()) return DiskRestoreEnd(s);
+  const uint64_t v = restore_->pull.version;
+  for (Manifest& m : all) {
+    bool mine = std::find(restore_->ranks.begin(), restore_->ranks.end(), m.rank) != restore_->ranks.end();
+    if (mine && !store_->Find(m.rank, v)) restore_->todo.push_back(std::move(m));
+  }
+  DiskRestoreNextRank();
+}
+
+// Reserves the extents of the next rank's chunks that the store lacks and
+// hands their reads to the worker.
+void Agent::DiskRestoreNextRank() {
+  if (restore_->next == restore_->todo.size()) return DiskRestoreEnd(Status::Ok());
+  Manifest& m = restore_->todo[restore_->next];
+  std::vector<ChunkRef*> want;
+  std::vector<uint64_t> lengths;
+  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
+  for (auto& t : m.tensors) {
+    for (auto& c : t.chunks) {
+      c.offset = kNoOffset;
+      if (!seen.insert(c.hash).second || store_->HoldChunk(kDiskOwner, c.hash)) continue;
+      want.push_back(&c);
+      lengths.push_back(c.length);
+    }
+  }
+  std::vector<uint64_t> offsets;
+  Status s = store_->Reserve(kDiskOwner, lengths, &offsets);
+  if (!s.ok()) {
+    store_->ReleaseReservations(kDiskOwner);
+    return DiskRestoreEnd(s);
+  }
+  std::vector<std::pair<ChunkRef, char*>> reads;
+  for (size_t i = 0; i < want.size(); ++i) {
+    want[i]->offset = offsets[i];
+    reads.emplace_back(*want[i], arena_.base() + offsets[i]);
+  }
+  auto reader = std::make_shared<PersistReader>(RestoreReadEnv(), o_.config.persist.dir, o_.job_id, o_.world_size);
+  const std::atomic<bool>* cancelled = &disk_worker_->cancelled();
+  disk_worker_->Submit([this, reader, reads = std::move(reads), cancelled]() -> DiskWorker::Completion {
+    Status st;
+    uint64_t bytes = 0;
+    for (const auto& [ref, dst] : reads) {
+      if (cancelled->load()) return nullptr;  // the agent is going away
+      st = reader->ReadChunk(ref, dst);
+      if (!st.ok()) break;
+      bytes += ref.length;
+    }
+    return [this, st, bytes] { DiskRestoreRankRead(st, bytes); };
+  });
+}
+
+void Agent::DiskRestoreRankRead(const Status& read, uint64_t bytes) {
+  if (DiskRestoreStale()) return;
+  restore_->bytes += bytes;
+  Manifest& m = restore_->todo[restore_->next];
+  Status s = read.ok() ? store_->AddManifest(kDiskOwner, m) : read;
+  store_->ReleaseReservations(kDiskOwner);
+  if (!s.ok()) return DiskRestoreEnd(s.Annotate("rank " + std::to_string(m.rank)));
+  ++restore_->next;
+  DiskRestoreNextRank();
+}
+
+void Agent::DiskRestoreEnd(Status s) {
+  DiskRestore r = std::move(*restore_);
+  restore_.reset();
+  const uint64_t v = r.pull.version;
+  const std::string node = "node " + std::to_string(o_.node_rank);
+  for (int rank : r.ranks) {
+    if (s.ok() && store_->Find(rank, v) == nullptr) {
+      s = Status::NotFound("rank " + std::to_string(rank) + " is not in version " + std::to_string(v) + " on disk");
+    }
+  }
+  if (!s.ok()) {
+    store_->DiscardAbove(v > 0 ? std::optional<uint64_t>(v - 1) : std::nullopt);  // what was read of it goes
+    ByteWriter w;
+    w.Put<uint64_t>(r.pull.epoch);
+    const DiskErrorClass c = ClassifyDiskError(s);
+    if (c == DiskErrorClass::kVersionBad) {  // the coordinator picks an older version
+      w.Put<uint64_t>(v);
+      w.PutString(node + " cannot restore version " + std::to_string(v) + " from disk: " + s.message());
+      return SendToCoordinator(ClusterMsg::kDiskFailed, w.data());
+    }
+    // Another job's or world size's files, a disk that keeps failing, no
+    // permission: an older version is no answer. Nothing was deleted.
+    std::string msg = s.code() == Code::kFailedPrecondition
+                          ? node + ": " + s.message()
+                          : node + " cannot restore version " + std::to_string(v) + " from disk (" +
+                                DiskErrorClassName(c) + " error): " + s.message() + "; nothing was deleted: start " +
+                                "the job again once the persist directory reads";
+    w.PutString(msg);
+    return SendToCoordinator(ClusterMsg::kFatal, w.data());
+  }
+  FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
+                 "{:.0f} ms on the disk worker; training resumes after step {}",
+                 v, r.ranks.front(), r.ranks.back(), PersistJobDir(o_.config.persist.dir, o_.job_id),
+                 r.bytes / 1048576.0, std::chrono::duration<double, std::milli>(Clock::now() - r.t0).count(), v);
+  cluster_tracker_->Committed(v);
+  service_->OnCommitted(v);
+  ByteWriter w;
+  w.Put<uint64_t>(r.pull.epoch);
+  std::vector<RankVersion> held;
+  for (int rank : r.ranks) held.push_back({rank, v});
+  PutRankVersions(held, &w);
+  SendToCoordinator(ClusterMsg::kHeld, w.data());
+  SendToCoordinator(ClusterMsg::kReady, EncodeU64(r.pull.epoch));
+}
+
+}  // namespace ftrun
