@@ -69,8 +69,8 @@ static_assert(std::is_trivially_copyable_v<WireHeader>);
 // one is never fetched), so nothing is buffered for it. The bytes themselves
 // are not MACed (the replicator checks every chunk's content hash); the
 // header MAC binds them to the session, so another connection's bytes are
-// never accepted. The context has no tag feature: tag sends to us are
-// dropped by UCX.
+// never accepted. No tag receive is ever posted: every tag send that reaches
+// us is an outsider's, and DrainTags drops it (see there).
 struct BulkHeader {
   uint64_t tag;
   char mac[kMacBytes];
@@ -223,6 +223,7 @@ class UcxTransport : public Transport {
   void CloseConn(Conn* c, const Status& why);
   void CloseAll(PeerId peer, const Status& why);
   void Reap();
+  void DrainTags();
   void CancelOp(Op* op);
   void Finish(Op* op, ucs_status_t st, uint64_t received_length);
   Conn* UpConn(PeerId peer);
@@ -255,6 +256,8 @@ class UcxTransport : public Transport {
   std::map<uint64_t, Op*> recvs_;  // token -> posted receive (matched or not)
   std::map<std::pair<PeerId, uint64_t>, Op*> posted_;  // (peer, tag) -> receive not matched yet
   std::vector<std::pair<Conn*, Status>> failed_;  // ep errors, handled after progress
+  uint64_t tags_dropped_ = 0;
+  char scratch_[4096];  // where dropped tag messages go (truncated)
 };
 
 UcxTransport::~UcxTransport() {
@@ -303,7 +306,9 @@ Status UcxTransport::Start() {
   if (st != UCS_OK) return UcsError("ucp_config_read", st);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;  // no tag matching: see BulkHeader
+  // Tags only so that a tag send to us lands where DrainTags drops it
+  // (without the feature UCT logs a warning with a backtrace for each).
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   st = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (st != UCS_OK) return UcsError("ucp_init", st);
@@ -397,6 +402,7 @@ void UcxTransport::Run() {
     while (progressed < 64 && ucp_worker_progress(worker_) != 0) ++progressed;
     if (progressed > 0) last_busy = Clock::now();
     for (auto& [c, why] : std::exchange(failed_, {})) CloseConn(c, why);
+    DrainTags();
     Reap();
     RunCommands();
     CheckDeadlines();
@@ -452,6 +458,28 @@ Conn* UcxTransport::NewConn(ucp_ep_h ep, bool outgoing, PeerId peer, std::string
   conns_.push_back(std::move(c));
   stats_connections_ = conns_.size();
   return raw;
+}
+
+// Bulk data is active messages (BulkHeader); this transport never posts a
+// tag receive, so a tag message in the worker's unexpected queue is an
+// outsider's (the old wire's tags, or an attack). Each is received,
+// truncated, into a scratch buffer and dropped, a bounded number per pass:
+// the queue cannot grow, and a rendezvous one is never fetched.
+void UcxTransport::DrainTags() {
+  for (int i = 0; i < 256; ++i) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h m = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
+    if (m == nullptr) return;
+    ++stats_bulk_dropped_;
+    if (tags_dropped_++ % 10000 == 0) {
+      FTRUN_LOG_WARN("dropped a tag message ({} bytes, tag {}) from an unknown sender: agents send none ({} so far)",
+                     info.length, info.sender_tag, tags_dropped_);
+    }
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    p.cb.recv = [](void* request, ucs_status_t, const ucp_tag_recv_info_t*, void*) { ucp_request_free(request); };
+    (void)ucp_tag_msg_recv_nbx(worker_, scratch_, sizeof(scratch_), m, &p);  // a request frees itself when done
+  }
 }
 
 // Frees the closed connections whose endpoint is gone: after its close
@@ -513,14 +541,10 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   std::string remote = "?";
   if (ucp_conn_request_query(req, &attr) == UCS_OK) remote = FormatAddress(attr.client_address);
-  if (self->handshaking_in_ >= kMaxHandshaking) {
-    if (self->stats_refused_++ % 1000 == 0) {
-      FTRUN_LOG_WARN("rejected a connection from {}: {} connections are already in their handshake", remote,
-                     kMaxHandshaking);
-    }
-    ucp_listener_reject(self->listener_, req);
-    return;
-  }
+  // Over the cap the connection is accepted and closed at once (UCX 1.13's
+  // ucp_listener_reject can trip an assertion in its TCP connection manager
+  // when the client goes away meanwhile); the Conn is freed once closed.
+  const bool over_cap = self->handshaking_in_ >= kMaxHandshaking;
   Conn* c = self->NewConn(nullptr, false, 0, remote);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -537,6 +561,13 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
     return;
   }
   self->by_ep_[c->ep] = c;
+  if (over_cap) {
+    if (self->stats_refused_++ % 1000 == 0) {
+      FTRUN_LOG_WARN("refused a connection from {}: {} connections are already in their handshake", remote,
+                     kMaxHandshaking);
+    }
+    return self->CloseConn(c, Status::Unavailable("too many connections in their handshake"));
+  }
   c->nonce = NewNonce();
   self->SendOnConn(c, kChallenge, c->nonce);
 }
@@ -573,13 +604,13 @@ ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_len
 // the session's MAC (handshake.h); anything else closes the connection.
 void UcxTransport::Message(Conn* c, const WireHeader& h, std::string payload) {
   if (h.type >= kChallenge) return Refuse(c, "a handshake message after the handshake");
-  if (h.seq != c->recv_seq) {
-    return Refuse(c, "message " + std::to_string(h.seq) + " out of sequence (expected " + std::to_string(c->recv_seq) +
-                         "): replayed or reordered");
-  }
   if (!MacEqual(std::string_view(h.mac, kMacBytes), MessageMac(c->key, c->receiving(), h.seq, h.type, payload))) {
-    return Refuse(c, "a message of type " + std::to_string(h.type) + " whose MAC does not match the session key: "
-                     "forged or tampered");
+    return Refuse(c, "a message of type " + std::to_string(h.type) + " whose MAC does not match the session key "
+                     "(forged or tampered)");
+  }
+  if (h.seq != c->recv_seq) {
+    return Refuse(c, "a message out of sequence (number " + std::to_string(h.seq) + ", expected " +
+                         std::to_string(c->recv_seq) + "): replayed or reordered");
   }
   ++c->recv_seq;
   Emit({TransportEvent::Kind::kMessage, c->peer, static_cast<uint16_t>(h.type), std::move(payload), 0, {}});
