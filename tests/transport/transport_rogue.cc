@@ -321,6 +321,8 @@ int main(int argc, char** argv) {
     }
     Progress(std::chrono::milliseconds(200));
     std::printf("challenges %d of %d\n", g_challenges, count);
+    ucp_worker_destroy(g_worker);  // every endpoint is closed: a clean exit (checked under ASan)
+    ucp_cleanup(g_context);
     return 0;
   }
 
@@ -348,6 +350,8 @@ int main(int argc, char** argv) {
       Close(ep);
     }
     std::printf("injected\n");
+    ucp_worker_destroy(g_worker);
+    ucp_cleanup(g_context);
     return 0;
   }
   Die("unknown mode");
