@@ -39,7 +39,7 @@ constexpr uint16_t kChallenge = 0xFF01;  // acceptor -> connector: nonce
 constexpr uint16_t kHello = 0xFF02;      // connector -> acceptor: id, nonce, mac
 constexpr uint16_t kWelcome = 0xFF03;    // acceptor -> connector: id, mac
 // Incoming connections still in their handshake (from peers not yet known):
-// beyond this many, new connection requests are rejected, so a flood of
+// beyond this many, new ones are accepted and closed at once, so a flood of
 // connects that never authenticate cannot grow memory or the deadline scan.
 constexpr size_t kMaxHandshaking = 64;
 
