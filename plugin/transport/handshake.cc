@@ -1,13 +1,43 @@
 #include "plugin/transport/handshake.h"
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
-#include <openssl/hmac.h>
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 
 namespace ftrun {
+namespace {
+
+template <typename T>
+std::string_view Raw(const T& v) {
+  return {reinterpret_cast<const char*>(&v), sizeof(v)};
+}
+
+// HMAC-SHA256(key, parts...), fed piecewise so a large payload is not copied.
+std::string Hmac(std::string_view key, std::initializer_list<std::string_view> parts) {
+  // Fetched once; EVP_MAC objects may be shared between threads.
+  static EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* ctx = mac ? EVP_MAC_CTX_new(mac) : nullptr;
+  if (ctx == nullptr) throw std::runtime_error("OpenSSL HMAC unavailable");  // a broken install: nothing sensible to do
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  std::string out(kMacBytes, '\0');
+  size_t len = 0;
+  bool ok = EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) == 1;
+  for (std::string_view p : parts) {
+    ok = ok && EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(p.data()), p.size()) == 1;
+  }
+  ok = ok && EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(out.data()), &len, out.size()) == 1;
+  EVP_MAC_CTX_free(ctx);
+  if (!ok || len != kMacBytes) throw std::runtime_error("OpenSSL HMAC failed");
+  return out;
+}
+
+}  // namespace
 
 std::string NewNonce() {
   std::string n(kNonceBytes, '\0');
@@ -17,17 +47,35 @@ std::string NewNonce() {
   return n;
 }
 
-std::string HandshakeMac(const std::string& secret, const char* role, const std::string& nonce, uint32_t peer) {
-  std::string msg = std::string(role) + '|' + nonce + '|';
-  msg.append(reinterpret_cast<const char*>(&peer), sizeof(peer));
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(msg.data()),
-       msg.size(), out, &len);
-  return std::string(reinterpret_cast<char*>(out), len);
+std::string HandshakeTranscript(const std::string& acceptor_nonce, const std::string& connector_nonce,
+                                uint32_t connector, uint32_t acceptor) {
+  // Fixed-size fields (the nonces are checked to be kNonceBytes by the
+  // caller), so the concatenation is unambiguous.
+  std::string t = "ftrun-link-v2|";
+  t += acceptor_nonce;
+  t += connector_nonce;
+  t += Raw(connector);
+  t += Raw(acceptor);
+  return t;
 }
 
-bool MacEqual(const std::string& a, const std::string& b) {
+std::string HandshakeMac(const std::string& secret, const char* role, const std::string& transcript) {
+  return Hmac(secret, {role, "|", transcript});
+}
+
+std::string SessionKey(const std::string& secret, const std::string& transcript) {
+  return Hmac(secret, {"session|", transcript});
+}
+
+std::string MessageMac(const std::string& key, Direction dir, uint64_t seq, uint32_t type, std::string_view payload) {
+  return Hmac(key, {"msg|", Raw(dir), Raw(seq), Raw(type), payload});
+}
+
+std::string BulkMac(const std::string& key, Direction dir, uint64_t tag, uint64_t length) {
+  return Hmac(key, {"bulk|", Raw(dir), Raw(tag), Raw(length)});
+}
+
+bool MacEqual(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 

@@ -8,7 +8,13 @@
 //  - bulk: a byte range sent from the sender's memory straight into a range
 //    the receiver posted beforehand under the same 64-bit tag. Neither side
 //    buffers the bytes; the receiver posts first, so memory is bounded by
-//    what the two sides choose to have in flight.
+//    what the two sides choose to have in flight. A send that finds no
+//    receive posted for it (from that peer, under that tag) fails at the
+//    sender and is dropped at the receiver; it is never buffered.
+//
+// Only the job's own agents get in: every connection proves the job secret
+// both ways, and every message and bulk send on it is authenticated
+// (handshake.h says how).
 //
 // Thread model: every method is thread-safe and returns at once (work is
 // queued to the transport's own thread). What happens is reported as Events
@@ -46,6 +52,9 @@ struct TransportStats {
   uint64_t bulk_bytes_sent = 0;      // completed SendBulk bytes
   uint64_t bulk_bytes_received = 0;  // completed PostRecv bytes
   uint64_t message_bytes_sent = 0;   // message payloads queued
+  uint64_t connections = 0;          // connection objects held, in any state (bounded: closed ones are freed)
+  uint64_t refused = 0;              // handshakes and messages refused (bad proof, bad MAC, out of sequence, over the cap)
+  uint64_t bulk_dropped = 0;         // bulk sends dropped: unauthenticated sender, or no receive posted for them
 };
 
 class Transport {

@@ -32,11 +32,50 @@ using Clock = std::chrono::steady_clock;
 // How long the progress thread keeps polling after the worker last did
 // something, before it arms the worker and sleeps.
 constexpr auto kSpinAfterBusy = std::chrono::microseconds(500);
-constexpr unsigned kAmId = 1;
+constexpr unsigned kAmId = 1;      // control messages
+constexpr unsigned kBulkAmId = 2;  // bulk data
 // Handshake message types, above every application type.
 constexpr uint16_t kChallenge = 0xFF01;  // acceptor -> connector: nonce
 constexpr uint16_t kHello = 0xFF02;      // connector -> acceptor: id, nonce, mac
 constexpr uint16_t kWelcome = 0xFF03;    // acceptor -> connector: id, mac
+// Incoming connections still in their handshake (from peers not yet known):
+// beyond this many, new ones are accepted and closed at once, so a flood of
+// connects that never authenticate cannot grow memory or the deadline scan.
+constexpr size_t kMaxHandshaking = 64;
+
+// The header of every control message. Handshake messages carry seq 0 and
+// no MAC (their payload is the proof); every later one carries
+// MessageMac(session key, direction, seq, type, payload) (handshake.h).
+struct WireHeader {
+  uint32_t type;
+  uint32_t reserved;
+  uint64_t seq;
+  char mac[kMacBytes];
+};
+static_assert(std::is_trivially_copyable_v<WireHeader>);
+
+// The header of a bulk send: the receiver's tag and BulkMac(session key,
+// direction, tag, length).
+//
+// Why bulk is an active message and not a tag send: a tag receive is posted
+// on the whole worker and matches any sender's tag, so a connection that
+// never authenticated could pre-send tags (they wait in the worker's
+// unexpected queue, unbounded) and have its bytes land in a later transfer.
+// An active message arrives with the endpoint it came from, so the handler
+// accepts it only from a connection that finished the handshake, only for a
+// receive posted for that connection's peer and tag, and only with a header
+// MACed under that connection's session key; anything else is dropped on the
+// spot (an eager payload is released when the handler returns, a rendezvous
+// one is never fetched), so nothing is buffered for it. The bytes themselves
+// are not MACed (the replicator checks every chunk's content hash); the
+// header MAC binds them to the session, so another connection's bytes are
+// never accepted. No tag receive is ever posted: every tag send that reaches
+// us is an outsider's, and DrainTags drops it (see there).
+struct BulkHeader {
+  uint64_t tag;
+  char mac[kMacBytes];
+};
+static_assert(std::is_trivially_copyable_v<BulkHeader>);
 
 Status UcsError(const std::string& what, ucs_status_t st) {
   return Status::Unavailable(what + ": " + ucs_status_string(st));
@@ -80,22 +119,33 @@ struct Conn {
   bool outgoing = false;
   PeerId peer = 0;     // expected (outgoing) or proven (incoming, once up)
   std::string nonce;   // ours: the challenge (incoming) or hello nonce (outgoing)
+  std::string transcript;  // the handshake's (handshake.h), once both nonces are known
+  std::string key;         // the session key, once up
+  uint64_t send_seq = 0, recv_seq = 0;  // next control message sequence numbers, per direction
+  bool warned_bulk = false;             // logged a dropped bulk send already
   std::string remote;  // for logs
   Clock::time_point started;
   std::vector<std::pair<uint16_t, std::string>> pending;  // sent before up
+  void* close_request = nullptr;  // the endpoint's close, while in progress: the Conn is freed after it
+
+  Direction sending() const { return outgoing ? Direction::kFromConnector : Direction::kFromAcceptor; }
+  Direction receiving() const { return outgoing ? Direction::kFromAcceptor : Direction::kFromConnector; }
 };
 
 // One in-flight operation; user_data of its request.
 struct Op {
-  enum class Kind { kMessage, kBulkSend, kBulkRecv, kClose };
+  enum class Kind { kMessage, kBulkSend, kBulkRecv };
   UcxTransport* owner;
   Kind kind;
   uint64_t token = 0;
   uint64_t length = 0;
   PeerId peer = 0;
-  uint32_t header = 0;  // message type, kept alive until completion
+  std::string header;  // kept alive until completion
   std::string payload;
   void* request = nullptr;
+  uint64_t tag = 0;        // receives: posted under
+  void* data = nullptr;    // receives: where the bytes go
+  bool receiving = false;  // receives: matched, bytes on their way (request set)
 };
 
 class UcxTransport : public Transport {
@@ -125,7 +175,7 @@ class UcxTransport : public Transport {
   void CancelRecv(uint64_t token) override {
     Post([this, token] {
       auto it = recvs_.find(token);
-      if (it != recvs_.end()) ucp_request_cancel(worker_, it->second->request);
+      if (it != recvs_.end()) CancelOp(it->second);
     });
   }
   int event_fd() const override { return event_fd_.get(); }
@@ -135,6 +185,9 @@ class UcxTransport : public Transport {
     s.bulk_bytes_sent = stats_bulk_sent_;
     s.bulk_bytes_received = stats_bulk_received_;
     s.message_bytes_sent = stats_message_bytes_;
+    s.connections = stats_connections_;
+    s.refused = stats_refused_;
+    s.bulk_dropped = stats_bulk_dropped_;
     return s;
   }
 
@@ -143,8 +196,10 @@ class UcxTransport : public Transport {
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t st);
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
                            const ucp_am_recv_param_t* param);
+  static ucs_status_t OnBulkAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param);
   static void OnSendDone(void* request, ucs_status_t st, void* user_data);
-  static void OnRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user_data);
+  static void OnRecvDone(void* request, ucs_status_t st, size_t length, void* user_data);
 
  private:
   void Post(std::function<void()> fn);
@@ -160,9 +215,16 @@ class UcxTransport : public Transport {
   void DoSendBulk(PeerId peer, uint64_t tag, const void* data, uint64_t length, uint64_t token);
   void DoPostRecv(PeerId peer, uint64_t tag, void* data, uint64_t length, uint64_t token);
   void Handshake(Conn* c, uint16_t type, const std::string& payload);
+  void Message(Conn* c, const WireHeader& h, std::string payload);
+  ucs_status_t Bulk(Conn* c, const void* header, size_t header_length, void* data, size_t length,
+                    const ucp_am_recv_param_t* param);
+  void Refuse(Conn* c, const std::string& what);
   void BecomeUp(Conn* c);
   void CloseConn(Conn* c, const Status& why);
   void CloseAll(PeerId peer, const Status& why);
+  void Reap();
+  void DrainTags();
+  void CancelOp(Op* op);
   void Finish(Op* op, ucs_status_t st, uint64_t received_length);
   Conn* UpConn(PeerId peer);
 
@@ -174,6 +236,7 @@ class UcxTransport : public Transport {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> stats_bulk_sent_{0}, stats_bulk_received_{0}, stats_message_bytes_{0};
+  std::atomic<uint64_t> stats_connections_{0}, stats_refused_{0}, stats_bulk_dropped_{0};
 
   std::mutex mu_;  // guards commands_ and events_
   std::vector<std::function<void()>> commands_;
@@ -183,13 +246,18 @@ class UcxTransport : public Transport {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   ucp_listener_h listener_ = nullptr;
-  std::list<std::unique_ptr<Conn>> conns_;  // closed ones stay until the end (late callbacks)
+  // Closed ones stay until their endpoint's close completes (no UCX callback
+  // can name them after that), then Reap frees them.
+  std::list<std::unique_ptr<Conn>> conns_;
   std::unordered_map<ucp_ep_h, Conn*> by_ep_;
   std::map<PeerId, Conn*> connecting_;
   std::map<PeerId, std::vector<Conn*>> up_;
-  std::map<uint64_t, Op*> recvs_;  // token -> posted receive
+  size_t handshaking_in_ = 0;      // incoming connections in their handshake (kMaxHandshaking)
+  std::map<uint64_t, Op*> recvs_;  // token -> posted receive (matched or not)
+  std::map<std::pair<PeerId, uint64_t>, Op*> posted_;  // (peer, tag) -> receive not matched yet
   std::vector<std::pair<Conn*, Status>> failed_;  // ep errors, handled after progress
-  std::list<Op*> closing_;
+  uint64_t tags_dropped_ = 0;
+  char scratch_[4096];  // where dropped tag messages go (truncated)
 };
 
 UcxTransport::~UcxTransport() {
@@ -201,11 +269,14 @@ UcxTransport::~UcxTransport() {
   if (worker_) {
     // Force-close what is left and let the closes complete.
     for (auto& c : conns_) {
-      if (c->state == Conn::State::kClosed || c->ep == nullptr) continue;
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      void* r = ucp_ep_close_nbx(c->ep, &p);
+      void* r = c->close_request;
+      c->close_request = nullptr;
+      if (r == nullptr && c->state != Conn::State::kClosed && c->ep != nullptr) {
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        r = ucp_ep_close_nbx(c->ep, &p);
+      }
       if (UCS_PTR_IS_PTR(r)) {
         auto deadline = Clock::now() + std::chrono::seconds(1);
         while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker_);
@@ -213,11 +284,14 @@ UcxTransport::~UcxTransport() {
       }
     }
     std::vector<void*> cancel;
-    for (auto& [token, op] : recvs_) cancel.push_back(op->request);
+    for (auto& [token, op] : recvs_) {
+      if (op->receiving) cancel.push_back(op->request);
+    }
     for (void* r : cancel) ucp_request_cancel(worker_, r);
     for (int i = 0; i < 100; ++i) ucp_worker_progress(worker_);
     ucp_worker_destroy(worker_);
   }
+  for (auto& [token, op] : recvs_) delete op;  // the worker is gone: no callback can name them
   if (context_) ucp_cleanup(context_);
 }
 
@@ -232,6 +306,8 @@ Status UcxTransport::Start() {
   if (st != UCS_OK) return UcsError("ucp_config_read", st);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  // Tags only so that a tag send to us lands where DrainTags drops it
+  // (without the feature UCT logs a warning with a backtrace for each).
   params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   st = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -248,6 +324,10 @@ Status UcxTransport::Start() {
   hp.id = kAmId;
   hp.cb = &UcxTransport::OnAm;
   hp.arg = this;
+  st = ucp_worker_set_am_recv_handler(worker_, &hp);
+  if (st != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", st);
+  hp.id = kBulkAmId;
+  hp.cb = &UcxTransport::OnBulkAm;
   st = ucp_worker_set_am_recv_handler(worker_, &hp);
   if (st != UCS_OK) return UcsError("ucp_worker_set_am_recv_handler", st);
 
@@ -322,16 +402,8 @@ void UcxTransport::Run() {
     while (progressed < 64 && ucp_worker_progress(worker_) != 0) ++progressed;
     if (progressed > 0) last_busy = Clock::now();
     for (auto& [c, why] : std::exchange(failed_, {})) CloseConn(c, why);
-    for (auto it = closing_.begin(); it != closing_.end();) {
-      Op* op = *it;
-      if (ucp_request_check_status(op->request) == UCS_INPROGRESS) {
-        ++it;
-        continue;
-      }
-      ucp_request_free(op->request);
-      delete op;
-      it = closing_.erase(it);
-    }
+    DrainTags();
+    Reap();
     RunCommands();
     CheckDeadlines();
     // While bytes are moving, poll instead of sleeping: arming the worker and
@@ -381,9 +453,57 @@ Conn* UcxTransport::NewConn(ucp_ep_h ep, bool outgoing, PeerId peer, std::string
   c->remote = std::move(remote);
   c->started = Clock::now();
   c->state = outgoing ? Conn::State::kAwaitChallenge : Conn::State::kAwaitHello;
+  if (!outgoing) ++handshaking_in_;
   Conn* raw = c.get();
   conns_.push_back(std::move(c));
+  stats_connections_ = conns_.size();
   return raw;
+}
+
+// Bulk data is active messages (BulkHeader); this transport never posts a
+// tag receive, so a tag message in the worker's unexpected queue is an
+// outsider's (the old wire's tags, or an attack). Each is received,
+// truncated, into a scratch buffer and dropped, a bounded number per pass:
+// the queue cannot grow, and a rendezvous one is never fetched.
+void UcxTransport::DrainTags() {
+  for (int i = 0; i < 256; ++i) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h m = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
+    if (m == nullptr) return;
+    ++stats_bulk_dropped_;
+    if (tags_dropped_++ % 10000 == 0) {
+      FTRUN_LOG_WARN("dropped a tag message ({} bytes, tag {}) from an unknown sender: agents send none ({} so far)",
+                     info.length, info.sender_tag, tags_dropped_);
+    }
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    p.cb.recv = [](void* request, ucs_status_t, const ucp_tag_recv_info_t*, void*) { ucp_request_free(request); };
+    (void)ucp_tag_msg_recv_nbx(worker_, scratch_, sizeof(scratch_), m, &p);  // a request frees itself when done
+  }
+}
+
+// Frees the closed connections whose endpoint is gone: after its close
+// completed, no UCX callback can name the Conn (the error handler's arg).
+// Runs only from the progress loop, after the endpoint errors were handled,
+// never inside a callback or a loop over conns_.
+void UcxTransport::Reap() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    Conn* c = it->get();
+    if (c->state != Conn::State::kClosed) {
+      ++it;
+      continue;
+    }
+    if (c->close_request != nullptr) {
+      if (ucp_request_check_status(c->close_request) == UCS_INPROGRESS) {
+        ++it;
+        continue;
+      }
+      ucp_request_free(c->close_request);
+      c->close_request = nullptr;
+    }
+    it = conns_.erase(it);
+  }
+  stats_connections_ = conns_.size();
 }
 
 void UcxTransport::DoConnect(PeerId peer, const std::string& address) {
@@ -406,6 +526,7 @@ void UcxTransport::DoConnect(PeerId peer, const std::string& address) {
   ep.err_handler.arg = c;
   ucs_status_t st = ucp_ep_create(worker_, &ep, &c->ep);
   if (st != UCS_OK) {
+    c->ep = nullptr;
     c->state = Conn::State::kClosed;
     Emit({TransportEvent::Kind::kPeerDown, peer, 0, {}, 0, UcsError("cannot connect to " + address, st)});
     return;
@@ -420,6 +541,10 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   std::string remote = "?";
   if (ucp_conn_request_query(req, &attr) == UCS_OK) remote = FormatAddress(attr.client_address);
+  // Over the cap the connection is accepted and closed at once (UCX 1.13's
+  // ucp_listener_reject can trip an assertion in its TCP connection manager
+  // when the client goes away meanwhile); the Conn is freed once closed.
+  const bool over_cap = self->handshaking_in_ >= kMaxHandshaking;
   Conn* c = self->NewConn(nullptr, false, 0, remote);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -430,11 +555,19 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
   ep.err_handler.arg = c;
   ucs_status_t st = ucp_ep_create(self->worker_, &ep, &c->ep);
   if (st != UCS_OK) {
-    c->state = Conn::State::kClosed;
+    c->ep = nullptr;
+    self->CloseConn(c, UcsError("accept", st));
     FTRUN_LOG_WARN("cannot accept a connection from {}: {}", remote, ucs_status_string(st));
     return;
   }
   self->by_ep_[c->ep] = c;
+  if (over_cap) {
+    if (self->stats_refused_++ % 1000 == 0) {
+      FTRUN_LOG_WARN("refused a connection from {}: {} connections are already in their handshake", remote,
+                     kMaxHandshaking);
+    }
+    return self->CloseConn(c, Status::Unavailable("too many connections in their handshake"));
+  }
   c->nonce = NewNonce();
   self->SendOnConn(c, kChallenge, c->nonce);
 }
@@ -447,22 +580,124 @@ void UcxTransport::OnEpError(void* arg, ucp_ep_h, ucs_status_t st) {
 ucs_status_t UcxTransport::OnAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxTransport*>(arg);
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || header_length != sizeof(uint32_t) ||
-      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_UNSUPPORTED : UCS_OK;  // not ours
-  }
+  const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return rndv ? UCS_ERR_UNSUPPORTED : UCS_OK;  // not ours
   auto it = self->by_ep_.find(param->reply_ep);
-  if (it == self->by_ep_.end() || it->second->state == Conn::State::kClosed) return UCS_OK;
+  if (it == self->by_ep_.end() || it->second->state == Conn::State::kClosed) return rndv ? UCS_ERR_UNSUPPORTED : UCS_OK;
   Conn* c = it->second;
-  uint32_t type;
-  std::memcpy(&type, header, sizeof(type));
+  if (header_length != sizeof(WireHeader) || rndv) {  // messages are always eager
+    self->Refuse(c, "a malformed message (" + std::to_string(header_length) + "-byte header)");
+    return rndv ? UCS_ERR_UNSUPPORTED : UCS_OK;
+  }
+  WireHeader h;
+  std::memcpy(&h, header, sizeof(h));
   std::string payload(static_cast<const char*>(data), length);
   if (c->state != Conn::State::kUp) {
-    self->Handshake(c, static_cast<uint16_t>(type), payload);
-  } else if (type < kChallenge) {
-    self->Emit({TransportEvent::Kind::kMessage, c->peer, static_cast<uint16_t>(type), std::move(payload), 0, {}});
+    self->Handshake(c, static_cast<uint16_t>(h.type), payload);
+  } else {
+    self->Message(c, h, std::move(payload));
   }
   return UCS_OK;
+}
+
+// A control message on a connection that is up: only in sequence and with
+// the session's MAC (handshake.h); anything else closes the connection.
+void UcxTransport::Message(Conn* c, const WireHeader& h, std::string payload) {
+  if (h.type >= kChallenge) return Refuse(c, "a handshake message after the handshake");
+  if (!MacEqual(std::string_view(h.mac, kMacBytes), MessageMac(c->key, c->receiving(), h.seq, h.type, payload))) {
+    return Refuse(c, "a message of type " + std::to_string(h.type) + " whose MAC does not match the session key "
+                     "(forged or tampered)");
+  }
+  if (h.seq != c->recv_seq) {
+    return Refuse(c, "a message out of sequence (number " + std::to_string(h.seq) + ", expected " +
+                         std::to_string(c->recv_seq) + "): replayed or reordered");
+  }
+  ++c->recv_seq;
+  Emit({TransportEvent::Kind::kMessage, c->peer, static_cast<uint16_t>(h.type), std::move(payload), 0, {}});
+}
+
+void UcxTransport::Refuse(Conn* c, const std::string& what) {
+  ++stats_refused_;
+  std::string who = c->state == Conn::State::kUp || c->outgoing ? "peer " + std::to_string(c->peer) + " at " + c->remote
+                                                                 : "an unauthenticated peer at " + c->remote;
+  FTRUN_LOG_WARN("refused {} from {}; closing the connection", what, who);
+  CloseConn(c, Status::FailedPrecondition("refused " + what + " from " + who));
+}
+
+ucs_status_t UcxTransport::OnBulkAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  Conn* c = nullptr;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+    auto it = self->by_ep_.find(param->reply_ep);
+    if (it != self->by_ep_.end()) c = it->second;
+  }
+  return self->Bulk(c, header, header_length, data, length, param);
+}
+
+// Returns what OnBulkAm returns: UCS_OK for an eager payload (copied, or
+// dropped), UCS_INPROGRESS for a rendezvous being received, an error for a
+// rendezvous refused (the sender's send fails with it; nothing is fetched).
+ucs_status_t UcxTransport::Bulk(Conn* c, const void* header, size_t header_length, void* data, size_t length,
+                                const ucp_am_recv_param_t* param) {
+  const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  const ucs_status_t drop = rndv ? UCS_ERR_REJECTED : UCS_OK;
+  if (c == nullptr || c->state != Conn::State::kUp) {
+    // Not authenticated: dropped here, nothing kept. Logged once per connection.
+    ++stats_bulk_dropped_;
+    if (c != nullptr && !c->warned_bulk) {
+      c->warned_bulk = true;
+      FTRUN_LOG_WARN("dropped bulk data from {}: it has not authenticated", c->remote);
+    }
+    return drop;
+  }
+  BulkHeader h;
+  if (header_length != sizeof(h)) {
+    ++stats_bulk_dropped_;
+    Refuse(c, "bulk data with a malformed header");
+    return drop;
+  }
+  std::memcpy(&h, header, sizeof(h));
+  if (!MacEqual(std::string_view(h.mac, kMacBytes), BulkMac(c->key, c->receiving(), h.tag, length))) {
+    ++stats_bulk_dropped_;
+    Refuse(c, "bulk data whose header MAC does not match the session key");
+    return drop;
+  }
+  auto it = posted_.find({c->peer, h.tag});
+  if (it == posted_.end()) {
+    ++stats_bulk_dropped_;
+    if (!c->warned_bulk) {
+      c->warned_bulk = true;
+      FTRUN_LOG_WARN("dropped bulk data from peer {} at {}: no receive posted for tag {}", c->peer, c->remote, h.tag);
+    }
+    return drop;
+  }
+  Op* op = it->second;
+  posted_.erase(it);
+  if (length != op->length) {  // Finish names both lengths
+    recvs_.erase(op->token);
+    Finish(op, UCS_OK, length);
+    return drop;
+  }
+  if (!rndv) {
+    std::memcpy(op->data, data, length);
+    recvs_.erase(op->token);
+    Finish(op, UCS_OK, length);
+    return UCS_OK;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = &UcxTransport::OnRecvDone;
+  p.user_data = op;
+  void* r = ucp_am_recv_data_nbx(worker_, data, op->data, length, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) {  // done at once, or failed (UCP owns the descriptor either way)
+    recvs_.erase(op->token);
+    Finish(op, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r), r == nullptr ? length : 0);
+  } else {
+    op->request = r;
+    op->receiving = true;
+  }
+  return UCS_INPROGRESS;
 }
 
 void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload) {
@@ -470,10 +705,13 @@ void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload)
   if (c->outgoing && c->state == Conn::State::kAwaitChallenge && type == kChallenge &&
       payload.size() == kNonceBytes) {
     c->nonce = NewNonce();
+    // Bound to both nonces and both ids: the id is the one this side meant
+    // to reach, so the hello is worthless to anyone else.
+    c->transcript = HandshakeTranscript(payload, c->nonce, o_.self, c->peer);
     ByteWriter w;
     w.Put<uint32_t>(o_.self);
     w.PutString(c->nonce);
-    w.PutString(HandshakeMac(o_.secret, "hello", payload, o_.self));
+    w.PutString(HandshakeMac(o_.secret, "hello", c->transcript));
     SendOnConn(c, kHello, w.data());
     c->state = Conn::State::kAwaitWelcome;
     return;
@@ -482,32 +720,43 @@ void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload)
     uint32_t id = r.Get<uint32_t>();
     std::string their_nonce = r.GetString();
     std::string mac = r.GetString();
-    if (!r.ok() || their_nonce.size() != kNonceBytes || !MacEqual(mac, HandshakeMac(o_.secret, "hello", c->nonce, id))) {
-      FTRUN_LOG_WARN("refused a peer at {} (claims id {}): it did not prove the job secret", c->remote, id);
+    std::string transcript = HandshakeTranscript(c->nonce, their_nonce, id, o_.self);
+    if (!r.ok() || their_nonce.size() != kNonceBytes || !MacEqual(mac, HandshakeMac(o_.secret, "hello", transcript))) {
+      ++stats_refused_;
+      FTRUN_LOG_WARN("refused a peer at {} (claims id {}): its hello does not prove the job secret for this "
+                     "connection and this agent (id {}): a wrong secret, or a proof relayed from another connection",
+                     c->remote, id, o_.self);
       return CloseConn(c, Status::FailedPrecondition("peer did not prove the job secret"));
     }
     c->peer = id;
+    c->transcript = std::move(transcript);
+    c->key = SessionKey(o_.secret, c->transcript);
     ByteWriter w;
     w.Put<uint32_t>(o_.self);
-    w.PutString(HandshakeMac(o_.secret, "welcome", their_nonce, o_.self));
+    w.PutString(HandshakeMac(o_.secret, "welcome", c->transcript));
     SendOnConn(c, kWelcome, w.data());
     return BecomeUp(c);
   }
   if (c->outgoing && c->state == Conn::State::kAwaitWelcome && type == kWelcome) {
     uint32_t id = r.Get<uint32_t>();
     std::string mac = r.GetString();
-    if (!r.ok() || id != c->peer || !MacEqual(mac, HandshakeMac(o_.secret, "welcome", c->nonce, id))) {
-      FTRUN_LOG_WARN("refused peer {} at {}: it did not prove the job secret", c->peer, c->remote);
+    if (!r.ok() || id != c->peer || !MacEqual(mac, HandshakeMac(o_.secret, "welcome", c->transcript))) {
+      ++stats_refused_;
+      FTRUN_LOG_WARN("refused peer {} at {}: its welcome does not prove the job secret for this connection",
+                     c->peer, c->remote);
       return CloseConn(c, Status::FailedPrecondition("peer " + std::to_string(c->peer) + " at " + c->remote +
                                                      " did not prove the job secret"));
     }
+    c->key = SessionKey(o_.secret, c->transcript);
     return BecomeUp(c);
   }
+  ++stats_refused_;
   FTRUN_LOG_WARN("unexpected message {:#x} during the handshake with {}", type, c->remote);
   CloseConn(c, Status::Corruption("protocol error during the handshake with " + c->remote));
 }
 
 void UcxTransport::BecomeUp(Conn* c) {
+  if (!c->outgoing) --handshaking_in_;
   c->state = Conn::State::kUp;
   if (c->outgoing) connecting_.erase(c->peer);
   auto& list = up_[c->peer];
@@ -550,7 +799,14 @@ void UcxTransport::DoSend(PeerId peer, uint16_t type, std::string payload) {
 
 void UcxTransport::SendOnConn(Conn* c, uint16_t type, std::string payload) {
   auto* op = new Op{this, Op::Kind::kMessage};
-  op->header = type;
+  WireHeader h{};
+  h.type = type;
+  if (type < kChallenge) {  // after the handshake (DoSend queues what comes before): sequenced and MACed
+    h.seq = c->send_seq++;
+    std::string mac = MessageMac(c->key, c->sending(), h.seq, h.type, payload);
+    std::memcpy(h.mac, mac.data(), kMacBytes);
+  }
+  op->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   op->payload = std::move(payload);
   op->peer = c->peer;
   ucp_request_param_t p{};
@@ -558,7 +814,7 @@ void UcxTransport::SendOnConn(Conn* c, uint16_t type, std::string payload) {
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
   p.cb.send = &UcxTransport::OnSendDone;
   p.user_data = op;
-  void* r = ucp_am_send_nbx(c->ep, kAmId, &op->header, sizeof(op->header), op->payload.data(), op->payload.size(), &p);
+  void* r = ucp_am_send_nbx(c->ep, kAmId, op->header.data(), op->header.size(), op->payload.data(), op->payload.size(), &p);
   if (!UCS_PTR_IS_PTR(r)) delete op;  // done at once, or failed: the ep error handler reports failures
 }
 
@@ -570,11 +826,17 @@ void UcxTransport::DoSendBulk(PeerId peer, uint64_t tag, const void* data, uint6
     return;
   }
   auto* op = new Op{this, Op::Kind::kBulkSend, token, length, peer};
+  BulkHeader h{};
+  h.tag = tag;
+  std::string mac = BulkMac(c->key, c->sending(), tag, length);
+  std::memcpy(h.mac, mac.data(), kMacBytes);
+  op->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;  // the receiver learns which connection (hence which session) sent it
   p.cb.send = &UcxTransport::OnSendDone;
   p.user_data = op;
-  void* r = ucp_tag_send_nbx(c->ep, data, length, tag, &p);
+  void* r = ucp_am_send_nbx(c->ep, kBulkAmId, op->header.data(), op->header.size(), data, length, &p);
   if (r == nullptr) Finish(op, UCS_OK, length);
   else if (UCS_PTR_IS_ERR(r)) Finish(op, UCS_PTR_STATUS(r), 0);
   else op->request = r;
@@ -587,14 +849,28 @@ void UcxTransport::DoPostRecv(PeerId peer, uint64_t tag, void* data, uint64_t le
     return;
   }
   auto* op = new Op{this, Op::Kind::kBulkRecv, token, length, peer};
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.cb.recv = &UcxTransport::OnRecvDone;
-  p.user_data = op;
-  void* r = ucp_tag_recv_nbx(worker_, data, length, tag, ~0ull, &p);
-  if (UCS_PTR_IS_ERR(r)) return Finish(op, UCS_PTR_STATUS(r), 0);
-  op->request = r;
+  op->tag = tag;
+  op->data = data;
+  if (!posted_.emplace(std::make_pair(peer, tag), op).second) {
+    delete op;
+    Emit({TransportEvent::Kind::kBulkDone, peer, 0, {}, token,
+          Status::InvalidArgument("a receive from peer " + std::to_string(peer) + " under tag " + std::to_string(tag) +
+                                  " is already posted")});
+    return;
+  }
   recvs_[token] = op;
+}
+
+// A receive not matched yet ends at once; one whose bytes are on their way
+// is cancelled in UCX (its OnRecvDone follows).
+void UcxTransport::CancelOp(Op* op) {
+  if (op->receiving) {
+    ucp_request_cancel(worker_, op->request);
+    return;
+  }
+  posted_.erase({op->peer, op->tag});
+  recvs_.erase(op->token);
+  Finish(op, UCS_ERR_CANCELED, 0);
 }
 
 void UcxTransport::OnSendDone(void* request, ucs_status_t st, void* user_data) {
@@ -607,10 +883,10 @@ void UcxTransport::OnSendDone(void* request, ucs_status_t st, void* user_data) {
   ucp_request_free(request);
 }
 
-void UcxTransport::OnRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user_data) {
+void UcxTransport::OnRecvDone(void* request, ucs_status_t st, size_t length, void* user_data) {
   auto* op = static_cast<Op*>(user_data);
   op->owner->recvs_.erase(op->token);
-  op->owner->Finish(op, st, st == UCS_OK ? info->length : 0);
+  op->owner->Finish(op, st, st == UCS_OK ? length : 0);
   ucp_request_free(request);
 }
 
@@ -632,6 +908,7 @@ void UcxTransport::Finish(Op* op, ucs_status_t st, uint64_t length) {
 void UcxTransport::CloseConn(Conn* c, const Status& why) {
   if (c->state == Conn::State::kClosed) return;
   bool was_up = c->state == Conn::State::kUp;
+  if (!c->outgoing && !was_up) --handshaking_in_;
   c->state = Conn::State::kClosed;
   by_ep_.erase(c->ep);
   if (c->outgoing && connecting_.count(c->peer) && connecting_[c->peer] == c) connecting_.erase(c->peer);
@@ -647,24 +924,18 @@ void UcxTransport::CloseConn(Conn* c, const Status& why) {
   if (report) {
     FTRUN_LOG_DEBUG("peer {} down: {}", c->peer, why.message());
     Emit({TransportEvent::Kind::kPeerDown, c->peer, 0, {}, 0, why});
-    std::vector<void*> cancel;  // cancelling may complete (and erase) at once
+    std::vector<Op*> cancel;  // cancelling may complete (and erase) at once
     for (auto& [token, op] : recvs_) {
-      if (op->peer == c->peer) cancel.push_back(op->request);
+      if (op->peer == c->peer) cancel.push_back(op);
     }
-    for (void* r : cancel) ucp_request_cancel(worker_, r);
+    for (Op* op : cancel) CancelOp(op);
   }
   if (c->ep) {
-    auto* op = new Op{this, Op::Kind::kClose};
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
     void* r = ucp_ep_close_nbx(c->ep, &p);
-    if (UCS_PTR_IS_PTR(r)) {
-      op->request = r;
-      closing_.push_back(op);
-    } else {
-      delete op;
-    }
+    if (UCS_PTR_IS_PTR(r)) c->close_request = r;
     c->ep = nullptr;
   }
 }

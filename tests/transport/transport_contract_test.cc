@@ -10,10 +10,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <fcntl.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,17 +46,44 @@ std::string SecretIn(const std::string& dir, const std::string& name) {
   return path;
 }
 
+// Spawns `args` (argv[0] a path), with stderr or stdout sent to a file if named.
+pid_t Spawn(std::vector<std::string> args, const std::string& stdout_file = "", const std::string& stderr_file = "") {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  ::posix_spawn_file_actions_init(&fa);
+  if (!stdout_file.empty()) ::posix_spawn_file_actions_addopen(&fa, 1, stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (!stderr_file.empty()) ::posix_spawn_file_actions_addopen(&fa, 2, stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Waits up to `seconds` for `text` to appear in the file at `path`.
+bool FileHas(const std::string& path, const std::string& text, int seconds = 20) {
+  auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  while (Clock::now() < deadline) {
+    if (ReadFile(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 class Peer {
  public:
-  Peer(const std::string& dir, PeerId id, const std::string& secret_file) {
+  // `log`: where its stderr (the transport's log) goes; empty: inherited.
+  Peer(const std::string& dir, PeerId id, const std::string& secret_file, const std::string& log = "") {
     std::string addr_file = dir + "/peer" + std::to_string(id) + ".addr";
     std::string exe = std::string(FTRUN_BINARY_DIR) + "/tests/transport_peer";
-    std::vector<std::string> args = {exe, "--id", std::to_string(id), "--secret-file", secret_file,
-                                     "--address-file", addr_file};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    REQUIRE(::posix_spawn(&pid_, exe.c_str(), nullptr, nullptr, argv.data(), environ) == 0);
+    pid_ = Spawn({exe, "--id", std::to_string(id), "--secret-file", secret_file, "--address-file", addr_file}, "", log);
     auto deadline = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < deadline) {
       std::ifstream f(addr_file);
@@ -278,6 +308,185 @@ TEST_CASE("transport: a secret file readable by others or malformed is refused w
   REQUIRE(st.message().find("hex digits") != std::string::npos);
   REQUIRE(!ReadSecretFile(dir + "/missing", &s).ok());
   REQUIRE(!WriteNewSecretFile(path).ok());  // never overwrites
+}
+
+// ---- [security]: what an attacker on the agents' port gets (nothing) ----
+
+// transport_rogue in its own process; its stdout (one line per event) goes to
+// a file the test reads.
+class Rogue {
+ public:
+  Rogue(const std::string& dir, const std::string& name, std::vector<std::string> args) : out_(dir + "/" + name + ".out") {
+    args.insert(args.begin(), std::string(FTRUN_BINARY_DIR) + "/tests/transport_rogue");
+    pid_ = Spawn(std::move(args), out_);
+  }
+  ~Rogue() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool Says(const std::string& text, int seconds = 20) const { return FileHas(out_, text, seconds); }
+  std::string output() const { return ReadFile(out_); }
+  // Waits for it to exit; its exit status.
+  int Wait(int seconds = 120) {
+    auto deadline = Clock::now() + std::chrono::seconds(seconds);
+    int status = 0;
+    while (Clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL("transport_rogue did not finish within " << seconds << " s");
+    return -1;
+  }
+
+ private:
+  std::string out_;
+  pid_t pid_ = 0;
+};
+
+std::string RelayAddress(const std::string& file) {
+  std::string address;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    std::ifstream f(file);
+    if (f >> address) return address;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL("transport_rogue did not listen within 20 s");
+  return {};
+}
+
+// The victim is alive and talks to a peer that connects to it directly.
+void RequireServes(Transport& t, std::vector<TransportEvent>& seen, PeerId id, const std::string& address) {
+  t.Connect(id, address);
+  WaitFor(t, seen, IsKind(Kind::kPeerUp, id));
+  t.Send(id, 1, "still serving?");
+  WaitFor(t, seen, [&](const TransportEvent& e) { return IsMsg(id, 2)(e) && e.payload == "still serving?"; });
+}
+
+// A process that gets one agent's connection (say on a dead peer's port,
+// as "peer 9") relays that agent's hello to another agent (7). The hello
+// was made for 9 and this connection's nonces: 7 refuses it, says so, and
+// the relay's own message (an exit) never gets in.
+TEST_CASE("transport: a hello relayed to another peer is refused and logged", "[security]") {
+  std::string dir = TempDir();
+  std::string secret = SecretIn(dir, "secret");
+  Peer victim(dir, 7, secret, dir + "/victim.log");
+  auto t = Make(1, secret);
+  std::vector<TransportEvent> seen;
+  Rogue relay(dir, "relay", {"relay", "--address-file", dir + "/relay.addr", "--target", victim.address(), "--inject",
+                             "exit", "--seconds", "30"});
+  t->Connect(9, RelayAddress(dir + "/relay.addr"));  // it thinks the relay is peer 9
+  REQUIRE(!WaitFor(*t, seen, IsKind(Kind::kPeerDown, 9)).status.ok());
+  INFO("victim's log:\n" << ReadFile(dir + "/victim.log") << "relay's events:\n" << relay.output());
+  REQUIRE(FileHas(dir + "/victim.log", "refused a peer at"));
+  REQUIRE(ReadFile(dir + "/victim.log").find("relayed") != std::string::npos);
+  REQUIRE(relay.output().find("welcomed") == std::string::npos);
+  RequireServes(*t, seen, 7, victim.address());
+}
+
+// A relay between two agents that share the secret can pass the handshake
+// on (it is between them), but it does not have the session key: a message
+// it changes or sends twice is refused, logged, and the connection closed;
+// the victim keeps serving.
+TEST_CASE("transport: a message tampered with or replayed on a relayed connection is refused and logged", "[security]") {
+  for (std::string how : {"tamper", "replay"}) {
+    INFO(how);
+    std::string dir = TempDir();
+    std::string secret = SecretIn(dir, "secret");
+    Peer victim(dir, 7, secret, dir + "/victim.log");
+    auto t = Make(1, secret);
+    std::vector<TransportEvent> seen;
+    Rogue relay(dir, "relay", {"relay", "--address-file", dir + "/relay.addr", "--target", victim.address(), "--inject",
+                               how, "--seconds", "30"});
+    t->Connect(7, RelayAddress(dir + "/relay.addr"));
+    WaitFor(*t, seen, IsKind(Kind::kPeerUp, 7));  // a true relay: the handshake is the two peers'
+    t->Send(7, 1, "ping through the relay");
+    REQUIRE(relay.Says("injected"));
+    // The victim closes the relayed connection (the relay passes the close on).
+    REQUIRE(!WaitFor(*t, seen, IsKind(Kind::kPeerDown, 7)).status.ok());
+    INFO("victim's log:\n" << ReadFile(dir + "/victim.log"));
+    REQUIRE(FileHas(dir + "/victim.log", "refused a"));
+    REQUIRE(FileHas(dir + "/victim.log", how == "tamper" ? "MAC does not match" : "out of sequence"));
+    for (const auto& e : seen) REQUIRE(!(e.kind == Kind::kMessage && e.type == 2 && e.payload != "ping through the relay"));
+    RequireServes(*t, seen, 7, victim.address());
+  }
+}
+
+// A client that only connects (no secret) floods tags 1..N (the replicator's
+// first tags), as eager tag sends and as bulk active messages, before and
+// while transfers run: every transfer still lands the sender's bytes, both
+// into a peer process and into this one, and this one counts what it dropped.
+TEST_CASE("transport: bulk data from a connection that never authenticated is dropped; transfers land intact",
+          "[security]") {
+  std::string dir = TempDir();
+  std::string secret = SecretIn(dir, "secret");
+  Peer victim(dir, 7, secret, dir + "/victim.log");
+  auto t = Make(1, secret);
+  std::vector<TransportEvent> seen;
+  t->Connect(7, victim.address());
+  WaitFor(*t, seen, IsKind(Kind::kPeerUp, 7));
+  const uint64_t len = 4096;
+  Rogue at_victim(dir, "rogue7", {"eager", "--target", victim.address(), "--tags", "64", "--length", "4096",
+                                  "--seconds", "60"});
+  Rogue at_us(dir, "rogue1", {"eager", "--target", t->address(), "--tags", "64", "--length", "4096", "--seconds", "60"});
+  REQUIRE(at_victim.Says("sent"));
+  REQUIRE(at_us.Says("sent"));
+  uint64_t token = 1;
+  for (uint64_t tag : {1, 2, 3, 17, 64}) {
+    INFO("tag " << tag);
+    std::vector<char> data = Pattern(tag, len);
+    t->Send(7, 3, U64s({tag, len}));  // the victim posts a receive under `tag`
+    WaitFor(*t, seen, IsMsg(7, 8));
+    t->SendBulk(7, tag, data.data(), len, token);
+    REQUIRE(WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == token; }).status.ok());
+    ++token;
+    std::string reply = WaitFor(*t, seen, IsMsg(7, 4)).payload;
+    ByteReader r(reply);
+    REQUIRE(r.Get<uint32_t>() == 0);
+    REQUIRE(r.Get<uint64_t>() == XXH64(data.data(), len, 0));  // the victim got our bytes, not the flood's
+    std::vector<char> in(len);
+    t->PostRecv(7, tag, in.data(), len, token);  // and we get the victim's
+    t->Send(7, 5, U64s({tag, len, tag + 1000}));
+    REQUIRE(WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == token; }).status.ok());
+    REQUIRE(in == Pattern(tag + 1000, len));
+    ++token;
+  }
+  REQUIRE(t->stats().bulk_dropped > 0);
+}
+
+// Connections that come and go (or come and say nothing) from a client
+// without the secret: the transport frees the closed ones and caps those in
+// their handshake, so memory stays bounded; then it still works.
+TEST_CASE("transport: connect/close churn and silent connections keep the connection count bounded", "[security]") {
+  std::string dir = TempDir();
+  std::string secret = SecretIn(dir, "secret");
+  auto t = Make(1, secret);
+  Rogue churn(dir, "churn", {"churn", "--target", t->address(), "--count", "2000"});
+  REQUIRE(churn.Wait(300) == 0);
+  INFO(churn.output());
+  REQUIRE(churn.output().find("challenges 0 ") == std::string::npos);  // it did reach the handshake
+  auto settled = [&](uint64_t bound) {
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (t->stats().connections > bound && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return t->stats().connections;
+  };
+  REQUIRE(settled(2) <= 2);
+  {
+    Rogue hold(dir, "hold", {"hold", "--target", t->address(), "--count", "300", "--seconds", "60"});
+    REQUIRE(hold.Says("holding", 60));
+    INFO("connections held: " << t->stats().connections);
+    REQUIRE(t->stats().connections <= 64 + 2);
+    REQUIRE(t->stats().refused > 0);
+  }
+  REQUIRE(settled(2) <= 2);  // the silent ones timed out or closed
+  Peer peer(dir, 7, secret);
+  std::vector<TransportEvent> seen;
+  RequireServes(*t, seen, 7, peer.address());
 }
 
 }  // namespace

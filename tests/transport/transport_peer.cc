@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "plugin/common/bytes.h"
+#include "plugin/common/log.h"
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
 #include "tests/transport/pattern.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     else if (k == "--address-file") address_file = v;
     else if (k == "--listen") o.listen_ip = v;
   }
+  InitLogging("transport_peer", static_cast<int>(o.self), -1, "info");  // to stderr, flushed per warning
   Status s = ReadSecretFile(secret_file, &o.secret);
   std::unique_ptr<Transport> t;
   if (s.ok()) s = CreateUcxTransport(o, &t);
