@@ -512,7 +512,10 @@ void Coordinator::MaybeCommit(Time now) {
   held_.erase(held_.begin(), held_.lower_bound(*newest));
   missing_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);
-  SendAll(ClusterMsg::kCommit, EncodeU64(*newest));
+  ByteWriter commit;
+  commit.Put<uint64_t>(*newest);
+  commit.Put<uint64_t>(epoch_);  // the version's timeline: every node's disk marker of it records this
+  SendAll(ClusterMsg::kCommit, commit.data());
 }
 
 // An agent dropped copies (a chunk of theirs was corrupted in its shared

@@ -188,9 +188,12 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
     }
     case ClusterMsg::kCommit: {
       uint64_t v = r.Get<uint64_t>();
+      uint64_t epoch = r.Get<uint64_t>();
       if (!r.ok()) break;
       cluster_tracker_->Committed(v);
+      commit_epoch_ = epoch;  // the timeline its disk markers record (PersistCommitted)
       service_->OnCommitted(v);
+      commit_epoch_.reset();
       status_dirty_ = true;
       return;
     }
@@ -199,6 +202,8 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       bool fenced = static_cast<ClusterMsg>(type) == ClusterMsg::kFenced;
       int32_t code = fenced ? 1 : r.Get<int32_t>();
       std::string msg = fenced ? payload : r.GetString();
+      if (fenced) fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
+      else stop_ordered_ = true;
       if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
       else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
       else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
@@ -254,6 +259,7 @@ void Agent::ApplyMembership(const MembershipMsg& m) {
 void Agent::StartPulls(const PullMsg& m) {
   epoch_ = std::max(epoch_, m.epoch);
   replicator_->SetEpoch(epoch_);
+  fenced_ = false;  // re-admitted
   pulls_.clear();
   pull_failed_ = false;
   pull_epoch_ = m.epoch;
@@ -370,6 +376,7 @@ void Agent::Start(const StartMsg& m) {
   if (state_ != State::kIdle) return;
   epoch_ = std::max(epoch_, m.epoch);
   replicator_->SetEpoch(epoch_);
+  fenced_ = false;  // re-admitted
   round_.reset();
   // Above the version the job starts from: a stopped generation's saves and
   // copies, or a timeline the job went back from. Never restored, never
@@ -427,6 +434,10 @@ void Agent::Start(const StartMsg& m) {
 
 void Agent::CoordinatorLost(const std::string& why) {
   coord_up_ = false;
+  // Until re-admitted (a pull or a start), another agent may take this node
+  // and go back below what this one committed: no drain meanwhile. (After
+  // the job's end was ordered the runner may simply have gone.)
+  if (!stop_ordered_) fenced_ = true;
   coord_lost_since_ = Clock::now();
   transport_->Disconnect(kCoordinatorPeer);
   FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);

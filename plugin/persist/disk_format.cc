@@ -65,7 +65,7 @@ std::string Seal(ByteWriter* w) {
 // Checks magic, trailer and format version of a sealed file; on success *body
 // reads the fields after the format version.
 Status Unseal(const std::string& bytes, const std::string& path, uint64_t magic, const char* kind,
-              std::string_view* body) {
+              std::string_view* body, uint32_t newest = kPersistFormatVersion, uint32_t* got = nullptr) {
   ByteReader head(bytes);
   if (bytes.size() < 12 + kTrailer || head.Get<uint64_t>() != magic) {
     return Status::Corruption("persist file '" + path + "' is not an ftrun " + kind + " file (" +
@@ -76,10 +76,12 @@ Status Unseal(const std::string& bytes, const std::string& path, uint64_t magic,
     return Status::Corruption("persist file '" + path + "': " + kind + " checksum mismatch (torn or corrupted)");
   }
   uint32_t format = head.Get<uint32_t>();
-  if (format != kPersistFormatVersion) {
+  if (format < 1 || format > newest || (got == nullptr && format != newest)) {
     return Status::FailedPrecondition("persist file '" + path + "' has format version " + std::to_string(format) +
-                                      "; this build reads version " + std::to_string(kPersistFormatVersion));
+                                      "; this build reads " + (got == nullptr ? "version " : "versions 1 to ") +
+                                      std::to_string(newest));
   }
+  if (got != nullptr) *got = format;
   *body = std::string_view(bytes).substr(12, bytes.size() - 12 - kTrailer);
   return Status::Ok();
 }
@@ -209,11 +211,12 @@ Status DecodeManifestFile(const std::string& bytes, const std::string& path, Man
 std::string EncodeNodeMarker(const NodeMarker& m) {
   ByteWriter w;
   w.Put<uint64_t>(kMarkerMagic);
-  w.Put<uint32_t>(kPersistFormatVersion);
+  w.Put<uint32_t>(m.has_epoch ? kMarkerFormatVersion : 1);  // format 1 only for tests of the old format
   w.PutString(m.job_id);
   w.Put<int32_t>(m.world_size);
   w.Put<uint64_t>(m.version);
   w.Put<int32_t>(m.node);
+  if (m.has_epoch) w.Put<uint64_t>(m.epoch);
   w.Put<uint32_t>(static_cast<uint32_t>(m.ranks.size()));
   for (const auto& r : m.ranks) {
     w.Put<int32_t>(r.rank);
@@ -225,13 +228,16 @@ std::string EncodeNodeMarker(const NodeMarker& m) {
 
 Status DecodeNodeMarker(const std::string& bytes, const std::string& path, NodeMarker* out) {
   std::string_view body;
-  FTRUN_RETURN_IF_ERROR(Unseal(bytes, path, kMarkerMagic, "COMPLETE marker", &body));
+  uint32_t format = 0;
+  FTRUN_RETURN_IF_ERROR(Unseal(bytes, path, kMarkerMagic, "COMPLETE marker", &body, kMarkerFormatVersion, &format));
   ByteReader r(body);
   NodeMarker m;
   m.job_id = r.GetString();
   m.world_size = r.Get<int32_t>();
   m.version = r.Get<uint64_t>();
   m.node = r.Get<int32_t>();
+  m.has_epoch = format >= 2;
+  if (m.has_epoch) m.epoch = r.Get<uint64_t>();
   m.ranks.resize(r.GetCount(4 + 8 + 16));
   for (auto& e : m.ranks) {
     e.rank = r.Get<int32_t>();
@@ -241,6 +247,10 @@ Status DecodeNodeMarker(const std::string& bytes, const std::string& path, NodeM
   if (!r.ok() || !r.done()) return Status::Corruption("persist file '" + path + "': malformed COMPLETE marker");
   *out = std::move(m);
   return Status::Ok();
+}
+
+std::string MarkerEpochString(const NodeMarker& m) {
+  return m.has_epoch ? "epoch " + std::to_string(m.epoch) : "no epoch (format 1, written before epochs)";
 }
 
 }  // namespace ftrun

@@ -21,11 +21,21 @@
 // version, EncodeManifest bytes (chunk offsets cleared: they are arena
 // offsets, meaningless on disk), then XXH3-128 of everything before it.
 //
-// Node marker: magic "FTRCMPLT", format version, job id, world size,
-// version, node, the ranks it covers with each manifest file's size and
-// XXH3-128, then XXH3-128 of everything before it. A version is complete when
-// the markers in its directory agree and cover every rank 0..world_size-1,
-// each with a manifest file that matches the marker's checksum.
+// Node marker: magic "FTRCMPLT", format version (kMarkerFormatVersion), job
+// id, world size, version, node, epoch (the timeline: the coordinator epoch
+// the version was committed in), the ranks it covers with each manifest
+// file's size and XXH3-128, then XXH3-128 of everything before it. A version
+// is complete when the markers in its directory agree (job, world size and
+// epoch) and cover every rank 0..world_size-1, each with a manifest file that
+// matches the marker's checksum.
+//
+// Markers of format version 1 (before epochs) are still read, as epoch-less
+// (has_epoch false). That is safe because completeness requires every marker
+// of a version to agree on the epoch, and an epoch-less marker agrees only
+// with other epoch-less ones (version_scan.cc): a version written wholly by
+// an older build reads as it always did (refusing it would throw away every
+// checkpoint at an upgrade), and a marker this build writes can never
+// complete a version together with one written before it.
 #pragma once
 
 #include <cstddef>
@@ -39,7 +49,8 @@
 
 namespace ftrun {
 
-inline constexpr uint32_t kPersistFormatVersion = 1;
+inline constexpr uint32_t kPersistFormatVersion = 1;  // chunks and manifests
+inline constexpr uint32_t kMarkerFormatVersion = 2;   // node markers: 2 added the epoch
 inline constexpr size_t kChunkHeaderSize = 4096;
 
 // Paths. `job_dir` is <dir>/<job_id>.
@@ -87,7 +98,11 @@ struct NodeMarker {
   uint64_t version = 0;
   int32_t node = 0;
   std::vector<Rank> ranks;
+  uint64_t epoch = 0;     // the version's timeline
+  bool has_epoch = true;  // false: a format 1 marker, written before epochs
 };
+// "epoch 3", or "no epoch (format 1)": for messages.
+std::string MarkerEpochString(const NodeMarker& m);
 std::string EncodeNodeMarker(const NodeMarker& m);
 Status DecodeNodeMarker(const std::string& bytes, const std::string& path, NodeMarker* out);
 

@@ -53,9 +53,18 @@ PersistWriter::PersistWriter(PersistWriterOptions options)
       limiter_(options_.rate_limit, options_.burst) {}
 
 void PersistWriter::Cancel() {
+  {
+    std::lock_guard<std::mutex> marker(marker_mu_);  // waits for a marker rename in progress
+    ++generation_;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   cancel_ = true;
   cv_.notify_all();
+}
+
+uint64_t PersistWriter::generation() const {
+  std::lock_guard<std::mutex> marker(marker_mu_);
+  return generation_;
 }
 
 void PersistWriter::ClearCancel() { cancel_ = false; }
@@ -134,15 +143,20 @@ Status PersistWriter::CheckOwnMarker(uint64_t version, const NodeMarker& want, b
     for (const auto& r : m.ranks) k[r.rank] = {r.manifest_size, r.manifest_checksum.ToHex()};
     return k;
   };
-  if (have.job_id == want.job_id && have.world_size == want.world_size && key(have) == key(want)) {
+  if (have.job_id == want.job_id && have.world_size == want.world_size && have.has_epoch &&
+      have.epoch == want.epoch && key(have) == key(want)) {
     *done = true;  // a retry: this node's part is on disk already
     return Status::Ok();
   }
   // Same version number, other contents: a version from before the job went
   // back to an older one. Writing next to other nodes' old markers could mix
   // the two; the caller must discard versions above the restored one first.
+  // (An equal version saved again in another epoch, by a deterministic
+  // trainer, has another timeline: the epoch is part of the contents.)
   return Status::FailedPrecondition("persist: " + path + " already covers version " + std::to_string(version) +
-                                    " with other contents (left from before a restore to an older version?); "
+                                    " with other contents (" + MarkerEpochString(have) + ", this write's epoch " +
+                                    std::to_string(want.epoch) +
+                                    "; left from before a restore to an older version?); "
                                     "discard the versions above the restored one first (DiscardVersionsAbove)");
 }
 
@@ -189,6 +203,38 @@ Status PersistWriter::WriteFileAtomically(const std::string& path, const std::ve
     return st;
   }
   Count(&PersistProgress::bytes_written, written);
+  return Status::Ok();
+}
+
+// The marker as WriteFileAtomically writes a file, but renamed only if no
+// Cancel came since `token`: the check and the rename hold marker_mu_, which
+// Cancel takes, so a Cancel either waits for a rename in progress (and its
+// caller then sees the marker and can remove it) or the rename never
+// happens. Without this a write stuck in a syscall across the flusher's
+// Rewind (Cancel, a bounded wait, ClearCancel) wrote the marker of a
+// timeline the job had left, after the agent removed the old files.
+Status PersistWriter::WriteMarker(const std::string& path, const std::string& bytes, uint64_t token) {
+  const std::string tmp = TmpName(path, options_.node);
+  std::unique_ptr<WritableFile> f;
+  FTRUN_RETURN_IF_ERROR(env_->NewWritableFile(tmp, &f));
+  Status st = f->Append(bytes.data(), bytes.size());
+  if (st.ok()) st = f->Sync();
+  Status closed = f->Close();
+  if (st.ok()) st = closed;
+  f.reset();
+  if (st.ok()) {
+    std::lock_guard<std::mutex> marker(marker_mu_);
+    if (generation_ != token || cancel_) {
+      st = Stopped();
+    } else {
+      st = env_->RenameFile(tmp, path);
+    }
+  }
+  if (!st.ok()) {
+    (void)env_->DeleteFile(tmp);
+    return st;
+  }
+  Count(&PersistProgress::bytes_written, bytes.size());
   return Status::Ok();
 }
 
@@ -307,6 +353,12 @@ Status PersistWriter::QueueChunks(const std::vector<const Manifest*>& manifests,
 
 Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Manifest*>& manifests,
                                    const ChunkSource& source) {
+  return WriteVersion(version, 0, manifests, source);
+}
+
+Status PersistWriter::WriteVersion(uint64_t version, uint64_t epoch, const std::vector<const Manifest*>& manifests,
+                                   const ChunkSource& source, std::optional<uint64_t> generation) {
+  const uint64_t token = generation ? *generation : this->generation();
   writing_ = "version " + std::to_string(version);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -317,6 +369,7 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
   if (cancel_) return Stopped();
   std::vector<std::string> files;
   NodeMarker marker{options_.job_id, options_.world_size, version, options_.node, {}};
+  marker.epoch = epoch;
   for (const Manifest* m : manifests) {
     files.push_back(EncodeManifestFile(options_.job_id, options_.world_size, *m));
     marker.ranks.push_back({m->rank, files.back().size(), FileChecksum(files.back())});
@@ -339,7 +392,9 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
       st = WriteFileAtomically(vdir + "/" + ManifestFileName(manifests[i]->rank), {{files[i].data(), files[i].size()}});
     }
   }
+  const auto manifests_durable = options_.clock ? options_.clock() : std::chrono::steady_clock::now();
   if (st.ok()) st = WriteChunks(manifests, source, &plan);
+  if (st.ok() && options_.gc_grace.count() > 0) st = RecheckChunks(manifests, source, manifests_durable, &plan);
   if (!st.ok()) return st.code() == Code::kUnavailable ? st : st.Annotate(context);
   // Every directory a name was added to, several at a time. The order among
   // them does not matter: nothing counts before the marker, which comes
@@ -360,7 +415,7 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
   if (st.ok()) {
     std::string bytes = EncodeNodeMarker(marker);
     st = Pace(bytes.size());
-    if (st.ok()) st = WriteFileAtomically(vdir + "/" + NodeMarkerName(options_.node), {{bytes.data(), bytes.size()}});
+    if (st.ok()) st = WriteMarker(vdir + "/" + NodeMarkerName(options_.node), bytes, token);
   }
   if (st.ok()) st = env_->SyncDir(vdir);
   if (!st.ok()) return st.code() == Code::kUnavailable ? st : st.Annotate(context);
@@ -370,6 +425,63 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
   Count(&PersistProgress::versions_written, 1);
   std::lock_guard<std::mutex> lock(mu_);
   written_version_ = version;
+  return Status::Ok();
+}
+
+// The writer's half of the bound in retention.h: retention on another node
+// deletes nothing later than grace / 2 after it began reading the live set,
+// and a live set that missed this version's manifests began before they
+// were durable; so, from manifests_durable + grace on, any chunk of this
+// version that such a run deleted is seen missing here and written again.
+Status PersistWriter::RecheckChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source,
+                                    std::chrono::steady_clock::time_point manifests_durable, SyncPlan* plan) {
+  const auto until = manifests_durable + options_.gc_grace;
+  while (true) {
+    if (cancel_) return Stopped();
+    auto now = options_.clock ? options_.clock() : std::chrono::steady_clock::now();
+    if (now >= until) break;
+    if (options_.sleep) {
+      options_.sleep(until - now);
+    } else {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, until - now, [&] { return cancel_.load(); });
+    }
+  }
+  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
+  for (const Manifest* m : manifests) {
+    for (const TensorManifest& t : m->tensors) {
+      for (size_t i = 0; i < t.chunks.size(); ++i) {
+        const ChunkRef& ref = t.chunks[i];
+        if (!seen.insert(ref.hash).second) continue;
+        if (cancel_) return Stopped();
+        const std::string subdir = ChunkSubdir(job_dir_, ref.hash);
+        const std::string path = subdir + "/" + ref.hash.ToHex();
+        uint64_t size = 0;
+        if (env_->GetFileSize(path, &size).ok() && size == kChunkHeaderSize + ref.length) continue;
+        const std::string which = "rank " + std::to_string(m->rank) + " tensor '" + t.info.name + "' chunk #" +
+                                  std::to_string(i) + " (" + ref.hash.ToHex() + ")";
+        const void* data = nullptr;
+        FTRUN_RETURN_IF_ERROR(source(ref, &data).Annotate("cannot get the bytes of " + which));
+        if (HashBytes(data, ref.length) != ref.hash) {
+          return Status::Corruption("the bytes of " + which + " in memory do not match their hash; not written");
+        }
+        FTRUN_RETURN_IF_ERROR(Pace(kChunkHeaderSize + ref.length));
+        bool created = false;  // its subdirectory may have gone with it
+        FTRUN_RETURN_IF_ERROR(env_->CreateDir(subdir, &created));
+        if (created) plan->dirs.insert(ChunksDir(job_dir_));
+        alignas(4096) char header[kChunkHeaderSize];
+        EncodeChunkHeader(ref.hash, ref.length, header);
+        FTRUN_RETURN_IF_ERROR(
+            WriteFileAtomically(path, {{header, sizeof(header)}, {data, static_cast<size_t>(ref.length)}}));
+        plan->dirs.insert(subdir);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          written_.insert(ref.hash);
+        }
+        Count(&PersistProgress::chunks_rewritten, 1);
+      }
+    }
+  }
   return Status::Ok();
 }
 

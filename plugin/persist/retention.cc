@@ -43,7 +43,7 @@ Status CollectLive(Env* env, const std::string& vdir, std::unordered_set<ChunkHa
 }
 
 Status CollectChunks(Env* env, const std::string& job_dir, const std::vector<uint64_t>& remaining, int node,
-                     RetentionResult* result) {
+                     std::chrono::steady_clock::time_point deadline, RetentionResult* result) {
   std::unordered_set<ChunkHash, ChunkHashHasher> live;
   for (uint64_t v : remaining) {
     Status st = CollectLive(env, VersionDir(job_dir, v), &live);
@@ -67,6 +67,10 @@ Status CollectChunks(Env* env, const std::string& job_dir, const std::vector<uin
       int tmp_node = -1;
       bool dead = (ParseChunkFileName(n, &h) && !live.count(h)) || (IsTmpName(n, &tmp_node) && tmp_node == node);
       if (!dead) continue;
+      if (tmp_node < 0 && std::chrono::steady_clock::now() >= deadline) {
+        ++result->chunks_deferred;  // a writer may have found it since: the next run decides
+        continue;
+      }
       const std::string path = chunks + "/" + sub + "/" + n;
       uint64_t size = 0;
       (void)env->GetFileSize(path, &size);
@@ -87,6 +91,10 @@ Status ApplyRetention(const RetentionOptions& o, RetentionResult* result) {
   }
   Env* env = o.env != nullptr ? o.env : PosixEnv();
   const std::string job_dir = PersistJobDir(o.dir, o.job_id);
+  // Before the version directories are listed: a manifest that the live set
+  // misses appeared after this instant (retention.h, the race with other
+  // nodes' writers), so no chunk file is deleted after it + delete_window.
+  const auto deadline = std::chrono::steady_clock::now() + o.delete_window;
   std::vector<uint64_t> versions;
   FTRUN_RETURN_IF_ERROR(ListVersions(env, job_dir, &versions));
 
@@ -119,7 +127,7 @@ Status ApplyRetention(const RetentionOptions& o, RetentionResult* result) {
     }
   }
   if (!result->deleted.empty()) FTRUN_RETURN_IF_ERROR(env->SyncDir(job_dir));
-  return CollectChunks(env, job_dir, remaining, o.node, result).Annotate("persist retention");
+  return CollectChunks(env, job_dir, remaining, o.node, deadline, result).Annotate("persist retention");
 }
 
 Status DiscardVersionsAbove(const RetentionOptions& o, uint64_t version, std::vector<uint64_t>* deleted) {
