@@ -82,7 +82,7 @@ Status PersistReader::CheckChunkFile(const ChunkRef& ref, void* dst) const {
   if (st.code() == Code::kNotFound)
     return Status::NotFound("chunk " + ref.hash.ToHex() + " is missing: " + st.message());
   FTRUN_RETURN_IF_ERROR(st);
-  if (f->size() != kChunkHeaderSize + ref.length) {
+  if (f->size() < kChunkHeaderSize || f->size() - kChunkHeaderSize != ref.length) {  // no wrap near 2^64
     return Status::Corruption("chunk file '" + path + "' is " + std::to_string(f->size()) + " bytes, expected " +
                               std::to_string(kChunkHeaderSize + ref.length) + " (header and " +
                               std::to_string(ref.length) + " bytes)");
