@@ -312,14 +312,18 @@ TEST_CASE("retention on one node never leaves another node's version complete bu
   // Node 1 writes version 3: its manifest, then A's chunk files, which are
   // still there, so it skips them.
   Status wst;
+  const uint64_t skipped_before = n1.Progress().chunks_skipped;
   std::thread writer([&] { wst = n1.WriteVersion(3, 5, Ptrs(m13), bank.Source()); });
-  while (n1.Progress().chunks_skipped == 0 && n1.Progress().versions_written == 0) {
+  while (n1.Progress().chunks_skipped < skipped_before + 1) {  // A's first chunk (its directory is paused)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   paused.Open();  // retention goes on with its old live set
   retention.join();
   writer.join();
   INFO(rst.ToString() << " / " << wst.ToString());
+  INFO("retention deleted " << rr.deleted.size() << " versions, " << rr.chunks_deleted << " chunks, deferred "
+                            << rr.chunks_deferred << " " << rr.gc_skipped << "; writer skipped "
+                            << n1.Progress().chunks_skipped << " rewrote " << n1.Progress().chunks_rewritten);
   REQUIRE(rst.ok());
   REQUIRE(wst.ok());
   // Whatever the interleaving, version 3 is complete only with every chunk.
