@@ -38,7 +38,7 @@ Status Flusher::Start() {
   env_ = o_.env;
   if (env_ == nullptr) {
     // Not into a directory another user controls (the job's state is in it).
-    FTRUN_RETURN_IF_ERROR(CheckPersistRoot(o_.config.dir, o_.config.file_mode));
+    FTRUN_RETURN_IF_ERROR(CheckPersistRoot(o_.config.dir, o_.job_id, o_.config.file_mode));
     PosixEnvOptions e;
     e.direct_io = o_.config.direct_io;
     e.file_mode = o_.config.file_mode;

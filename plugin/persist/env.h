@@ -116,8 +116,11 @@ uint32_t DirModeFor(uint32_t file_mode);
 // directory that others can write, or, with a private file_mode (no group
 // bits), one that another user owns or its group can write. A group
 // file_mode accepts a group-writable root owned by another user of the
-// group (a shared directory); never an other-writable one.
-Status CheckPersistRoot(const std::string& dir, uint32_t file_mode);
+// group (a shared directory). A root that anyone can write but with the
+// sticky bit (/tmp, a fresh tmpfs) is accepted, and then the job's
+// directory in it (`job_id`), if it exists already, must be this user's, not
+// a symlink and not writable by others: another user could have made it.
+Status CheckPersistRoot(const std::string& dir, const std::string& job_id, uint32_t file_mode);
 
 // The process-wide POSIX Env with default options. Never deleted.
 Env* PosixEnv();

@@ -204,19 +204,49 @@ uint32_t DirModeFor(uint32_t file_mode) {
   return m;
 }
 
-Status CheckPersistRoot(const std::string& dir, uint32_t file_mode) {
+namespace {
+
+std::string ModeString(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+// A directory another user could have made or replaced: ours, not a
+// symlink, not writable by others (nor by the group when `group` is false).
+Status CheckOwnDir(const std::string& path, bool group) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::Ok() : Errno("inspect", path, errno);
+  const uid_t me = ::geteuid();
+  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode) || st.st_uid != me ||
+      (st.st_mode & (group ? S_IWOTH : (S_IWOTH | S_IWGRP)))) {
+    return Status::FailedPrecondition("persist job directory '" + path + "' (in a directory any user can write) is " +
+                                      (S_ISLNK(st.st_mode)   ? std::string("a symlink")
+                                       : !S_ISDIR(st.st_mode) ? std::string("not a directory")
+                                       : st.st_uid != me
+                                           ? "owned by uid " + std::to_string(st.st_uid) + ", not this user (uid " +
+                                                 std::to_string(me) + ")"
+                                           : "writable by others (mode " + ModeString(st.st_mode) + ")") +
+                                      ": another user may have made it; refusing to write the job's state there");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckPersistRoot(const std::string& dir, const std::string& job_id, uint32_t file_mode) {
   const bool group = (file_mode & 0060) != 0;
   std::string path = dir;
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) return Errno("inspect the persist directory", path, errno);
-    // Created by the writer (one level): what matters is where.
+    // Created by the writer (one level, mode 0700): what matters is where.
     size_t slash = path.find_last_of('/');
     path = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     if (::lstat(path.c_str(), &st) != 0) return Errno("inspect the parent of the persist directory", path, errno);
-    // A parent such as /tmp (other-writable, sticky) is fine for a directory
-    // that ftrun then creates as its own with mode 0700.
-    if (S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX)) return Status::Ok();
+    // A parent such as /tmp (anyone may write, sticky): the root is made
+    // there; one another user made first is refused like a job directory.
+    if (S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX)) return CheckOwnDir(dir, group);
   }
   const uid_t me = ::geteuid();
   if (S_ISLNK(st.st_mode)) {
@@ -230,8 +260,12 @@ Status CheckPersistRoot(const std::string& dir, uint32_t file_mode) {
   if (!S_ISDIR(st.st_mode)) {
     return Status::FailedPrecondition("persist directory '" + path + "' is not a directory");
   }
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  const std::string mode = ModeString(st.st_mode);
+  if ((st.st_mode & S_IWOTH) && (st.st_mode & S_ISVTX)) {
+    // Like /tmp: others cannot remove or rename what is ours, but could
+    // have made the job's directory.
+    return path == dir ? CheckOwnDir(dir + "/" + job_id, group) : CheckOwnDir(dir, group);
+  }
   if (st.st_mode & S_IWOTH) {
     return Status::FailedPrecondition("persist directory '" + path + "' (mode " + mode +
                                       ") can be written by any user: refusing to write the job's state there; "

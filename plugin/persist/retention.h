@@ -49,7 +49,11 @@
 namespace ftrun {
 
 // The bound on retention's deletes and writers' re-checks (see above).
-inline constexpr std::chrono::milliseconds kChunkGcGrace{4000};
+// 2 s: what a small version written on a node other than 0 waits at most
+// before its marker; retention then deletes for 1 s per run (the rest of a
+// large collection waits for the next run), which leaves 1 s of margin for
+// an unlink that is slow to return.
+inline constexpr std::chrono::milliseconds kChunkGcGrace{2000};
 
 struct RetentionOptions {
   std::string dir;  // persist root

@@ -347,7 +347,7 @@ TEST_CASE("persist files are 0600 and directories 0700 by default, whatever the 
   ::umask(old_umask);
   REQUIRE(st.ok());
   CheckModes(dir.path() + "/persist", 0600, 0700);
-  CHECK(CheckPersistRoot(dir.path() + "/persist", 0600).ok());
+  CHECK(CheckPersistRoot(dir.path() + "/persist", "job", 0600).ok());
 }
 
 TEST_CASE("persist.file_mode widens files and directories for a group", "[persist][security]") {
@@ -382,20 +382,32 @@ TEST_CASE("the persist root is refused when others can write it or it is group-w
   ScratchDir dir;
   const std::string root = dir.path() + "/persist";
   REQUIRE(::mkdir(root.c_str(), 0700) == 0);
-  CHECK(CheckPersistRoot(root, 0600).ok());
-  CHECK(CheckPersistRoot(root + "/missing", 0600).ok());  // created (0700) inside a private one
+  CHECK(CheckPersistRoot(root, "job", 0600).ok());
+  CHECK(CheckPersistRoot(root + "/missing", "job", 0600).ok());  // created (0700) inside a private one
   REQUIRE(::chmod(root.c_str(), 0770) == 0);
-  Status s = CheckPersistRoot(root, 0600);
+  Status s = CheckPersistRoot(root, "job", 0600);
   CHECK(s.code() == Code::kFailedPrecondition);
   CHECK(Contains(s.message(), "'" + root + "' (mode 0770) can be written by its group"));
-  CHECK(CheckPersistRoot(root, 0660).ok());  // a group-shared directory
+  CHECK(CheckPersistRoot(root, "job", 0660).ok());  // a group-shared directory
   REQUIRE(::chmod(root.c_str(), 0777) == 0);
-  s = CheckPersistRoot(root, 0660);
+  s = CheckPersistRoot(root, "job", 0660);
   CHECK(Contains(s.message(), "'" + root + "' (mode 0777) can be written by any user"));
-  s = CheckPersistRoot(root + "/missing", 0600);  // its parent, not sticky
+  s = CheckPersistRoot(root + "/missing", "job", 0600);  // its parent, not sticky
   CHECK(Contains(s.message(), "can be written by any user"));
-  REQUIRE(::chmod(root.c_str(), 01777) == 0);  // like /tmp: ftrun's own 0700 directory inside is fine
-  CHECK(CheckPersistRoot(root + "/missing", 0600).ok());
+  // Like /tmp or a fresh tmpfs (1777): fine while the job's directory is
+  // ftrun's own; one that another user could have made is refused.
+  REQUIRE(::chmod(root.c_str(), 01777) == 0);
+  CHECK(CheckPersistRoot(root, "job", 0600).ok());
+  CHECK(CheckPersistRoot(root + "/missing", "job", 0600).ok());
+  const std::string job = root + "/job";
+  REQUIRE(::mkdir(job.c_str(), 0700) == 0);
+  REQUIRE(::chmod(job.c_str(), 0777) == 0);
+  s = CheckPersistRoot(root, "job", 0600);
+  CHECK(Contains(s.message(), "'" + job + "' (in a directory any user can write) is writable by others"));
+  REQUIRE(::rmdir(job.c_str()) == 0);
+  REQUIRE(::symlink(dir.path().c_str(), job.c_str()) == 0);
+  s = CheckPersistRoot(root, "job", 0600);
+  CHECK(Contains(s.message(), "'" + job + "' (in a directory any user can write) is a symlink"));
 }
 
 TEST_CASE("a disk manifest with a chunk length past any chunk size is refused, naming file and field",
