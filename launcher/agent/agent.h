@@ -226,6 +226,11 @@ class Agent {
   // have been replaced): never drains to disk (DrainPersist).
   bool fenced_ = false;
   bool stop_ordered_ = false;  // the coordinator ended the job (kStop)
+  // Steady-clock ticks until which this node may complete versions on disk:
+  // half the coordinator's silence before it declares a node lost, renewed
+  // by every coordinator message while not fenced; 0 once fenced or lost.
+  // Read by the flusher's writer thread (its marker guard).
+  std::shared_ptr<std::atomic<int64_t>> marker_lease_ = std::make_shared<std::atomic<int64_t>>(0);
   bool assigned_ = false;
   bool coord_up_ = false;
   bool reply_halted_ = false;

@@ -40,6 +40,18 @@ void Agent::PersistCommitted(uint64_t version) {
     f.world_size = o_.world_size;
     f.node = o_.node_rank;
     f.arena_base = arena_.base();
+    if (cluster()) {
+      // The lease (agent_cluster.cc): a marker only while the coordinator was
+      // heard lately and has not fenced this agent. Checked on the writer
+      // thread right before the rename, so a write in flight while this
+      // agent was frozen or cut off cannot complete after it was replaced.
+      f.marker_guard = [lease = marker_lease_] {
+        const int64_t now = Clock::now().time_since_epoch().count();
+        if (now < lease->load()) return Status::Ok();
+        return Status::Unavailable("this agent has not heard from its coordinator lately, or was fenced (it may "
+                                   "have been replaced)");
+      };
+    }
     f.ranks = [this] {
       std::vector<int> r;
       for (const RankSlot& s : slots_) r.push_back(s.global_rank);

@@ -56,6 +56,7 @@ Status Flusher::Start() {
   // Node 0 runs retention itself, between its writes; every other node's
   // writes may race it on a shared directory (retention.h).
   if (o_.node != 0) w.gc_grace = kChunkGcGrace;
+  w.marker_guard = o_.marker_guard;
   writer_ = std::make_unique<PersistWriter>(w);
   scrubber_ = std::make_unique<ChunkScrubber>(writer_.get());
   event_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));

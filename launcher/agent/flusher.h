@@ -63,6 +63,7 @@ class Flusher {
     const char* arena_base = nullptr;   // chunk offsets are relative to it
     std::function<std::vector<int>()> ranks;  // this node's ranks, asked at each write
     Env* env = nullptr;                 // nullptr: a PosixEnv with persist.direct_io
+    std::function<Status()> marker_guard;  // PersistWriterOptions::marker_guard (on the writer thread)
   };
 
   Flusher(Options o, SnapshotStore* store);

@@ -226,6 +226,8 @@ Status PersistWriter::WriteMarker(const std::string& path, const std::string& by
     std::lock_guard<std::mutex> marker(marker_mu_);
     if (generation_ != token || cancel_) {
       st = Stopped();
+    } else if (options_.marker_guard && !(st = options_.marker_guard()).ok()) {
+      st = Status::Unavailable("persist: not completing " + writing_ + " in '" + job_dir_ + "': " + st.message());
     } else {
       st = env_->RenameFile(tmp, path);
     }

@@ -101,6 +101,12 @@ struct PersistWriterOptions {
   // itself, between its writes (the flusher sets kChunkGcGrace on the
   // others).
   std::chrono::nanoseconds gc_grace{0};
+  // Asked under the marker lock right before the marker's rename (after
+  // the generation check): a non-ok answer (kUnavailable) and the marker is
+  // not written. The agent's lease: an agent that has not heard from its
+  // coordinator lately (frozen, cut off, fenced) may have been replaced, and
+  // a write it had in flight must not complete a version. nullptr = always.
+  std::function<Status()> marker_guard;
   // Tests: replace steady_clock::now and the cancellable wait of the rate limit.
   std::function<std::chrono::steady_clock::time_point()> clock;
   std::function<void(std::chrono::nanoseconds)> sleep;
