@@ -53,9 +53,6 @@ Status Flusher::Start() {
   w.node = o_.node;
   w.rate_limit = o_.config.rate_limit;
   w.env = env_;
-  // Node 0 runs retention itself, between its writes; every other node's
-  // writes may race it on a shared directory (retention.h).
-  if (o_.node != 0) w.gc_grace = kChunkGcGrace;
   w.marker_guard = o_.marker_guard;
   writer_ = std::make_unique<PersistWriter>(w);
   scrubber_ = std::make_unique<ChunkScrubber>(writer_.get());

@@ -105,6 +105,7 @@ std::string VersionDir(const std::string& job_dir, uint64_t version) { return jo
 std::string ManifestFileName(int rank) { return "rank" + std::to_string(rank) + ".manifest"; }
 std::string NodeMarkerName(int node) { return "node" + std::to_string(node) + ".COMPLETE"; }
 std::string TmpName(const std::string& path, int node) { return path + ".n" + std::to_string(node) + ".tmp"; }
+std::string GcName(const std::string& chunk_path) { return chunk_path + ".gc"; }
 
 bool ParseVersionDirName(const std::string& name, uint64_t* version) {
   return name.size() == 21 && name[0] == 'v' && ParseDecimal(name.substr(1), version);
@@ -123,6 +124,10 @@ bool ParseChunkFileName(const std::string& name, ChunkHash* hash) {
   }
   *hash = ChunkHash{words[1], words[0]};  // ToHex writes the high word first
   return true;
+}
+
+bool ParseGcChunkFileName(const std::string& name, ChunkHash* hash) {
+  return name.size() == 35 && name.compare(32, 3, ".gc") == 0 && ParseChunkFileName(name.substr(0, 32), hash);
 }
 
 bool IsTmpName(const std::string& name, int* node) {

@@ -10,6 +10,9 @@
 //       node<n>.COMPLETE                     node n's marker, written last
 //   *.n<node>.tmp                            a file being written by node n;
 //                                            renamed to its name when synced
+//   chunks/<hh>/<hash>.gc                    a chunk retention set aside as
+//                                            dead; deleted, or renamed back if
+//                                            a writer named it (retention.h)
 //
 // Chunk file: a kChunkHeaderSize header (magic "FTRCHUNK", format version,
 // header size, hash, length, zero padding, and last a checksum of the
@@ -63,6 +66,7 @@ std::string VersionDirName(uint64_t version);            // "v000000000000000000
 std::string ManifestFileName(int rank);                  // "rank3.manifest"
 std::string NodeMarkerName(int node);                    // "node0.COMPLETE"
 std::string TmpName(const std::string& path, int node);  // path + ".n<node>.tmp"
+std::string GcName(const std::string& chunk_path);       // path + ".gc": set aside by retention
 
 // Name parsers: false for anything else (tmp files, strays).
 bool ParseVersionDirName(const std::string& name, uint64_t* version);
@@ -70,6 +74,7 @@ bool ParseManifestFileName(const std::string& name, int* rank);
 bool ParseNodeMarkerName(const std::string& name, int* node);
 bool ParseChunkFileName(const std::string& name, ChunkHash* hash);
 bool IsTmpName(const std::string& name, int* node);
+bool ParseGcChunkFileName(const std::string& name, ChunkHash* hash);  // "<hash>.gc"
 
 // Chunk header. Decode checks magic, format version and checksum; `path`
 // names the file in errors (kCorruption).

@@ -394,9 +394,7 @@ Status PersistWriter::WriteVersion(uint64_t version, uint64_t epoch, const std::
       st = WriteFileAtomically(vdir + "/" + ManifestFileName(manifests[i]->rank), {{files[i].data(), files[i].size()}});
     }
   }
-  const auto manifests_durable = options_.clock ? options_.clock() : std::chrono::steady_clock::now();
   if (st.ok()) st = WriteChunks(manifests, source, &plan);
-  if (st.ok() && options_.gc_grace.count() > 0) st = RecheckChunks(manifests, source, manifests_durable, &plan);
   if (!st.ok()) return st.code() == Code::kUnavailable ? st : st.Annotate(context);
   // Every directory a name was added to, several at a time. The order among
   // them does not matter: nothing counts before the marker, which comes
@@ -427,63 +425,6 @@ Status PersistWriter::WriteVersion(uint64_t version, uint64_t epoch, const std::
   Count(&PersistProgress::versions_written, 1);
   std::lock_guard<std::mutex> lock(mu_);
   written_version_ = version;
-  return Status::Ok();
-}
-
-// The writer's half of the bound in retention.h: retention on another node
-// deletes nothing later than grace / 2 after it began reading the live set,
-// and a live set that missed this version's manifests began before they
-// were durable; so, from manifests_durable + grace on, any chunk of this
-// version that such a run deleted is seen missing here and written again.
-Status PersistWriter::RecheckChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source,
-                                    std::chrono::steady_clock::time_point manifests_durable, SyncPlan* plan) {
-  const auto until = manifests_durable + options_.gc_grace;
-  while (true) {
-    if (cancel_) return Stopped();
-    auto now = options_.clock ? options_.clock() : std::chrono::steady_clock::now();
-    if (now >= until) break;
-    if (options_.sleep) {
-      options_.sleep(until - now);
-    } else {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, until - now, [&] { return cancel_.load(); });
-    }
-  }
-  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
-  for (const Manifest* m : manifests) {
-    for (const TensorManifest& t : m->tensors) {
-      for (size_t i = 0; i < t.chunks.size(); ++i) {
-        const ChunkRef& ref = t.chunks[i];
-        if (!seen.insert(ref.hash).second) continue;
-        if (cancel_) return Stopped();
-        const std::string subdir = ChunkSubdir(job_dir_, ref.hash);
-        const std::string path = subdir + "/" + ref.hash.ToHex();
-        uint64_t size = 0;
-        if (env_->GetFileSize(path, &size).ok() && size == kChunkHeaderSize + ref.length) continue;
-        const std::string which = "rank " + std::to_string(m->rank) + " tensor '" + t.info.name + "' chunk #" +
-                                  std::to_string(i) + " (" + ref.hash.ToHex() + ")";
-        const void* data = nullptr;
-        FTRUN_RETURN_IF_ERROR(source(ref, &data).Annotate("cannot get the bytes of " + which));
-        if (HashBytes(data, ref.length) != ref.hash) {
-          return Status::Corruption("the bytes of " + which + " in memory do not match their hash; not written");
-        }
-        FTRUN_RETURN_IF_ERROR(Pace(kChunkHeaderSize + ref.length));
-        bool created = false;  // its subdirectory may have gone with it
-        FTRUN_RETURN_IF_ERROR(env_->CreateDir(subdir, &created));
-        if (created) plan->dirs.insert(ChunksDir(job_dir_));
-        alignas(4096) char header[kChunkHeaderSize];
-        EncodeChunkHeader(ref.hash, ref.length, header);
-        FTRUN_RETURN_IF_ERROR(
-            WriteFileAtomically(path, {{header, sizeof(header)}, {data, static_cast<size_t>(ref.length)}}));
-        plan->dirs.insert(subdir);
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          written_.insert(ref.hash);
-        }
-        Count(&PersistProgress::chunks_rewritten, 1);
-      }
-    }
-  }
   return Status::Ok();
 }
 

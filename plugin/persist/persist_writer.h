@@ -55,7 +55,6 @@
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/env.h"
 #include "plugin/persist/rate_limiter.h"
-#include "plugin/persist/retention.h"
 #include "plugin/store/manifest.h"
 
 namespace ftrun {
@@ -93,14 +92,6 @@ struct PersistWriterOptions {
   // ranks on the same node first. 0 = the caller's priority.
   int io_nice = 19;
   Env* env = nullptr;  // nullptr = PosixEnv()
-  // Retention on another node (a shared directory) may delete a chunk this
-  // write skipped because it was there: at least this long after its
-  // manifests are durable, the write checks that every chunk of the version
-  // is on disk, rewriting any that went, before its marker (retention.h
-  // argues the bound). 0 = no check: for the node that runs retention
-  // itself, between its writes (the flusher sets kChunkGcGrace on the
-  // others).
-  std::chrono::nanoseconds gc_grace{0};
   // Asked under the marker lock right before the marker's rename (after
   // the generation check): a non-ok answer (kUnavailable) and the marker is
   // not written. The agent's lease: an agent that has not heard from its
@@ -121,7 +112,6 @@ struct PersistProgress {
   uint64_t chunks_skipped = 0;       // already on disk
   uint64_t chunk_bytes_skipped = 0;
   uint64_t dirs_synced = 0;
-  uint64_t chunks_rewritten = 0;  // gone before the marker (retention elsewhere): written again
   uint64_t throttle_ns = 0;  // waits the rate limit asked for
 };
 
@@ -204,10 +194,6 @@ class PersistWriter {
   Status WriteChunk(const ChunkRef& ref, const void* data, const std::string& subdir, const std::string& which,
                     IoWorkers* syncs);
   Status CommitChunk(PendingChunk* chunk);
-  // After gc_grace from `manifests_durable`: every chunk of the version is
-  // on disk with its size, or written again now.
-  Status RecheckChunks(const std::vector<const Manifest*>& manifests, const ChunkSource& source,
-                       std::chrono::steady_clock::time_point manifests_durable, SyncPlan* plan);
   // tmp name, append the pieces, sync, close, rename. Callers pace first.
   Status WriteFileAtomically(const std::string& path, const std::vector<Piece>& pieces);
   // The node marker: like WriteFileAtomically, renamed only if no Cancel

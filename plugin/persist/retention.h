@@ -21,23 +21,17 @@
 //
 // The race with another node's writer (a shared directory): the live set is
 // read at some instant; a writer whose manifest appears just after it may
-// find a dead chunk still there, skip writing it, and then see it deleted.
-// So deletes are bounded in time and writers re-check: retention deletes no
-// chunk file later than kChunkGcGrace / 2 after it started reading the live
-// set (the rest waits for the next run), and a writer, at least
-// kChunkGcGrace after its manifests were durable, checks that every chunk
-// of the version is on disk (rewriting any that went) before its marker
-// (persist_writer.h). A chunk deleted on the strength of a live set that
-// missed a manifest was deleted before that manifest's time + grace / 2, so
-// the writer's check sees it gone. The two sides measure durations on their
-// own monotonic clocks; grace / 2 is the margin for a slow delete call.
-//
-// Precondition: no writer of this node writes the same job meanwhile (the
-// agent runs retention on its flusher thread, between versions). On a shared
-// filesystem run it on one node only.
+// find a dead chunk still there and skip writing it. So a dead chunk is not
+// deleted at once: it is renamed to <hash>.gc (set aside; readers fall back
+// to that name, persist_reader.h), then the live set is read again from
+// scratch, and a set-aside chunk that some manifest names now is renamed
+// back; only the rest is deleted. A writer that skipped a chunk had its
+// manifest durable before it looked (manifests go first), so before the
+// rename, so before the second scan, which therefore sees the chunk live.
+// No clocks, no waits. A run that stops half-way leaves .gc files, which
+// the next run treats the same way.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,13 +42,6 @@
 
 namespace ftrun {
 
-// The bound on retention's deletes and writers' re-checks (see above).
-// 2 s: what a small version written on a node other than 0 waits at most
-// before its marker; retention then deletes for 1 s per run (the rest of a
-// large collection waits for the next run), which leaves 1 s of margin for
-// an unlink that is slow to return.
-inline constexpr std::chrono::milliseconds kChunkGcGrace{2000};
-
 struct RetentionOptions {
   std::string dir;  // persist root
   std::string job_id;
@@ -62,9 +49,6 @@ struct RetentionOptions {
   std::optional<uint64_t> protect;  // never deleted: the version the job would restore from
   int node = 0;                     // whose *.tmp files to remove
   Env* env = nullptr;               // nullptr = PosixEnv()
-  // No chunk file is deleted later than this after the live set was first
-  // read (see above); tests shorten it.
-  std::chrono::nanoseconds delete_window = kChunkGcGrace / 2;
 };
 
 struct RetentionResult {
@@ -73,7 +57,7 @@ struct RetentionResult {
   uint64_t chunks_deleted = 0;
   uint64_t bytes_freed = 0;  // chunk and tmp files
   std::string gc_skipped;    // why chunks were not collected; "" when they were
-  uint64_t chunks_deferred = 0;  // dead, left for the next run (past delete_window)
+  uint64_t chunks_kept = 0;      // set aside as dead, then found live again (a writer meanwhile)
 };
 
 Status ApplyRetention(const RetentionOptions& options, RetentionResult* result);
