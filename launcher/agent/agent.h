@@ -228,7 +228,8 @@ class Agent {
   bool stop_ordered_ = false;  // the coordinator ended the job (kStop)
   // Steady-clock ticks until which this node may complete versions on disk:
   // half the coordinator's silence before it declares a node lost, renewed
-  // by every coordinator message while not fenced; 0 once fenced or lost.
+  // by every coordinator message while not fenced; 0 once fenced or lost;
+  // unbounded once the coordinator ended the job (kStop).
   // Read by the flusher's writer thread (its marker guard).
   std::shared_ptr<std::atomic<int64_t>> marker_lease_ = std::make_shared<std::atomic<int64_t>>(0);
   bool assigned_ = false;

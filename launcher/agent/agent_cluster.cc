@@ -122,12 +122,12 @@ void Agent::TransportEvents() {
         if (coord) {
           coord_last_heard_ = now;
           CoordinatorMessage(e.type, e.payload);
-          if (!fenced_) {  // the lease: see marker_lease_
-            const auto lease = o_.config.cluster.heartbeat_interval * o_.config.cluster.heartbeat_misses / 2;
-            marker_lease_->store((now + lease).time_since_epoch().count());
-          } else {
-            marker_lease_->store(0);
-          }
+          // The lease (marker_lease_). Once the coordinator ended the job
+          // nobody replaces this node: the drain may finish after it is gone.
+          const auto lease = o_.config.cluster.heartbeat_interval * o_.config.cluster.heartbeat_misses / 2;
+          marker_lease_->store(fenced_         ? 0
+                               : stop_ordered_ ? INT64_MAX
+                                               : (now + lease).time_since_epoch().count());
         } else if (!replicator_->Handle(e.peer, e.type, e.payload)) {
           FTRUN_LOG_WARN("agent {} sent an unexpected {}", e.peer, ClusterMsgName(e.type));
         }
@@ -443,8 +443,10 @@ void Agent::CoordinatorLost(const std::string& why) {
   // Until re-admitted (a pull or a start), another agent may take this node
   // and go back below what this one committed: no drain meanwhile. (After
   // the job's end was ordered the runner may simply have gone.)
-  if (!stop_ordered_) fenced_ = true;
-  marker_lease_->store(0);
+  if (!stop_ordered_) {
+    fenced_ = true;
+    marker_lease_->store(0);
+  }
   coord_lost_since_ = Clock::now();
   transport_->Disconnect(kCoordinatorPeer);
   FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);
