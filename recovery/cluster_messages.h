@@ -46,7 +46,7 @@ enum class ClusterMsg : uint16_t {
   kHalt,           // epoch: stop the ranks, drop uncommitted versions, answer kHalted
   kPull,           // PullMsg
   kStart,          // StartMsg
-  kCommit,         // version
+  kCommit,         // version, epoch it was committed in (its timeline: persist markers record it)
   kStop,           // exit code, message: the job ends
   kFenced,         // message: this agent is out of the job
   kCoordHeartbeat, // epoch

@@ -570,7 +570,10 @@ void Coordinator::MaybeCommit(Time now) {
     void_above_.reset();
     bad_disk_versions_.clear();
   }
-  SendAll(ClusterMsg::kCommit, EncodeU64(*newest));
+  ByteWriter commit;
+  commit.Put<uint64_t>(*newest);
+  commit.Put<uint64_t>(epoch_);  // the version's timeline: every node's disk marker of it records this
+  SendAll(ClusterMsg::kCommit, commit.data());
 }
 
 // An agent dropped copies (a chunk of theirs was corrupted in its shared

@@ -258,6 +258,20 @@ class Agent {
   std::unique_ptr<Replicator> replicator_;
   ClusterCommitTracker* cluster_tracker_ = nullptr;
   uint64_t epoch_ = 0;
+  // Set only while a kCommit is applied: the epoch the coordinator committed
+  // it in. Commits learned otherwise (a pull's or a start's restore point)
+  // have no known epoch and are not written to disk by this agent.
+  std::optional<uint64_t> commit_epoch_;
+  // Fenced by the coordinator, or lost it and not re-admitted since (it may
+  // have been replaced): never drains to disk (DrainPersist).
+  bool fenced_ = false;
+  bool stop_ordered_ = false;  // the coordinator ended the job (kStop)
+  // Steady-clock ticks until which this node may complete versions on disk:
+  // half the coordinator's silence before it declares a node lost, renewed
+  // by every coordinator message while not fenced; 0 once fenced or lost;
+  // unbounded once the coordinator ended the job (kStop).
+  // Read by the flusher's writer thread (its marker guard).
+  std::shared_ptr<std::atomic<int64_t>> marker_lease_ = std::make_shared<std::atomic<int64_t>>(0);
   bool assigned_ = false;
   bool coord_up_ = false;
   bool reply_halted_ = false;

@@ -122,6 +122,12 @@ void Agent::TransportEvents() {
         if (coord) {
           coord_last_heard_ = now;
           CoordinatorMessage(e.type, e.payload);
+          // The lease (marker_lease_). Once the coordinator ended the job
+          // nobody replaces this node: the drain may finish after it is gone.
+          const auto lease = o_.config.cluster.heartbeat_interval * o_.config.cluster.heartbeat_misses / 2;
+          marker_lease_->store(fenced_         ? 0
+                               : stop_ordered_ ? INT64_MAX
+                                               : (now + lease).time_since_epoch().count());
         } else if (!replicator_->Handle(e.peer, e.type, e.payload)) {
           FTRUN_LOG_WARN("agent {} sent an unexpected {}", e.peer, ClusterMsgName(e.type));
         }
@@ -200,9 +206,12 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
     }
     case ClusterMsg::kCommit: {
       uint64_t v = r.Get<uint64_t>();
+      uint64_t epoch = r.Get<uint64_t>();
       if (!r.ok()) break;
       cluster_tracker_->Committed(v);
+      commit_epoch_ = epoch;  // the timeline its disk markers record (PersistCommitted)
       service_->OnCommitted(v);
+      commit_epoch_.reset();
       status_dirty_ = true;
       return;
     }
@@ -211,6 +220,8 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       bool fenced = static_cast<ClusterMsg>(type) == ClusterMsg::kFenced;
       int32_t code = fenced ? 1 : r.Get<int32_t>();
       std::string msg = fenced ? payload : r.GetString();
+      if (fenced) fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
+      else stop_ordered_ = true;
       if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
       else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
       else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
@@ -266,6 +277,7 @@ void Agent::ApplyMembership(const MembershipMsg& m) {
 void Agent::StartPulls(const PullMsg& m) {
   epoch_ = std::max(epoch_, m.epoch);
   replicator_->SetEpoch(epoch_);
+  fenced_ = false;  // re-admitted
   pulls_.clear();
   pull_failed_ = false;
   pull_epoch_ = m.epoch;
@@ -392,6 +404,7 @@ void Agent::Start(const StartMsg& m) {
   if (state_ != State::kIdle) return;
   epoch_ = std::max(epoch_, m.epoch);
   replicator_->SetEpoch(epoch_);
+  fenced_ = false;  // re-admitted
   round_.reset();
   // Above the version the job starts from: a stopped generation's saves and
   // copies, or a timeline the job went back from. Never restored, never
@@ -449,6 +462,13 @@ void Agent::Start(const StartMsg& m) {
 
 void Agent::CoordinatorLost(const std::string& why) {
   coord_up_ = false;
+  // Until re-admitted (a pull or a start), another agent may take this node
+  // and go back below what this one committed: no drain meanwhile. (After
+  // the job's end was ordered the runner may simply have gone.)
+  if (!stop_ordered_) {
+    fenced_ = true;
+    marker_lease_->store(0);
+  }
   coord_lost_since_ = Clock::now();
   transport_->Disconnect(kCoordinatorPeer);
   FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);

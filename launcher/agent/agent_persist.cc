@@ -40,6 +40,18 @@ void Agent::PersistCommitted(uint64_t version) {
     f.world_size = o_.world_size;
     f.node = o_.node_rank;
     f.arena_base = arena_.base();
+    if (cluster()) {
+      // The lease (agent_cluster.cc): a marker only while the coordinator was
+      // heard lately and has not fenced this agent. Checked on the writer
+      // thread right before the rename, so a write in flight while this
+      // agent was frozen or cut off cannot complete after it was replaced.
+      f.marker_guard = [lease = marker_lease_] {
+        const int64_t now = Clock::now().time_since_epoch().count();
+        if (now < lease->load()) return Status::Ok();
+        return Status::Unavailable("this agent has not heard from its coordinator lately, or was fenced (it may "
+                                   "have been replaced)");
+      };
+    }
     f.ranks = [this] {
       std::vector<int> r;
       for (const RankSlot& s : slots_) r.push_back(s.global_rank);
@@ -60,11 +72,22 @@ void Agent::PersistCommitted(uint64_t version) {
     }
     flusher_ = std::move(fl);
   }
-  flusher_->OnCommitted(version, Clock::now());
+  // One node (no coordinator): one marker per version, and its epoch is 0.
+  std::optional<uint64_t> epoch = cluster() ? commit_epoch_ : std::optional<uint64_t>(epoch_);
+  flusher_->OnCommitted(version, epoch, Clock::now());
 }
 
 void Agent::DrainPersist() {
   if (!flusher_) return;
+  if (cluster() && fenced_) {
+    // Its node may belong to a replacement now, which went back below this
+    // version and dropped this node's files above it: writing the old
+    // committed version would put a marker of the old timeline there.
+    FTRUN_LOG_WARN("persist: not writing committed version {} before exiting: this agent was fenced out of the job "
+                   "(or lost the coordinator and was not re-admitted); its node may have a replacement",
+                   service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
+    return;
+  }
   auto committed = service_->last_committed();
   if (!committed || (flusher_->last_written() && *flusher_->last_written() >= *committed)) return;
   FTRUN_LOG_INFO("persist: writing committed version {} before exiting (up to {} s)", *committed,

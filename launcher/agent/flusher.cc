@@ -37,8 +37,12 @@ Flusher::~Flusher() {
 Status Flusher::Start() {
   env_ = o_.env;
   if (env_ == nullptr) {
+    // Not into a directory another user controls (the job's state is in it).
+    FTRUN_RETURN_IF_ERROR(CheckPersistRoot(o_.config.dir, o_.job_id, o_.config.file_mode));
     PosixEnvOptions e;
     e.direct_io = o_.config.direct_io;
+    e.file_mode = o_.config.file_mode;
+    e.dir_mode = DirModeFor(o_.config.file_mode);
     own_env_ = NewPosixEnv(e);
     env_ = own_env_.get();
   }
@@ -49,6 +53,7 @@ Status Flusher::Start() {
   w.node = o_.node;
   w.rate_limit = o_.config.rate_limit;
   w.env = env_;
+  w.marker_guard = o_.marker_guard;
   writer_ = std::make_unique<PersistWriter>(w);
   scrubber_ = std::make_unique<ChunkScrubber>(writer_.get());
   event_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -58,18 +63,24 @@ Status Flusher::Start() {
   return Status::Ok();
 }
 
-void Flusher::OnCommitted(uint64_t version, Clock::time_point now) {
+void Flusher::OnCommitted(uint64_t version, std::optional<uint64_t> epoch, Clock::time_point now) {
   if (committed_ && version <= *committed_) return;
   committed_ = version;
+  committed_epoch_ = epoch;
+  // A version whose timeline this agent does not know (a restore point it
+  // learned from a pull or a start, committed before it joined) is never
+  // written by it: its marker could not say which timeline it completes.
+  if (!epoch) return;
   const uint64_t every = o_.config.every_versions > 0 ? static_cast<uint64_t>(o_.config.every_versions) : 1;
-  if (version % every == 0) SetPending(version);
+  if (version % every == 0) SetPending(version, *epoch);
   MaybeStart(now, false);
 }
 
-void Flusher::SetPending(uint64_t version) {
+void Flusher::SetPending(uint64_t version, uint64_t epoch) {
   if (pending_) store_->Unpin(*pending_);
   store_->Pin(version);
   pending_ = version;
+  pending_epoch_ = epoch;
 }
 
 void Flusher::Tick(Clock::time_point now) { MaybeStart(now, false); }
@@ -89,6 +100,9 @@ void Flusher::MaybeStart(Clock::time_point now, bool ignore_backoff) {
   }
   Job job;
   job.version = *pending_;
+  job.epoch = pending_epoch_;
+  // Decided now: a Rewind from here on makes this write unable to finish.
+  job.generation = writer_->generation();
   for (int rank : o_.ranks()) {
     const Manifest* m = store_->Find(rank, job.version);
     if (m == nullptr) {
@@ -126,6 +140,8 @@ void Flusher::ThreadMain() {
     }
     Done d;
     d.version = job.version;
+    d.epoch = job.epoch;
+    d.generation = job.generation;
     PersistProgress before = writer_->Progress();
     auto t0 = Clock::now();
     std::vector<const Manifest*> ptrs;
@@ -136,7 +152,7 @@ void Flusher::ThreadMain() {
       *data = base + c.offset;
       return Status::Ok();
     };
-    d.status = writer_->WriteVersion(job.version, ptrs, source);
+    d.status = writer_->WriteVersion(job.version, job.epoch, ptrs, source, job.generation);
     d.took = Clock::now() - t0;
     if (d.status.ok()) d.status = ScrubWritten(job.version, ptrs, source, &d.scrub);
     PersistProgress after = writer_->Progress();
@@ -223,9 +239,21 @@ void Flusher::OnEvent(Clock::time_point now) {
   }
   if (!d) return;
   writing_.reset();
+  if (d->generation != writer_->generation()) {
+    // Started before a Rewind (the job went back below it, or a Drain gave
+    // up on it): whatever it did is of a timeline the job left. Its marker
+    // was never written (the writer checks the generation under its lock);
+    // nothing of it counts, and it is not retried.
+    store_->Unpin(d->version);
+    FTRUN_LOG_WARN("persist: a write of version {} stopped by a go-back or a stop ended ({}); discarded",
+                   d->version, d->status.ok() ? "finished" : d->status.message());
+    MaybeStart(now, false);
+    return;
+  }
   const bool failed = !d->status.ok() && d->status.code() != Code::kUnavailable;
   if (failed && !pending_ && !paused_) {
     pending_ = d->version;  // retried (its pin kept), unless a newer one is waiting
+    pending_epoch_ = d->epoch;
   } else {
     store_->Unpin(d->version);
   }
@@ -266,8 +294,9 @@ std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
     ChunkScrubber* s;
     ~ResumeScrubs() { s->Resume(); }
   } resume{scrubber_.get()};
-  if (committed_ && (!last_written_ || *last_written_ < *committed_) && (!pending_ || *pending_ < *committed_)) {
-    SetPending(*committed_);  // the end of the job: the last committed version, aligned or not
+  if (committed_ && committed_epoch_ && (!last_written_ || *last_written_ < *committed_) &&
+      (!pending_ || *pending_ < *committed_)) {
+    SetPending(*committed_, *committed_epoch_);  // the end of the job: the last committed version, aligned or not
   }
   while (true) {
     auto now = Clock::now();
@@ -296,14 +325,26 @@ void Flusher::Rewind(uint64_t version) {
     store_->Unpin(*pending_);
     pending_.reset();
   }
+  // Always, even with nothing being written: a job handed to the thread
+  // (or one that ends after the wait below) carries the generation from
+  // before this Cancel, so its marker can never be written (PersistWriter::
+  // WriteMarker) and OnEvent discards it.
+  writer_->Cancel();
   if (writing_) {
-    writer_->Cancel();
     pollfd p{event_.get(), POLLIN, 0};
     while (writing_ && ::poll(&p, 1, 10000) > 0) OnEvent(Clock::now());
-    writer_->ClearCancel();
+    if (writing_) {
+      FTRUN_LOG_WARN("persist: the write of version {} did not stop within 10 s of the go-back to version {}; it can "
+                     "no longer complete (its marker is never written) and is discarded when it ends",
+                     *writing_, version);
+    }
   }
+  writer_->ClearCancel();
   paused_ = false;
-  if (committed_ && *committed_ > version) committed_ = version;
+  if (committed_ && *committed_ > version) {
+    committed_ = version;
+    committed_epoch_.reset();  // a restore point (on disk already): not written by this agent
+  }
   if (last_written_ && *last_written_ > version) last_written_ = version;
 }
 

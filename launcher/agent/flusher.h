@@ -63,6 +63,7 @@ class Flusher {
     const char* arena_base = nullptr;   // chunk offsets are relative to it
     std::function<std::vector<int>()> ranks;  // this node's ranks, asked at each write
     Env* env = nullptr;                 // nullptr: a PosixEnv with persist.direct_io
+    std::function<Status()> marker_guard;  // PersistWriterOptions::marker_guard (on the writer thread)
   };
 
   Flusher(Options o, SnapshotStore* store);
@@ -71,8 +72,11 @@ class Flusher {
   Status Start();
   int event_fd() const { return event_.get(); }
 
-  // A version committed.
-  void OnCommitted(uint64_t version, Clock::time_point now);
+  // A version committed in `epoch` (its timeline, which its markers record);
+  // nullopt when this agent does not know the epoch it was committed in (a
+  // restore point learned from the coordinator's pull or start): then it is
+  // remembered as committed but never written by this agent.
+  void OnCommitted(uint64_t version, std::optional<uint64_t> epoch, Clock::time_point now);
   // The writer thread finished (event_fd readable).
   void OnEvent(Clock::time_point now);
   // Timer: time-based writes and retries.
@@ -81,7 +85,9 @@ class Flusher {
   // to `bound`; on timeout cancels. Returns the version on disk after it.
   std::optional<uint64_t> Drain(std::chrono::milliseconds bound);
   // The job goes back to `version` (restored from disk): stops a write in
-  // progress (waiting for the thread), forgets newer commits.
+  // progress (waiting up to 10 s for the thread), forgets newer commits. A
+  // write that outlives the wait can never write its marker, and its end is
+  // discarded (last_written never takes its version).
   void Rewind(uint64_t version);
 
   // Where the node's node is ("persist" in the agent's status JSON).
@@ -91,10 +97,14 @@ class Flusher {
  private:
   struct Job {
     uint64_t version = 0;
+    uint64_t epoch = 0;
+    uint64_t generation = 0;  // the writer's, when the write was decided
     std::vector<Manifest> manifests;
   };
   struct Done {
     uint64_t version = 0;
+    uint64_t epoch = 0;
+    uint64_t generation = 0;
     Status status;
     PersistProgress progress;  // of this write
     std::chrono::nanoseconds took{0};
@@ -103,7 +113,7 @@ class Flusher {
   };
 
   void MaybeStart(Clock::time_point now, bool ignore_backoff);
-  void SetPending(uint64_t version);  // pins it; unpins the one it replaces
+  void SetPending(uint64_t version, uint64_t epoch);  // pins it; unpins the one it replaces
   void ThreadMain();
   Status ScrubWritten(uint64_t version, const std::vector<const Manifest*>& manifests, const ChunkSource& source,
                       std::string* note);
@@ -120,6 +130,8 @@ class Flusher {
 
   // Event loop state.
   std::optional<uint64_t> committed_;     // newest committed version
+  std::optional<uint64_t> committed_epoch_;  // its epoch, when known
+  uint64_t pending_epoch_ = 0;            // of pending_
   std::optional<uint64_t> last_written_;  // newest version this node wrote
   std::optional<uint64_t> writing_;       // pinned, with the thread
   std::optional<uint64_t> pending_;       // pinned, next to write

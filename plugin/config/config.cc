@@ -13,12 +13,13 @@
 
 #include "plugin/common/file.h"
 #include "plugin/config/units.h"
+#include "plugin/store/manifest.h"
 
 namespace ftrun {
 namespace {
 
 constexpr uint64_t kMinChunk = 64ull << 10;
-constexpr uint64_t kMaxChunk = 1ull << 30;
+constexpr uint64_t kMaxChunk = kMaxChunkSize;
 constexpr size_t kMaxJobIdLength = 64;
 constexpr uint64_t kMinRateLimit = 1ull << 20;
 
@@ -183,6 +184,24 @@ const Key kKeys[] = {
     {"persist", "direct_io", "true or false",
      [](const std::string& t, Config* c) { return ParseBool(t, &c->persist.direct_io); }, nullptr,
      [](const Config& c) { return std::string(c.persist.direct_io ? "true" : "false"); }},
+    {"persist", "file_mode", "an octal mode: 0600, 0640 or 0660",
+     [](const std::string& t, Config* c) {
+       bool octal = t.size() >= 3 && t.size() <= 4 && t.find_first_not_of("01234567") == std::string::npos;
+       if (!octal) return Status::InvalidArgument("expected an octal mode like 0600, got " + Quote(t));
+       c->persist.file_mode = static_cast<uint32_t>(std::strtoul(t.c_str(), nullptr, 8));
+       return Status::Ok();
+     },
+     [](const Config& c) -> const char* {
+       uint32_t m = c.persist.file_mode;  // the owner reads and writes; others never; the group at most rw
+       return (m & 0600) == 0600 && (m & ~0660u) == 0
+                  ? nullptr
+                  : "0600 (the job's user only), 0640 or 0660 (its group may read, or read and write)";
+     },
+     [](const Config& c) {
+       char buf[8];
+       std::snprintf(buf, sizeof buf, "%04o", c.persist.file_mode);
+       return std::string(buf);
+     }},
     {"persist", "drain_timeout", "a duration like 60s",
      [](const std::string& t, Config* c) { return ParseDuration(t, &c->persist.drain_timeout); },
      [](const Config& c) -> const char* {

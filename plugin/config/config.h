@@ -85,6 +85,11 @@ struct PersistConfig {
   bool direct_io = true;                            // persist.direct_io: O_DIRECT where the filesystem takes it
   std::chrono::milliseconds drain_timeout{60000};   // persist.drain_timeout: on a clean stop, wait this long
                                                     // for the last committed version to reach disk; 0s = no wait
+  // persist.file_mode: the mode of every file ftrun writes there, 0600 (the
+  // job's user only; default), 0640 or 0660 (its group may read, or read and
+  // write: a group-shared directory). Directories get the same with x where
+  // r is set (0700, 0750, 0770).
+  uint32_t file_mode = 0600;
   SourceLoc dir_loc;                                // where dir came from
 };
 

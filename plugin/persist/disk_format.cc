@@ -65,7 +65,7 @@ std::string Seal(ByteWriter* w) {
 // Checks magic, trailer and format version of a sealed file; on success *body
 // reads the fields after the format version.
 Status Unseal(const std::string& bytes, const std::string& path, uint64_t magic, const char* kind,
-              std::string_view* body) {
+              std::string_view* body, uint32_t newest = kPersistFormatVersion, uint32_t* got = nullptr) {
   ByteReader head(bytes);
   if (bytes.size() < 12 + kTrailer || head.Get<uint64_t>() != magic) {
     return Status::Corruption("persist file '" + path + "' is not an ftrun " + kind + " file (" +
@@ -76,10 +76,12 @@ Status Unseal(const std::string& bytes, const std::string& path, uint64_t magic,
     return Status::Corruption("persist file '" + path + "': " + kind + " checksum mismatch (torn or corrupted)");
   }
   uint32_t format = head.Get<uint32_t>();
-  if (format != kPersistFormatVersion) {
+  if (format < 1 || format > newest || (got == nullptr && format != newest)) {
     return Status::FailedPrecondition("persist file '" + path + "' has format version " + std::to_string(format) +
-                                      "; this build reads version " + std::to_string(kPersistFormatVersion));
+                                      "; this build reads " + (got == nullptr ? "version " : "versions 1 to ") +
+                                      std::to_string(newest));
   }
+  if (got != nullptr) *got = format;
   *body = std::string_view(bytes).substr(12, bytes.size() - 12 - kTrailer);
   return Status::Ok();
 }
@@ -103,6 +105,7 @@ std::string VersionDir(const std::string& job_dir, uint64_t version) { return jo
 std::string ManifestFileName(int rank) { return "rank" + std::to_string(rank) + ".manifest"; }
 std::string NodeMarkerName(int node) { return "node" + std::to_string(node) + ".COMPLETE"; }
 std::string TmpName(const std::string& path, int node) { return path + ".n" + std::to_string(node) + ".tmp"; }
+std::string GcName(const std::string& chunk_path) { return chunk_path + ".gc"; }
 
 bool ParseVersionDirName(const std::string& name, uint64_t* version) {
   return name.size() == 21 && name[0] == 'v' && ParseDecimal(name.substr(1), version);
@@ -121,6 +124,10 @@ bool ParseChunkFileName(const std::string& name, ChunkHash* hash) {
   }
   *hash = ChunkHash{words[1], words[0]};  // ToHex writes the high word first
   return true;
+}
+
+bool ParseGcChunkFileName(const std::string& name, ChunkHash* hash) {
+  return name.size() == 35 && name.compare(32, 3, ".gc") == 0 && ParseChunkFileName(name.substr(0, 32), hash);
 }
 
 bool IsTmpName(const std::string& name, int* node) {
@@ -197,6 +204,17 @@ Status DecodeManifestFile(const std::string& bytes, const std::string& path, Man
   if (!r.ok()) return Status::Corruption("persist file '" + path + "': truncated manifest header");
   FTRUN_RETURN_IF_ERROR(DecodeManifest(&r, "persist file '" + path + "'", &f.manifest));
   if (!r.done()) return Status::Corruption("persist file '" + path + "': bytes after the manifest");
+  // A length sizes the store reservation and the read of the chunk file: a
+  // corrupt one must not reach either.
+  for (const TensorManifest& t : f.manifest.tensors) {
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      if (t.chunks[i].length > kMaxChunkSize) {
+        return Status::Corruption("persist file '" + path + "': tensor '" + t.info.name + "' chunk #" +
+                                  std::to_string(i) + " field 'length' is " + std::to_string(t.chunks[i].length) +
+                                  " bytes; a chunk is at most " + std::to_string(kMaxChunkSize) + " bytes");
+      }
+    }
+  }
   if (f.manifest.rank != rank || f.manifest.version != version) {
     return Status::Corruption("persist file '" + path + "': header says rank " + std::to_string(rank) + " version " +
                               std::to_string(version) + ", the manifest rank " + std::to_string(f.manifest.rank) +
@@ -209,11 +227,12 @@ Status DecodeManifestFile(const std::string& bytes, const std::string& path, Man
 std::string EncodeNodeMarker(const NodeMarker& m) {
   ByteWriter w;
   w.Put<uint64_t>(kMarkerMagic);
-  w.Put<uint32_t>(kPersistFormatVersion);
+  w.Put<uint32_t>(m.has_epoch ? kMarkerFormatVersion : 1);  // format 1 only for tests of the old format
   w.PutString(m.job_id);
   w.Put<int32_t>(m.world_size);
   w.Put<uint64_t>(m.version);
   w.Put<int32_t>(m.node);
+  if (m.has_epoch) w.Put<uint64_t>(m.epoch);
   w.Put<uint32_t>(static_cast<uint32_t>(m.ranks.size()));
   for (const auto& r : m.ranks) {
     w.Put<int32_t>(r.rank);
@@ -225,13 +244,16 @@ std::string EncodeNodeMarker(const NodeMarker& m) {
 
 Status DecodeNodeMarker(const std::string& bytes, const std::string& path, NodeMarker* out) {
   std::string_view body;
-  FTRUN_RETURN_IF_ERROR(Unseal(bytes, path, kMarkerMagic, "COMPLETE marker", &body));
+  uint32_t format = 0;
+  FTRUN_RETURN_IF_ERROR(Unseal(bytes, path, kMarkerMagic, "COMPLETE marker", &body, kMarkerFormatVersion, &format));
   ByteReader r(body);
   NodeMarker m;
   m.job_id = r.GetString();
   m.world_size = r.Get<int32_t>();
   m.version = r.Get<uint64_t>();
   m.node = r.Get<int32_t>();
+  m.has_epoch = format >= 2;
+  if (m.has_epoch) m.epoch = r.Get<uint64_t>();
   m.ranks.resize(r.GetCount(4 + 8 + 16));
   for (auto& e : m.ranks) {
     e.rank = r.Get<int32_t>();
@@ -241,6 +263,10 @@ Status DecodeNodeMarker(const std::string& bytes, const std::string& path, NodeM
   if (!r.ok() || !r.done()) return Status::Corruption("persist file '" + path + "': malformed COMPLETE marker");
   *out = std::move(m);
   return Status::Ok();
+}
+
+std::string MarkerEpochString(const NodeMarker& m) {
+  return m.has_epoch ? "epoch " + std::to_string(m.epoch) : "no epoch (format 1, written before epochs)";
 }
 
 }  // namespace ftrun

@@ -10,6 +10,9 @@
 //       node<n>.COMPLETE                     node n's marker, written last
 //   *.n<node>.tmp                            a file being written by node n;
 //                                            renamed to its name when synced
+//   chunks/<hh>/<hash>.gc                    a chunk retention set aside as
+//                                            dead; deleted, or renamed back if
+//                                            a writer named it (retention.h)
 //
 // Chunk file: a kChunkHeaderSize header (magic "FTRCHUNK", format version,
 // header size, hash, length, zero padding, and last a checksum of the
@@ -21,11 +24,21 @@
 // version, EncodeManifest bytes (chunk offsets cleared: they are arena
 // offsets, meaningless on disk), then XXH3-128 of everything before it.
 //
-// Node marker: magic "FTRCMPLT", format version, job id, world size,
-// version, node, the ranks it covers with each manifest file's size and
-// XXH3-128, then XXH3-128 of everything before it. A version is complete when
-// the markers in its directory agree and cover every rank 0..world_size-1,
-// each with a manifest file that matches the marker's checksum.
+// Node marker: magic "FTRCMPLT", format version (kMarkerFormatVersion), job
+// id, world size, version, node, epoch (the timeline: the coordinator epoch
+// the version was committed in), the ranks it covers with each manifest
+// file's size and XXH3-128, then XXH3-128 of everything before it. A version
+// is complete when the markers in its directory agree (job, world size and
+// epoch) and cover every rank 0..world_size-1, each with a manifest file that
+// matches the marker's checksum.
+//
+// Markers of format version 1 (before epochs) are still read, as epoch-less
+// (has_epoch false). That is safe because completeness requires every marker
+// of a version to agree on the epoch, and an epoch-less marker agrees only
+// with other epoch-less ones (version_scan.cc): a version written wholly by
+// an older build reads as it always did (refusing it would throw away every
+// checkpoint at an upgrade), and a marker this build writes can never
+// complete a version together with one written before it.
 #pragma once
 
 #include <cstddef>
@@ -39,7 +52,8 @@
 
 namespace ftrun {
 
-inline constexpr uint32_t kPersistFormatVersion = 1;
+inline constexpr uint32_t kPersistFormatVersion = 1;  // chunks and manifests
+inline constexpr uint32_t kMarkerFormatVersion = 2;   // node markers: 2 added the epoch
 inline constexpr size_t kChunkHeaderSize = 4096;
 
 // Paths. `job_dir` is <dir>/<job_id>.
@@ -52,6 +66,7 @@ std::string VersionDirName(uint64_t version);            // "v000000000000000000
 std::string ManifestFileName(int rank);                  // "rank3.manifest"
 std::string NodeMarkerName(int node);                    // "node0.COMPLETE"
 std::string TmpName(const std::string& path, int node);  // path + ".n<node>.tmp"
+std::string GcName(const std::string& chunk_path);       // path + ".gc": set aside by retention
 
 // Name parsers: false for anything else (tmp files, strays).
 bool ParseVersionDirName(const std::string& name, uint64_t* version);
@@ -59,6 +74,7 @@ bool ParseManifestFileName(const std::string& name, int* rank);
 bool ParseNodeMarkerName(const std::string& name, int* node);
 bool ParseChunkFileName(const std::string& name, ChunkHash* hash);
 bool IsTmpName(const std::string& name, int* node);
+bool ParseGcChunkFileName(const std::string& name, ChunkHash* hash);  // "<hash>.gc"
 
 // Chunk header. Decode checks magic, format version and checksum; `path`
 // names the file in errors (kCorruption).
@@ -87,7 +103,11 @@ struct NodeMarker {
   uint64_t version = 0;
   int32_t node = 0;
   std::vector<Rank> ranks;
+  uint64_t epoch = 0;     // the version's timeline
+  bool has_epoch = true;  // false: a format 1 marker, written before epochs
 };
+// "epoch 3", or "no epoch (format 1)": for messages.
+std::string MarkerEpochString(const NodeMarker& m);
 std::string EncodeNodeMarker(const NodeMarker& m);
 Status DecodeNodeMarker(const std::string& bytes, const std::string& path, NodeMarker* out);
 

@@ -99,7 +99,28 @@ struct PosixEnvOptions {
   // direct I/O, at open (kAtOpen) or at the first write (kAtWrite, as some
   // FUSE filesystems do). This kernel's tmpfs accepts O_DIRECT.
   enum class RefuseDirect { kNo, kAtOpen, kAtWrite } refuse_direct = RefuseDirect::kNo;
+  // Modes of what it creates, set explicitly (fchmod/chmod: the umask does
+  // not narrow or widen them): the job's user only, by default
+  // (persist.file_mode widens them for a group).
+  uint32_t file_mode = 0600;
+  uint32_t dir_mode = 0700;
 };
+
+// The directory mode that goes with a file mode: x where r is set (0600 ->
+// 0700, 0640 -> 0750, 0660 -> 0770).
+uint32_t DirModeFor(uint32_t file_mode);
+
+// Before ftrun creates anything in the persist root `dir` (which may not
+// exist yet: then its parent is checked): refused, naming the path and what
+// is wrong, when it is a symlink owned by another user, or (following it) a
+// directory that others can write, or, with a private file_mode (no group
+// bits), one that another user owns or its group can write. A group
+// file_mode accepts a group-writable root owned by another user of the
+// group (a shared directory). A root that anyone can write but with the
+// sticky bit (/tmp, a fresh tmpfs) is accepted, and then the job's
+// directory in it (`job_id`), if it exists already, must be this user's, not
+// a symlink and not writable by others: another user could have made it.
+Status CheckPersistRoot(const std::string& dir, const std::string& job_id, uint32_t file_mode);
 
 // The process-wide POSIX Env with default options. Never deleted.
 Env* PosixEnv();

@@ -53,9 +53,18 @@ PersistWriter::PersistWriter(PersistWriterOptions options)
       limiter_(options_.rate_limit, options_.burst) {}
 
 void PersistWriter::Cancel() {
+  {
+    std::lock_guard<std::mutex> marker(marker_mu_);  // waits for a marker rename in progress
+    ++generation_;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   cancel_ = true;
   cv_.notify_all();
+}
+
+uint64_t PersistWriter::generation() const {
+  std::lock_guard<std::mutex> marker(marker_mu_);
+  return generation_;
 }
 
 void PersistWriter::ClearCancel() { cancel_ = false; }
@@ -134,15 +143,20 @@ Status PersistWriter::CheckOwnMarker(uint64_t version, const NodeMarker& want, b
     for (const auto& r : m.ranks) k[r.rank] = {r.manifest_size, r.manifest_checksum.ToHex()};
     return k;
   };
-  if (have.job_id == want.job_id && have.world_size == want.world_size && key(have) == key(want)) {
+  if (have.job_id == want.job_id && have.world_size == want.world_size && have.has_epoch &&
+      have.epoch == want.epoch && key(have) == key(want)) {
     *done = true;  // a retry: this node's part is on disk already
     return Status::Ok();
   }
   // Same version number, other contents: a version from before the job went
   // back to an older one. Writing next to other nodes' old markers could mix
   // the two; the caller must discard versions above the restored one first.
+  // (An equal version saved again in another epoch, by a deterministic
+  // trainer, has another timeline: the epoch is part of the contents.)
   return Status::FailedPrecondition("persist: " + path + " already covers version " + std::to_string(version) +
-                                    " with other contents (left from before a restore to an older version?); "
+                                    " with other contents (" + MarkerEpochString(have) + ", this write's epoch " +
+                                    std::to_string(want.epoch) +
+                                    "; left from before a restore to an older version?); "
                                     "discard the versions above the restored one first (DiscardVersionsAbove)");
 }
 
@@ -189,6 +203,40 @@ Status PersistWriter::WriteFileAtomically(const std::string& path, const std::ve
     return st;
   }
   Count(&PersistProgress::bytes_written, written);
+  return Status::Ok();
+}
+
+// The marker as WriteFileAtomically writes a file, but renamed only if no
+// Cancel came since `token`: the check and the rename hold marker_mu_, which
+// Cancel takes, so a Cancel either waits for a rename in progress (and its
+// caller then sees the marker and can remove it) or the rename never
+// happens. Without this a write stuck in a syscall across the flusher's
+// Rewind (Cancel, a bounded wait, ClearCancel) wrote the marker of a
+// timeline the job had left, after the agent removed the old files.
+Status PersistWriter::WriteMarker(const std::string& path, const std::string& bytes, uint64_t token) {
+  const std::string tmp = TmpName(path, options_.node);
+  std::unique_ptr<WritableFile> f;
+  FTRUN_RETURN_IF_ERROR(env_->NewWritableFile(tmp, &f));
+  Status st = f->Append(bytes.data(), bytes.size());
+  if (st.ok()) st = f->Sync();
+  Status closed = f->Close();
+  if (st.ok()) st = closed;
+  f.reset();
+  if (st.ok()) {
+    std::lock_guard<std::mutex> marker(marker_mu_);
+    if (generation_ != token || cancel_) {
+      st = Stopped();
+    } else if (options_.marker_guard && !(st = options_.marker_guard()).ok()) {
+      st = Status::Unavailable("persist: not completing " + writing_ + " in '" + job_dir_ + "': " + st.message());
+    } else {
+      st = env_->RenameFile(tmp, path);
+    }
+  }
+  if (!st.ok()) {
+    (void)env_->DeleteFile(tmp);
+    return st;
+  }
+  Count(&PersistProgress::bytes_written, bytes.size());
   return Status::Ok();
 }
 
@@ -307,6 +355,12 @@ Status PersistWriter::QueueChunks(const std::vector<const Manifest*>& manifests,
 
 Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Manifest*>& manifests,
                                    const ChunkSource& source) {
+  return WriteVersion(version, 0, manifests, source);
+}
+
+Status PersistWriter::WriteVersion(uint64_t version, uint64_t epoch, const std::vector<const Manifest*>& manifests,
+                                   const ChunkSource& source, std::optional<uint64_t> generation) {
+  const uint64_t token = generation ? *generation : this->generation();
   writing_ = "version " + std::to_string(version);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -317,6 +371,7 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
   if (cancel_) return Stopped();
   std::vector<std::string> files;
   NodeMarker marker{options_.job_id, options_.world_size, version, options_.node, {}};
+  marker.epoch = epoch;
   for (const Manifest* m : manifests) {
     files.push_back(EncodeManifestFile(options_.job_id, options_.world_size, *m));
     marker.ranks.push_back({m->rank, files.back().size(), FileChecksum(files.back())});
@@ -360,7 +415,7 @@ Status PersistWriter::WriteVersion(uint64_t version, const std::vector<const Man
   if (st.ok()) {
     std::string bytes = EncodeNodeMarker(marker);
     st = Pace(bytes.size());
-    if (st.ok()) st = WriteFileAtomically(vdir + "/" + NodeMarkerName(options_.node), {{bytes.data(), bytes.size()}});
+    if (st.ok()) st = WriteMarker(vdir + "/" + NodeMarkerName(options_.node), bytes, token);
   }
   if (st.ok()) st = env_->SyncDir(vdir);
   if (!st.ok()) return st.code() == Code::kUnavailable ? st : st.Annotate(context);

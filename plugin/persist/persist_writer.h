@@ -92,6 +92,12 @@ struct PersistWriterOptions {
   // ranks on the same node first. 0 = the caller's priority.
   int io_nice = 19;
   Env* env = nullptr;  // nullptr = PosixEnv()
+  // Asked under the marker lock right before the marker's rename (after
+  // the generation check): a non-ok answer (kUnavailable) and the marker is
+  // not written. The agent's lease: an agent that has not heard from its
+  // coordinator lately (frozen, cut off, fenced) may have been replaced, and
+  // a write it had in flight must not complete a version. nullptr = always.
+  std::function<Status()> marker_guard;
   // Tests: replace steady_clock::now and the cancellable wait of the rate limit.
   std::function<std::chrono::steady_clock::time_point()> clock;
   std::function<void(std::chrono::nanoseconds)> sleep;
@@ -120,13 +126,28 @@ class PersistWriter {
   // version; on an error nothing complete was touched and a later call for
   // the same version picks up where this one stopped. After Cancel it stops
   // between writes with kUnavailable.
+  //
+  // `epoch` is the timeline of the version (the coordinator epoch it was
+  // committed in); the marker records it and a version is complete only
+  // when all its markers agree (version_scan.h). `generation` is what
+  // generation() returned when the caller decided to write this version
+  // (default: now): once a Cancel came after that, the marker is never
+  // written, even after ClearCancel - checked under the lock Cancel takes,
+  // right before the marker's rename, so a write stuck in a syscall across
+  // a Cancel/ClearCancel cannot complete a version of a timeline the job
+  // left (the flusher's Rewind).
   Status WriteVersion(uint64_t version, const std::vector<const Manifest*>& manifests, const ChunkSource& source);
+  Status WriteVersion(uint64_t version, uint64_t epoch, const std::vector<const Manifest*>& manifests,
+                      const ChunkSource& source, std::optional<uint64_t> generation = std::nullopt);
 
   // Makes the running and every later WriteVersion (and scrub) stop, until
-  // ClearCancel.
+  // ClearCancel; every write that started (or was decided) before it can
+  // never write its marker. When Cancel returns, a marker rename is either
+  // done or will never happen.
   void Cancel();
   void ClearCancel();
   bool cancelled() const { return cancel_; }
+  uint64_t generation() const;  // counts Cancel calls
   PersistProgress Progress() const;
 
   // For the scrub (scrub.h), which checks the chunk files a version shares
@@ -175,6 +196,9 @@ class PersistWriter {
   Status CommitChunk(PendingChunk* chunk);
   // tmp name, append the pieces, sync, close, rename. Callers pace first.
   Status WriteFileAtomically(const std::string& path, const std::vector<Piece>& pieces);
+  // The node marker: like WriteFileAtomically, renamed only if no Cancel
+  // came since `token` (see WriteVersion).
+  Status WriteMarker(const std::string& path, const std::string& bytes, uint64_t token);
   Status Pace(uint64_t n, const std::atomic<bool>* stop = nullptr);
   Status Stopped() const;
   void Count(uint64_t PersistProgress::*field, uint64_t n);
@@ -191,6 +215,10 @@ class PersistWriter {
   std::string writing_;                                     // "version N" for messages
 
   std::atomic<bool> cancel_{false};
+  // Guarded by marker_mu_: bumped by every Cancel. The marker's rename runs
+  // under marker_mu_ after checking it, so Cancel and a marker are ordered.
+  mutable std::mutex marker_mu_;
+  uint64_t generation_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;  // wakes the rate limit's wait on Cancel
   PersistProgress progress_;    // Guarded by mu_

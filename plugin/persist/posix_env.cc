@@ -61,14 +61,21 @@ class PosixEnvImpl : public Env {
     bool direct = false;
     if (options_.direct_io) {
       fd = options_.refuse_direct == Refuse::kAtOpen ? (errno = EINVAL, -1)
-                                                     : ::open(path.c_str(), base | O_DIRECT, 0644);
+                                                     : ::open(path.c_str(), base | O_DIRECT, options_.file_mode);
       direct = fd >= 0;
       if (fd < 0 && errno != EINVAL) return Errno("create", path, errno);
       if (fd < 0) LogOnce("O_DIRECT refused at open (" + path + "); writing buffered");
     }
     if (fd < 0) {
-      fd = ::open(path.c_str(), base, 0644);
+      fd = ::open(path.c_str(), base, options_.file_mode);
       if (fd < 0) return Errno("create", path, errno);
+    }
+    // Exactly the configured mode: the umask may have narrowed it, and an
+    // existing file (a tmp name left by a crash) kept its old one.
+    if (::fchmod(fd, options_.file_mode) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Errno("set the mode of", path, err);
     }
     auto file = std::make_unique<PosixWriteFile>(path, UniqueFd(fd), direct, options_.refuse_direct == Refuse::kAtWrite,
                                                  &pool_);
@@ -89,8 +96,10 @@ class PosixEnvImpl : public Env {
 
   Status CreateDir(const std::string& path, bool* created) override {
     if (created != nullptr) *created = false;
-    if (::mkdir(path.c_str(), 0755) == 0) {
+    if (::mkdir(path.c_str(), options_.dir_mode) == 0) {
       if (created != nullptr) *created = true;
+      // The umask may have narrowed it (a group mode).
+      if (::chmod(path.c_str(), options_.dir_mode) != 0) return Errno("set the mode of directory", path, errno);
       return Status::Ok();
     }
     int err = errno;
@@ -186,6 +195,93 @@ std::unique_ptr<Env> NewPosixEnv(const PosixEnvOptions& options) {
   if (o.buffer_size < kDirectAlign) o.buffer_size = kDirectAlign;
   o.buffer_size = o.buffer_size / kDirectAlign * kDirectAlign;
   return std::make_unique<PosixEnvImpl>(o);
+}
+
+uint32_t DirModeFor(uint32_t file_mode) {
+  uint32_t m = file_mode | 0700;
+  if (file_mode & 0040) m |= 0010;
+  if (file_mode & 0004) m |= 0001;
+  return m;
+}
+
+namespace {
+
+std::string ModeString(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+// A directory another user could have made or replaced: ours, not a
+// symlink, not writable by others (nor by the group when `group` is false).
+Status CheckOwnDir(const std::string& path, bool group) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::Ok() : Errno("inspect", path, errno);
+  const uid_t me = ::geteuid();
+  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode) || st.st_uid != me ||
+      (st.st_mode & (group ? S_IWOTH : (S_IWOTH | S_IWGRP)))) {
+    return Status::FailedPrecondition("persist job directory '" + path + "' (in a directory any user can write) is " +
+                                      (S_ISLNK(st.st_mode)   ? std::string("a symlink")
+                                       : !S_ISDIR(st.st_mode) ? std::string("not a directory")
+                                       : st.st_uid != me
+                                           ? "owned by uid " + std::to_string(st.st_uid) + ", not this user (uid " +
+                                                 std::to_string(me) + ")"
+                                           : "writable by others (mode " + ModeString(st.st_mode) + ")") +
+                                      ": another user may have made it; refusing to write the job's state there");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckPersistRoot(const std::string& dir, const std::string& job_id, uint32_t file_mode) {
+  const bool group = (file_mode & 0060) != 0;
+  std::string path = dir;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return Errno("inspect the persist directory", path, errno);
+    // Created by the writer (one level, mode 0700): what matters is where.
+    size_t slash = path.find_last_of('/');
+    path = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (::lstat(path.c_str(), &st) != 0) return Errno("inspect the parent of the persist directory", path, errno);
+    // A parent such as /tmp (anyone may write, sticky): the root is made
+    // there; one another user made first is refused like a job directory.
+    if (S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX)) return CheckOwnDir(dir, group);
+  }
+  const uid_t me = ::geteuid();
+  if (S_ISLNK(st.st_mode)) {
+    if (st.st_uid != me && st.st_uid != 0) {
+      return Status::FailedPrecondition("persist directory '" + path + "' is a symlink owned by uid " +
+                                        std::to_string(st.st_uid) + ", not this user (uid " + std::to_string(me) +
+                                        "): refusing to write the job's state where another user points it");
+    }
+    if (::stat(path.c_str(), &st) != 0) return Errno("inspect the persist directory", path, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::FailedPrecondition("persist directory '" + path + "' is not a directory");
+  }
+  const std::string mode = ModeString(st.st_mode);
+  if ((st.st_mode & S_IWOTH) && (st.st_mode & S_ISVTX)) {
+    // Like /tmp: others cannot remove or rename what is ours, but could
+    // have made the job's directory.
+    return path == dir ? CheckOwnDir(dir + "/" + job_id, group) : CheckOwnDir(dir, group);
+  }
+  if (st.st_mode & S_IWOTH) {
+    return Status::FailedPrecondition("persist directory '" + path + "' (mode " + mode +
+                                      ") can be written by any user: refusing to write the job's state there; "
+                                      "use a directory of this user (chmod o-w)");
+  }
+  if (!group && st.st_uid != me && st.st_uid != 0) {
+    return Status::FailedPrecondition("persist directory '" + path + "' is owned by uid " +
+                                      std::to_string(st.st_uid) + ", not this user (uid " + std::to_string(me) +
+                                      "); for a directory shared by a group set persist.file_mode to 0640 or 0660");
+  }
+  if (!group && (st.st_mode & S_IWGRP)) {
+    return Status::FailedPrecondition("persist directory '" + path + "' (mode " + mode +
+                                      ") can be written by its group: refusing with persist.file_mode 0600; "
+                                      "chmod g-w it, or set persist.file_mode to 0660 for a group-shared directory");
+  }
+  return Status::Ok();
 }
 
 }  // namespace ftrun

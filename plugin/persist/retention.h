@@ -19,9 +19,17 @@
 // cannot be read the collection is skipped rather than risk a live chunk.
 // This node's own *.tmp files are removed too.
 //
-// Precondition: no writer of this node writes the same job meanwhile (the
-// agent runs retention on its flusher thread, between versions). On a shared
-// filesystem run it on one node only.
+// The race with another node's writer (a shared directory): the live set is
+// read at some instant; a writer whose manifest appears just after it may
+// find a dead chunk still there and skip writing it. So a dead chunk is not
+// deleted at once: it is renamed to <hash>.gc (set aside; readers fall back
+// to that name, persist_reader.h), then the live set is read again from
+// scratch, and a set-aside chunk that some manifest names now is renamed
+// back; only the rest is deleted. A writer that skipped a chunk had its
+// manifest durable before it looked (manifests go first), so before the
+// rename, so before the second scan, which therefore sees the chunk live.
+// No clocks, no waits. A run that stops half-way leaves .gc files, which
+// the next run treats the same way.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +57,7 @@ struct RetentionResult {
   uint64_t chunks_deleted = 0;
   uint64_t bytes_freed = 0;  // chunk and tmp files
   std::string gc_skipped;    // why chunks were not collected; "" when they were
+  uint64_t chunks_kept = 0;      // set aside as dead, then found live again (a writer meanwhile)
 };
 
 Status ApplyRetention(const RetentionOptions& options, RetentionResult* result);

@@ -75,6 +75,13 @@ VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version) 
       return Incomplete(s, "markers in '" + s.dir + "' disagree: " + first_name + " says job '" + s.job_id +
                                "' with world size " + std::to_string(s.world_size) + ", " + n + " says job '" +
                                m.job_id + "' with world size " + std::to_string(m.world_size));
+    } else if (m.has_epoch != markers.front().has_epoch || m.epoch != markers.front().epoch) {
+      // Two timelines: one node's files of this version number were written
+      // before the job went back below it, another's after. Never complete.
+      s.mixed_epochs = true;
+      return Incomplete(s, "markers of version " + std::to_string(version) + " disagree on its timeline: '" + s.dir +
+                               "/" + first_name + "' has " + MarkerEpochString(markers.front()) + ", '" + s.dir + "/" +
+                               n + "' has " + MarkerEpochString(m) + " (a version mixed from two timelines; refused)");
     }
     markers.push_back(std::move(m));
   }
@@ -132,6 +139,8 @@ VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version) 
     }
     s.manifests.push_back(std::move(f));
   }
+  s.epoch = markers.front().epoch;
+  s.has_epoch = markers.front().has_epoch;
   s.complete = true;
   return s;
 }

@@ -1,5 +1,6 @@
 // Which versions a persist directory holds and whether each is complete:
-// its COMPLETE markers agree with each other and with the directory name,
+// its COMPLETE markers agree with each other (job, world size, epoch: one
+// timeline) and with the directory name,
 // and cover every rank 0..world_size-1 with a manifest file whose size and
 // checksum are the ones the marker recorded. Shared by the reader (what can
 // be restored), retention (what may be deleted) and the writer.
@@ -26,6 +27,9 @@ struct VersionScan {
   std::string job_id;                   // from the markers; "" when none could be read
   int world_size = 0;                   // from the markers
   std::vector<ManifestFile> manifests;  // every rank in order, when complete
+  uint64_t epoch = 0;                   // the timeline all markers agree on, when complete
+  bool has_epoch = false;               // false: format 1 markers (before epochs)
+  bool mixed_epochs = false;            // refused: markers from two timelines (reason names both)
 };
 
 // The version directories under `job_dir`, ascending; other names are

@@ -29,7 +29,9 @@ void ExtentAllocator::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
 }
 
 std::optional<uint64_t> ExtentAllocator::Allocate(uint64_t len) {
-  len = Rounded(len == 0 ? 1 : len);
+  std::optional<uint64_t> rounded = Rounded(len == 0 ? 1 : len);
+  if (!rounded) return std::nullopt;  // larger than any arena
+  len = *rounded;
   auto fit = by_size_.lower_bound(len);
   if (fit == by_size_.end()) return std::nullopt;
   uint64_t offset = fit->second;
@@ -41,7 +43,9 @@ std::optional<uint64_t> ExtentAllocator::Allocate(uint64_t len) {
 }
 
 void ExtentAllocator::Free(uint64_t offset, uint64_t len) {
-  len = Rounded(len == 0 ? 1 : len);
+  std::optional<uint64_t> rounded = Rounded(len == 0 ? 1 : len);
+  FTRUN_CHECK(rounded.has_value());  // Allocate gave it out: it rounds
+  len = *rounded;
   FTRUN_CHECK(used_ >= len);
   used_ -= len;
   auto next = by_offset_.lower_bound(offset);

@@ -22,7 +22,12 @@ class ExtentAllocator {
   // Frees an extent returned by Allocate with the same len.
   void Free(uint64_t offset, uint64_t len);
 
-  static uint64_t Rounded(uint64_t len) { return (len + kAlign - 1) / kAlign * kAlign; }
+  // len rounded up to kAlign; nullopt when that does not fit in 64 bits (a
+  // length near 2^64, e.g. from a corrupt manifest, must not wrap to 0).
+  static std::optional<uint64_t> Rounded(uint64_t len) {
+    if (len > UINT64_MAX - (kAlign - 1)) return std::nullopt;
+    return (len + kAlign - 1) / kAlign * kAlign;
+  }
   uint64_t capacity() const { return capacity_; }
   uint64_t used() const { return used_; }
   uint64_t free_bytes() const { return capacity_ - used_; }

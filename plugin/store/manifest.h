@@ -30,6 +30,10 @@ struct TensorManifest {
   std::vector<ChunkRef> chunks;
 };
 
+// The largest chunk a store makes (store.chunk_size is at most this): a
+// chunk length read from outside (a disk manifest) above it is corrupt.
+inline constexpr uint64_t kMaxChunkSize = 1ull << 30;
+
 struct Manifest {
   int32_t rank = -1;
   uint64_t version = 0;

@@ -7,6 +7,17 @@
 
 namespace ftrun {
 
+namespace {
+
+// The arena bytes of a reserved chunk (Reserve refused lengths that do not round).
+uint64_t Footprint(uint64_t len) {
+  std::optional<uint64_t> r = ExtentAllocator::Rounded(len);
+  FTRUN_CHECK(r.has_value());
+  return *r;
+}
+
+}  // namespace
+
 SnapshotStore::SnapshotStore(uint64_t data_offset, uint64_t data_bytes, std::string budget_field)
     : alloc_(data_offset, data_bytes), budget_field_(std::move(budget_field)) {}
 
@@ -16,14 +27,20 @@ Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengt
   offsets->reserve(lengths.size());
   auto& mine = reservations_[owner];
   uint64_t wanted = 0;
-  for (uint64_t len : lengths) wanted += ExtentAllocator::Rounded(len);
+  for (uint64_t len : lengths) {
+    std::optional<uint64_t> r = ExtentAllocator::Rounded(len);
+    if (!r || __builtin_add_overflow(wanted, *r, &wanted)) {
+      return Status::InvalidArgument("cannot reserve a chunk of " + std::to_string(len) +
+                                     " bytes: larger than any store (a corrupt length?)");
+    }
+  }
   for (uint64_t len : lengths) {
     auto off = alloc_.Allocate(len);
     if (!off) {
       // Roll back this request only; earlier reservations stay.
       for (size_t i = 0; i < offsets->size(); ++i) {
         alloc_.Free((*offsets)[i], lengths[i]);
-        reserved_bytes_ -= ExtentAllocator::Rounded(lengths[i]);
+        reserved_bytes_ -= Footprint(lengths[i]);
         mine.pop_back();
       }
       offsets->clear();
@@ -35,7 +52,7 @@ Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengt
     }
     offsets->push_back(*off);
     mine.push_back({*off, len});
-    reserved_bytes_ += ExtentAllocator::Rounded(len);
+    reserved_bytes_ += Footprint(len);
   }
   return Status::Ok();
 }
@@ -58,7 +75,7 @@ void SnapshotStore::ReleaseReservations(uint64_t owner) {
   if (it == reservations_.end()) return;
   for (const auto& r : it->second) {
     alloc_.Free(r.offset, r.length);
-    reserved_bytes_ -= ExtentAllocator::Rounded(r.length);
+    reserved_bytes_ -= Footprint(r.length);
   }
   reservations_.erase(it);
 }
@@ -125,7 +142,7 @@ Status SnapshotStore::AddManifest(uint64_t owner, Manifest m) {
       }
       chunks_.emplace(c.hash, Chunk{c.offset, c.length, 1});
       mine[reserved.at(c.offset)].length = 0;  // consumed
-      reserved_bytes_ -= ExtentAllocator::Rounded(c.length);
+      reserved_bytes_ -= Footprint(c.length);
     }
   }
   for (ChunkRef* c : by_hash) {

@@ -106,6 +106,7 @@ TEST_CASE("configs/default.yaml matches DefaultConfig", "[config]") {
   CHECK(c.persist.rate_limit == d.persist.rate_limit);
   CHECK(c.persist.direct_io == d.persist.direct_io);
   CHECK(c.persist.drain_timeout == d.persist.drain_timeout);
+  CHECK(c.persist.file_mode == d.persist.file_mode);
   CHECK(c.store.memory_budget_loc.file == path);
   CHECK(c.store.memory_budget_loc.line == 11);
   CHECK(c.store.memory_budget_loc.column == 3);
@@ -182,7 +183,8 @@ TEST_CASE("unknown keys are errors", "[config]") {
   ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
               "unknown key (known: job, store, agent, cluster, persist)");
   ExpectError("persist:\n  dir: /d\n  every: 10\n", 3, "persist.every",
-              "unknown key (known: dir, every_versions, every_seconds, keep, rate_limit, direct_io, drain_timeout)");
+              "unknown key (known: dir, every_versions, every_seconds, keep, rate_limit, direct_io, file_mode, "
+              "drain_timeout)");
   ExpectError("agent:\n  log_level: info\n  log_level: warn\n", 3, "agent.log_level",
               "duplicate key");
 }

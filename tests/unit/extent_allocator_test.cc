@@ -42,7 +42,7 @@ TEST_CASE("random allocate/free never overlaps and accounts exactly", "[allocato
       uint64_t len = 1 + rng() % (8 * 4096);
       auto off = a.Allocate(len);
       if (!off) continue;
-      uint64_t r = ExtentAllocator::Rounded(len);
+      uint64_t r = *ExtentAllocator::Rounded(len);
       CHECK(*off >= 8192);
       CHECK(*off + r <= 8192 + cap);
       auto next = live.lower_bound(*off);
