@@ -21,9 +21,9 @@
 //    per direction. A message with a bad MAC or a sequence number other than
 //    the next one (injected, tampered, replayed, reordered) is dropped,
 //    logged with the peer's address, and the connection is closed.
-// 3. Bulk data is bound to the session too (see ucx_transport.cc): it is only
-//    accepted from a connection that finished the handshake, for a receive
-//    posted for that peer, with a header MACed under K.
+// 3. Bulk data is bound to the session too (BulkHeader in session_frame.h):
+//    it is only accepted from a connection that finished the handshake, for
+//    a receive posted for that peer, with a header MACed under K.
 //
 // Primitives: HMAC-SHA256 from OpenSSL; nothing hand-rolled.
 #pragma once
