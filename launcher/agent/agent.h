@@ -142,6 +142,7 @@ class Agent {
   Status LoadFromDisk(const class PersistReader& reader, uint64_t version, const std::vector<int>& ranks,
                       uint64_t* bytes);
   Status LoadRankFromDisk(const class PersistReader& reader, Manifest* m, uint64_t* bytes, class Progress* progress);
+  Status ReserveForDisk(Manifest* m, std::vector<ChunkRef*>* want);
   void PullFromDisk(const PullMsg& m);
   void DropFilesAbove(uint64_t version, const std::vector<int>& ranks);
 

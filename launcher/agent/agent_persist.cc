@@ -247,25 +247,33 @@ Status Agent::GoBackTo(uint64_t version) {
   return LoadFromDisk(reader, version, ranks, &bytes);
 }
 
-// Reads one rank's chunks into the store (each checked against its hash by
-// the reader) and adds its manifest.
-Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_t* bytes, Progress* progress) {
-  std::vector<ChunkRef*> want;
+// For a manifest read from disk: holds the chunks the store has already and
+// reserves an extent for each distinct one it lacks (`want`, offsets set).
+// The caller releases kDiskOwner's reservations once done.
+Status Agent::ReserveForDisk(Manifest* m, std::vector<ChunkRef*>* want) {
   std::vector<uint64_t> lengths;
   std::unordered_set<ChunkHash, ChunkHashHasher> seen;
   for (auto& t : m->tensors) {
     for (auto& c : t.chunks) {
       c.offset = kNoOffset;
       if (!seen.insert(c.hash).second || store_->HoldChunk(kDiskOwner, c.hash)) continue;
-      want.push_back(&c);
+      want->push_back(&c);
       lengths.push_back(c.length);
     }
   }
   std::vector<uint64_t> offsets;
-  Status s = store_->Reserve(kDiskOwner, lengths, &offsets);
+  FTRUN_RETURN_IF_ERROR(store_->Reserve(kDiskOwner, lengths, &offsets));
+  for (size_t i = 0; i < want->size(); ++i) (*want)[i]->offset = offsets[i];
+  return Status::Ok();
+}
+
+// Reads one rank's chunks into the store (each checked against its hash by
+// the reader) and adds its manifest.
+Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_t* bytes, Progress* progress) {
+  std::vector<ChunkRef*> want;
+  Status s = ReserveForDisk(m, &want);
   for (size_t i = 0; s.ok() && i < want.size(); ++i) {
-    want[i]->offset = offsets[i];
-    s = reader.ReadChunk(*want[i], arena_.base() + offsets[i]);
+    s = reader.ReadChunk(*want[i], arena_.base() + want[i]->offset);
     *bytes += want[i]->length;
     progress->Add(want[i]->length);
   }

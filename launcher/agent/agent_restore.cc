@@ -88,27 +88,12 @@ void Agent::DiskRestoreNextRank() {
   if (restore_->next == restore_->todo.size()) return DiskRestoreEnd(Status::Ok());
   Manifest& m = restore_->todo[restore_->next];
   std::vector<ChunkRef*> want;
-  std::vector<uint64_t> lengths;
-  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
-  for (auto& t : m.tensors) {
-    for (auto& c : t.chunks) {
-      c.offset = kNoOffset;
-      if (!seen.insert(c.hash).second || store_->HoldChunk(kDiskOwner, c.hash)) continue;
-      want.push_back(&c);
-      lengths.push_back(c.length);
-    }
-  }
-  std::vector<uint64_t> offsets;
-  Status s = store_->Reserve(kDiskOwner, lengths, &offsets);
-  if (!s.ok()) {
+  if (Status s = ReserveForDisk(&m, &want); !s.ok()) {
     store_->ReleaseReservations(kDiskOwner);
     return DiskRestoreEnd(s);
   }
   std::vector<std::pair<ChunkRef, char*>> reads;
-  for (size_t i = 0; i < want.size(); ++i) {
-    want[i]->offset = offsets[i];
-    reads.emplace_back(*want[i], arena_.base() + offsets[i]);
-  }
+  for (ChunkRef* c : want) reads.emplace_back(*c, arena_.base() + c->offset);
   auto reader = std::make_shared<PersistReader>(RestoreReadEnv(), o_.config.persist.dir, o_.job_id, o_.world_size);
   const std::atomic<bool>* cancelled = &disk_worker_->cancelled();
   disk_worker_->Submit([this, reader, reads = std::move(reads), cancelled]() -> DiskWorker::Completion {
