@@ -8,7 +8,8 @@ declared it lost (and the node, coming back, restored again, and again).
 Now the reads run on the agent's disk worker and heartbeats keep flowing.
 
 2 nodes x 1 rank, 2 GiB of state per rank, replicas 0, a heartbeat budget of
-50 ms x 6 (small, so that the data stays modest): run 1 writes a version to
+100 ms x 10 (1 s: small, so that the data stays modest, yet above a loaded
+CI machine's scheduling stalls): run 1 writes a version to
 disk and is killed whole; run 2 restores it and must finish with the
 failure-free digests, with no node lost and no restart.
 """
@@ -26,7 +27,7 @@ rng = random.Random()
 disk = tempfile.mkdtemp(prefix="ftrun-sec-hb-")
 CONFIG = ("job:\n  id: sec-hb-%d\n  max_restarts: 3\n"
           "store:\n  memory_budget: 3GiB\n  chunk_size: 4MiB\n  prefault: false\n"
-          "cluster:\n  replicas: 0\n  heartbeat_interval: 50ms\n  heartbeat_misses: 6\n  lost_node_timeout: 20s\n"
+          "cluster:\n  replicas: 0\n  heartbeat_interval: 100ms\n  heartbeat_misses: 10\n  lost_node_timeout: 20s\n"
           "persist:\n  dir: %s\n  every_versions: 1\n  every_seconds: 0s\n  keep: 2\n" % (rng.randrange(1 << 30), disk))
 env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
 
