@@ -38,7 +38,9 @@ if [ ! -x "$agent" ]; then
   log "the ftrun agent '$agent' is not an executable file (set FTRUN_AGENT in $conf): node unusable for ftrun"
   exit 1
 fi
-if ! mkdir -p "$dir" || [ ! -w "$dir" ]; then
+# 0755 whatever slurmd's umask: root writes there, the job's user only
+# reaches the socket (the standby refuses a directory others can write).
+if ! mkdir -p -m 0755 "$dir" || [ ! -w "$dir" ]; then
   log "cannot create or write the standby directory '$dir' (FTRUN_STANDBY_DIR): node unusable for ftrun"
   exit 1
 fi

@@ -29,6 +29,7 @@
 #include "plugin/common/bytes.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
+#include "plugin/common/safe_dir.h"
 #include "plugin/ipc/unix_socket.h"
 #include "plugin/ipc/wire.h"
 
@@ -92,6 +93,11 @@ class Standby {
 
 Status Standby::Listen() {
   if (::mkdir(o_.dir.c_str(), 0755) != 0 && errno != EEXIST) return Status::FromErrno("mkdir " + o_.dir, errno);
+  // Root puts its socket, pid and log files there: every component must be
+  // root's (or a root-owned sticky directory's) and not a planted link. It
+  // stays 0755: the job's user must reach the socket.
+  UniqueFd dir;
+  FTRUN_RETURN_IF_ERROR(OpenPrivateDir(o_.dir, false, "the standby directory (FTRUN_STANDBY_DIR)", &dir));
   sock_path_ = StandbySocketPath(o_.dir, o_.slurm_job);
   UniqueFd probe;
   if (ConnectUnix(sock_path_, 0, &probe).ok()) {
@@ -420,22 +426,22 @@ bool ParseStandbyOptions(int argc, char** argv, StandbyOptions* o, int* exit_cod
 }
 
 bool WritePidFile(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) {
-    FTRUN_LOG_ERROR("standby: cannot write the pid file {}: {}", path, std::strerror(errno));
-    return false;
-  }
-  std::fprintf(f, "%d\n", ::getpid());
-  return std::fclose(f) == 0;
+  // Through a temporary name in the checked directory: never through a link.
+  Status s = ReplaceFile(path, std::to_string(::getpid()) + "\n", /*check_dir=*/true, 0644);
+  if (!s.ok()) FTRUN_LOG_ERROR("standby: cannot write the pid file: {}", s.message());
+  return s.ok();
 }
 
 // Forks; the child setsid()s, moves its output to the log file and writes
 // the pid file, then tells the parent (which exits 0) through a pipe, so
 // the prolog returns only once the standby is out of its process group.
 bool Detach(const StandbyOptions& o) {
-  int log = ::open(o.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-  if (log < 0) {
-    std::fprintf(stderr, "ftrun-agent --standby: cannot open the log file %s: %s\n", o.log_file.c_str(), std::strerror(errno));
+  // Root appends to it: never through a link, and only to root's own file.
+  int log = ::open(o.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
+  struct stat st {};
+  if (log < 0 || ::fstat(log, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    std::fprintf(stderr, "ftrun-agent --standby: cannot use the log file %s: %s\n", o.log_file.c_str(),
+                 log < 0 ? std::strerror(errno) : "expected a regular file of the standby's own user, not a link");
     std::exit(2);
   }
   int ready[2];
