@@ -161,7 +161,9 @@ check(digests(cl.log) == cl_want, "cluster restarted: digests equal the failure-
 
 # --- 5. more nodes lost than the replicas cover: back to the disk --------
 disk3 = tempfile.mkdtemp(prefix="ftrun-persist-loss-")
-loss_args = ["--steps", "150", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "25"]
+# Long enough (10 s of training) that every node has a version on disk well
+# before the end, even on a loaded 2-core machine.
+loss_args = ["--steps", "400", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "25"]
 loss_want = golden(4, loss_args)
 loss_config = ("job:\n  id: loss-%d\n  max_restarts: 5\nstore:\n  memory_budget: 128MiB\n  chunk_size: 1MiB\n"
                "cluster:\n  replicas: 1\npersist:\n  dir: %s\n  every_versions: 4\n" % (rng.randrange(1 << 30), disk3))
@@ -174,6 +176,9 @@ def on_disk_everywhere(s):
 
 
 st = lj.wait_for(on_disk_everywhere, timeout=120)
+if st is None:  # say what each node's flusher had done
+    for a in range(4):
+        print(f"   agent {a} persist: {(lj.agent_state(a) or {}).get('persist')}", flush=True)
 if check(st is not None, "two-node loss: versions reach disk on every node"):
     first = rng.randrange(4)
     victims = [first, (first + 1) % 4]  # a node and the holder of its copies (the next on the placement ring)
