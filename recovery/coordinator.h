@@ -87,6 +87,8 @@ class Coordinator {
   nlohmann::json StatusJson(Time now) const;
 
  private:
+  // For messages: "1, 2, 3".
+  static std::string Join(const std::vector<int>& v);
   enum class Phase { kForming, kRunning, kRecovering, kStopped };
   struct AgentInfo {
     PeerId id = 0;

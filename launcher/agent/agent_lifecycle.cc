@@ -16,36 +16,13 @@
 #include "launcher/agent/agent.h"
 #include "launcher/agent/rank_env.h"
 #include "plugin/common/bytes.h"
+#include "plugin/common/duration.h"
 #include "plugin/common/log.h"
 #include "plugin/common/proc_start.h"
 #include "plugin/common/safe_dir.h"
 #include "plugin/persist/persist_reader.h"
 
 namespace ftrun {
-namespace {
-
-double Ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// Up to `n` chunks of m, spread over its tensors and over the chunks within
-// them (always the same ones): where a test harness finds committed bytes.
-nlohmann::json SampleChunks(const Manifest& m, size_t n) {
-  nlohmann::json out = nlohmann::json::array();
-  std::set<std::pair<size_t, size_t>> taken;
-  const size_t tensors = m.tensors.size();
-  for (size_t k = 0; k < n && tensors > 0; ++k) {
-    const size_t t = k * tensors / n;
-    const auto& chunks = m.tensors[t].chunks;
-    if (chunks.empty()) continue;
-    const size_t j = (k * chunks.size() / n) % chunks.size();
-    if (!taken.insert({t, j}).second) continue;
-    const ChunkRef& c = chunks[j];
-    out.push_back({{"rank", m.rank}, {"version", m.version}, {"tensor", m.tensors[t].info.name}, {"chunk", j},
-                   {"offset", c.offset}, {"bytes", c.length}, {"hash", c.hash.ToHex()}});
-  }
-  return out;
-}
-
-}  // namespace
 
 void Agent::SpawnGeneration() {
   auto now = Clock::now();
@@ -305,61 +282,6 @@ void Agent::ContinueStop() {
   SpawnGeneration();
 }
 
-Status Agent::EnsureRestorable() {
-  std::vector<CorruptChunk> lost;
-  for (const CorruptChunk& c : corrupt_) {
-    if (c.dropped) lost.push_back(c);
-  }
-  corrupt_.clear();
-  auto v = service_->last_committed();
-  std::vector<int> ranks, missing;
-  for (const RankSlot& s : slots_) {
-    ranks.push_back(s.global_rank);
-    if (v && !store_->Find(s.global_rank, *v)) missing.push_back(s.global_rank);
-  }
-  if (missing.empty()) return Status::Ok();
-  const std::string what =
-      lost.empty() ? "rank " + std::to_string(missing.front()) + "'s snapshot of committed version " + std::to_string(*v)
-                   : lost.front().Name();
-  // The committed version itself, from the persist directory.
-  std::vector<uint64_t> on_disk;
-  if (persist()) {
-    PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
-    uint64_t bytes = 0;
-    Status s = reader.ListComplete(&on_disk);
-    if (s.ok()) s = LoadFromDisk(reader, *v, ranks, &bytes);
-    if (s.ok()) {
-      for (const CorruptChunk& c : lost) CorruptRepaired(c, "the persist directory (" + o_.config.persist.dir + ")");
-      return Status::Ok();
-    }
-    FTRUN_LOG_WARN("{}: version {} cannot be read from the persist directory ({})", what, *v, s.message());
-  }
-  // Else an older version: whole in this node's RAM, or complete on disk.
-  std::set<uint64_t> older(on_disk.begin(), on_disk.end());
-  for (uint64_t x : store_->Versions()) {
-    bool whole = true;
-    for (int rank : ranks) whole &= store_->Find(rank, x) != nullptr;
-    if (whole) older.insert(x);
-  }
-  for (auto it = older.rbegin(); it != older.rend(); ++it) {
-    if (*it >= *v) continue;
-    Status s = GoBackTo(*it);
-    if (s.ok()) {
-      FTRUN_LOG_WARN("{} is lost (corrupted in shared memory, no good copy of it): going back to version {} ({} "
-                     "steps lost)", what, *it, *v - *it);
-      return Status::Ok();
-    }
-    FTRUN_LOG_WARN("cannot go back to version {}: {}", *it, s.message());
-  }
-  std::string detail = lost.empty() ? std::string()
-                                    : " (its bytes hash to " + lost.front().seen.ToHex() + ", expected " +
-                                          lost.front().ref.hash.ToHex() + ")";
-  return Status::Corruption(what + " is corrupted in shared memory" + detail +
-                            ", and this node has no good copy of it: no holder (one node), " +
-                            (persist() ? "none in the persist directory" : "no persist.dir") +
-                            ", no older version whole; the job stops rather than restore wrong bytes");
-}
-
 void Agent::KillFinishedGroup(RankSlot& slot) {
   // A finished rank's leftovers (a data-loader worker, say) go now, and the
   // group id is forgotten: once empty, it may be reused by anyone.
@@ -420,89 +342,6 @@ void Agent::Tick() {
   if (cluster()) ClusterTick(now);
   if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
   if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
-}
-
-void Agent::WriteStatus() {
-  status_dirty_ = false;
-  last_status_write_ = Clock::now();
-  if (o_.status_file.empty()) return;
-  using nlohmann::json;
-  json j;
-  j["job_id"] = o_.job_id;
-  j["agent_pid"] = static_cast<int>(::getpid());
-  j["agent_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
-  j["node"] = o_.node_rank;
-  const char* states[] = {"running", "stopping", "idle", "done"};
-  j["state"] = states[static_cast<int>(state_)];
-  if (cluster()) {
-    j["agent"] = o_.agent_id;
-    j["epoch"] = epoch_;
-    j["coordinator_connected"] = coord_up_;
-    j["holders"] = replicator_->holders();
-    j["address"] = transport_->address();
-    TransportStats ts = transport_->stats();
-    j["bulk_bytes_sent"] = ts.bulk_bytes_sent;
-    j["bulk_bytes_received"] = ts.bulk_bytes_received;
-    j["replication"] = json::array();
-    for (const auto& r : replicator_->history()) {
-      j["replication"].push_back({{"to", r.to}, {"rank", r.rank}, {"version", r.version},
-                                  {"state_bytes", r.state_bytes}, {"bytes_sent", r.bytes_sent}, {"seconds", r.seconds}});
-    }
-  }
-  j["restarts"] = generation_;
-  j["max_restarts"] = o_.config.job.max_restarts;
-  auto committed = service_->last_committed();
-  j["committed_version"] = committed ? json(*committed) : json(nullptr);
-  StoreStats st = store_->Stats();
-  reported_prefaulted_ = prefaulted_;
-  j["store"] = {{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
-                {"reserved_bytes", st.reserved_bytes},
-                {"chunks", st.chunks}, {"versions", st.versions}, {"prefaulted", reported_prefaulted_},
-                {"store_fd", arena_.fd()}, {"chunks_corrupt_found", chunks_corrupt_found_},
-                {"chunks_corrupt_repaired", chunks_corrupt_repaired_}};
-  json sample = json::array();
-  for (const RankSlot& s : slots_) {
-    const Manifest* m = committed ? store_->Find(s.global_rank, *committed) : nullptr;
-    if (m != nullptr) {
-      for (auto& c : SampleChunks(*m, kSampledChunks)) sample.push_back(std::move(c));
-    }
-  }
-  j["store"]["committed_chunks"] = std::move(sample);
-  if (flusher_) j["persist"] = flusher_->StatusJson();
-  j["ranks"] = json::array();
-  for (const RankSlot& s : slots_) {
-    j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"start_time", ProcessStartTime(s.pid)},
-                          {"finished", s.finished},
-                          {"connected", s.conn_id != 0}});
-  }
-  j["recoveries"] = json::array();
-  for (const Recovery& r : recoveries_) {
-    json x = {{"restart", r.restart}, {"reason", r.reason}};
-    x["version"] = r.version ? json(*r.version) : json(nullptr);
-    if (r.first_step) {
-      auto connected = r.connected.value_or(r.spawned);
-      auto restored = r.restored.value_or(connected);
-      x["stop_ms"] = Ms(r.stopped - r.detected);
-      x["respawn_ms"] = Ms(r.spawned - r.stopped);
-      x["connect_ms"] = Ms(connected - r.spawned);
-      x["restore_ms"] = Ms(restored - connected);
-      x["first_step_ms"] = Ms(*r.first_step - restored);
-      x["total_ms"] = Ms(*r.first_step - r.detected);
-      // Raw CLOCK_MONOTONIC stamps, comparable with other processes' clocks.
-      x["detected_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
-      x["first_step_mono_ns"] =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(r.first_step->time_since_epoch()).count();
-    }
-    j["recoveries"].push_back(x);
-  }
-  j["exit_code"] = state_ == State::kDone ? json(exit_code_) : json(nullptr);
-  // Never through a link; inside the run dir (the runner's job dir), only in
-  // a directory nobody else can write (safe_dir.h).
-  const std::string& run_dir = o_.config.agent.run_dir;
-  const bool in_run_dir = o_.status_file.compare(0, run_dir.size() + 1, run_dir + "/") == 0;
-  Status s = ReplaceFile(o_.status_file, j.dump(2) + "\n", in_run_dir);
-  if (!s.ok() && s.message() != status_error_) FTRUN_LOG_WARN("cannot write status file: {}", s.message());
-  status_error_ = s.ok() ? std::string() : s.message();
 }
 
 }  // namespace ftrun

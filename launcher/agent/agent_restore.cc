@@ -165,4 +165,59 @@ void Agent::DiskRestoreEnd(Status s) {
   SendToCoordinator(ClusterMsg::kReady, EncodeU64(r.pull.epoch));
 }
 
+Status Agent::EnsureRestorable() {
+  std::vector<CorruptChunk> lost;
+  for (const CorruptChunk& c : corrupt_) {
+    if (c.dropped) lost.push_back(c);
+  }
+  corrupt_.clear();
+  auto v = service_->last_committed();
+  std::vector<int> ranks, missing;
+  for (const RankSlot& s : slots_) {
+    ranks.push_back(s.global_rank);
+    if (v && !store_->Find(s.global_rank, *v)) missing.push_back(s.global_rank);
+  }
+  if (missing.empty()) return Status::Ok();
+  const std::string what =
+      lost.empty() ? "rank " + std::to_string(missing.front()) + "'s snapshot of committed version " + std::to_string(*v)
+                   : lost.front().Name();
+  // The committed version itself, from the persist directory.
+  std::vector<uint64_t> on_disk;
+  if (persist()) {
+    PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
+    uint64_t bytes = 0;
+    Status s = reader.ListComplete(&on_disk);
+    if (s.ok()) s = LoadFromDisk(reader, *v, ranks, &bytes);
+    if (s.ok()) {
+      for (const CorruptChunk& c : lost) CorruptRepaired(c, "the persist directory (" + o_.config.persist.dir + ")");
+      return Status::Ok();
+    }
+    FTRUN_LOG_WARN("{}: version {} cannot be read from the persist directory ({})", what, *v, s.message());
+  }
+  // Else an older version: whole in this node's RAM, or complete on disk.
+  std::set<uint64_t> older(on_disk.begin(), on_disk.end());
+  for (uint64_t x : store_->Versions()) {
+    bool whole = true;
+    for (int rank : ranks) whole &= store_->Find(rank, x) != nullptr;
+    if (whole) older.insert(x);
+  }
+  for (auto it = older.rbegin(); it != older.rend(); ++it) {
+    if (*it >= *v) continue;
+    Status s = GoBackTo(*it);
+    if (s.ok()) {
+      FTRUN_LOG_WARN("{} is lost (corrupted in shared memory, no good copy of it): going back to version {} ({} "
+                     "steps lost)", what, *it, *v - *it);
+      return Status::Ok();
+    }
+    FTRUN_LOG_WARN("cannot go back to version {}: {}", *it, s.message());
+  }
+  std::string detail = lost.empty() ? std::string()
+                                    : " (its bytes hash to " + lost.front().seen.ToHex() + ", expected " +
+                                          lost.front().ref.hash.ToHex() + ")";
+  return Status::Corruption(what + " is corrupted in shared memory" + detail +
+                            ", and this node has no good copy of it: no holder (one node), " +
+                            (persist() ? "none in the persist directory" : "no persist.dir") +
+                            ", no older version whole; the job stops rather than restore wrong bytes");
+}
+
 }  // namespace ftrun

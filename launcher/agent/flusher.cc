@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "plugin/common/duration.h"
 #include "plugin/common/log.h"
 #include "plugin/persist/retention.h"
 
@@ -16,7 +17,6 @@ namespace {
 
 constexpr auto kMaxBackoff = std::chrono::seconds(60);
 
-double Ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 }  // namespace
 

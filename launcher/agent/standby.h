@@ -53,6 +53,15 @@ std::string StandbySocketPath(const std::string& dir, const std::string& slurm_j
 // socket that cannot be made (the prolog then reports the node unusable).
 int RunStandby(int argc, char** argv);
 
+// standby_process.cc. Parses the standby's command line (false: exit with
+// *exit_code, after --help or an error it printed).
+bool ParseStandbyOptions(int argc, char** argv, StandbyOptions* o, int* exit_code);
+// Writes this process's pid to `path` (never through a link; safe_dir.h).
+bool WritePidFile(const std::string& path);
+// Forks: the parent exits 0 once the child, in its own session with its
+// output on o.log_file, has written its pid file; returns in the child.
+bool Detach(const StandbyOptions& o);
+
 // Called first by ftrun-agent's main(). When $SLURM_JOB_ID is set, we are not
 // ourselves the standby's child, and a standby socket for that job exists,
 // hands argv to the standby and returns the agent's exit code once it ends.

@@ -1,4 +1,5 @@
 #include "launcher/runner/runner.h"
+#include "launcher/runner/runner_impl.h"
 
 #include <signal.h>
 #include <sys/epoll.h>
@@ -34,95 +35,11 @@
 extern char** environ;
 
 namespace ftrun {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-class TransportOutbox : public Coordinator::Outbox {
- public:
-  explicit TransportOutbox(Transport* t) : t_(t) {}
-  void Send(PeerId to, ClusterMsg type, std::string payload) override {
-    t_->Send(to, static_cast<uint16_t>(type), std::move(payload));
-  }
-  void Disconnect(PeerId peer) override { t_->Disconnect(peer); }
-
- private:
-  Transport* t_;
-};
-
-struct AgentProc {
-  int id = 0;
-  int slot = -1;  // as started; -1 = spare
-  std::string host;  // where a remote launcher starts it
-  pid_t pid = 0;
-  uint64_t start_time = 0;  // of pid (proc_start.h): written next to it, checked before an adopted pid is signalled
-  int respawns = 0;
-  bool adopted = false;  // started by an earlier runner (`ftrun --attach`): not our child
-};
-
-// The first IPv4 address of `host`, for agents and the coordinator that
-// remote launchers start elsewhere.
-Status ResolveIpv4(const std::string& host, const std::string& what, std::string* out) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    return Status::InvalidArgument(what + " '" + host + "': cannot resolve it to an IPv4 address (" +
-                                   ::gai_strerror(rc) + "); give the address instead");
-  }
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
-  ::freeaddrinfo(res);
-  *out = buf;
-  return Status::Ok();
-}
-
-std::string SelfDir() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string p(buf, static_cast<size_t>(n));
-  return p.substr(0, p.rfind('/'));
-}
+namespace runner_impl {
 
 // Our child (it cannot be reused before we reap it), or an adopted agent
 // that is still the process its status recorded.
 bool StillOurs(const AgentProc& a) { return a.pid > 0 && (!a.adopted || SameProcess(a.pid, a.start_time)); }
-
-class Runner {
- public:
-  explicit Runner(const RunnerOptions& o) : o_(o) {}
-  int Run();
-
- private:
-  Status Setup();
-  Status SelectJobNodes();
-  Status SpawnAgent(AgentProc& a, bool as_spare);
-  void Loop();
-  void Reaped(pid_t pid, const ExitInfo& info);
-  void WriteStatus();
-  Status AdoptAgents(const std::string& coordinator);
-  void CheckAdopted();
-
-  RunnerOptions o_;
-  Config config_;
-  std::vector<NodeSlots> nodes_;
-  int spares_ = 0;
-  std::vector<std::string> spare_hosts_;  // remote launchers: the hosts spares run on
-  bool remote() const { return o_.launcher != "local"; }
-  std::string job_id_, job_dir_, secret_file_;
-  UniqueFd job_dir_fd_;         // job_dir_, checked (safe_dir.h): runner.json and status.json are written in it
-  std::string status_error_;    // the last status write error logged (logged once)
-  std::unique_ptr<Transport> transport_;
-  std::unique_ptr<TransportOutbox> outbox_;
-  std::unique_ptr<Coordinator> coord_;
-  std::vector<AgentProc> agents_;
-  UniqueFd epoll_, signal_fd_, timer_fd_;
-  int signal_ = 0;
-  std::optional<Clock::time_point> ending_since_;
-  Clock::time_point last_status_;
-};
 
 Status Runner::SelectJobNodes() {
   std::vector<HostEntry> hosts;
@@ -286,70 +203,6 @@ Status Runner::Setup() {
   return Status::Ok();
 }
 
-// `ftrun --attach`: the agents the old runner started, as its last status
-// listed them, and which node each held.
-Status Runner::AdoptAgents(const std::string& before_text) {
-  nlohmann::json before = nlohmann::json::parse(before_text);
-  for (const auto& a : before["agents"]) {
-    AgentProc p;
-    p.id = a.value("agent", -1);
-    p.pid = a.value("pid", 0);
-    p.start_time = a.value("start_time", uint64_t{0});
-    p.adopted = true;
-    if (p.pid > 0 && !SameProcess(p.pid, p.start_time)) {
-      // The pid was reused (or the status predates start times): never wait
-      // on or signal a process that is not the agent.
-      FTRUN_LOG_WARN("agent {}: pid {} is not the process the old status recorded (start time {}, now {}): "
-                     "treated as gone, not adopted", p.id, p.pid, p.start_time, ProcessStartTime(p.pid));
-      p.pid = 0;
-      p.adopted = false;
-    }
-    for (const auto& n : before.value("nodes", nlohmann::json::array())) {
-      if (n.contains("agent") && n["agent"].is_number() && n["agent"].get<int>() == p.id) p.slot = n.value("node", -1);
-    }
-    if (p.slot >= 0 && p.slot < static_cast<int>(nodes_.size())) p.host = nodes_[static_cast<size_t>(p.slot)].host;
-    agents_.push_back(p);
-    if (!p.adopted) continue;
-    FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
-                   p.slot >= 0 ? "node " + std::to_string(p.slot) : std::string("spare"));
-  }
-  if (agents_.empty()) return Status::InvalidArgument("ftrun --attach " + job_id_ + ": the old status lists no agents");
-  CheckAdopted();
-  return Status::Ok();
-}
-
-// Adopted agents are not our children: notice their end by polling.
-void Runner::CheckAdopted() {
-  for (AgentProc& a : agents_) {
-    if (!a.adopted || a.pid <= 0 || StillOurs(a)) continue;
-    a.adopted = false;
-    Reaped(a.pid, ExitInfo{false, 1});
-  }
-}
-
-// --agent_addr: a template ("10.0.0.{node}") or one address per agent,
-// comma-separated.
-Status AgentAddress(const std::string& spec, int agent, std::string* out) {
-  if (spec.find(',') == std::string::npos) {
-    *out = ExpandNodeTemplate(spec, agent);
-    return Status::Ok();
-  }
-  std::vector<std::string> list;
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    list.push_back(spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  if (agent >= static_cast<int>(list.size())) {
-    return Status::InvalidArgument("--agent_addr lists " + std::to_string(list.size()) + " addresses, agent " +
-                                   std::to_string(agent) + " needs one (nodes + spares)");
-  }
-  *out = list[static_cast<size_t>(agent)];
-  return Status::Ok();
-}
-
 Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   SpawnSpec spec;
   // Agents outlive a runner that dies (up to cluster.lost_node_timeout, their
@@ -429,32 +282,6 @@ void Runner::Reaped(pid_t pid, const ExitInfo& info) {
   }
 }
 
-void Runner::WriteStatus() {
-  last_status_ = Clock::now();
-  nlohmann::json j = coord_->StatusJson(Clock::now());
-  j["job_id"] = job_id_;
-  j["persist_dir"] = config_.persist.dir;
-  j["job_dir"] = job_dir_;
-  j["coordinator"] = transport_->address();
-  j["runner_pid"] = ::getpid();
-  j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
-  j["updated_unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count();
-  j["agents"] = nlohmann::json::array();
-  for (const AgentProc& a : agents_) {
-    j["agents"].push_back({{"agent", a.id}, {"pid", a.pid}, {"start_time", a.start_time},
-                           {"status_file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"}});
-  }
-  // Always in the job's directory, where `ftrun status` looks; also where
-  // --status_file says.
-  // Never written through a link (safe_dir.h).
-  const std::string text = j.dump(2) + "\n";
-  Status s = ReplaceFileAt(job_dir_fd_.get(), job_dir_, "status.json", text);
-  if (s.ok() && !o_.status_file.empty()) s = ReplaceFile(o_.status_file, text, false);
-  if (!s.ok() && s.message() != status_error_) FTRUN_LOG_WARN("cannot write the job status: {}", s.message());
-  status_error_ = s.ok() ? std::string() : s.message();
-}
-
 void Runner::Loop() {
   epoll_event evs[8];
   while (true) {
@@ -530,54 +357,8 @@ int Runner::Run() {
   return coord_->exit_code();
 }
 
-}  // namespace
+}  // namespace runner_impl
 
-int RunJob(const RunnerOptions& options) { return Runner(options).Run(); }
-
-int AttachJob(int argc, char** argv) {
-  CLI::App app{"ftrun --attach JOB: take over a running job whose runner died"};
-  app.name("ftrun");
-  std::string job, config_path;
-  app.add_option("--attach", job, "the job id (see `ftrun status`)")->required();
-  app.add_option("--config", config_path, "the ftrun YAML config the job was started with (for agent.run_dir)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  Config config = DefaultConfig();
-  if (!config_path.empty()) {
-    Status s = LoadConfigFile(config_path, &config);
-    if (!s.ok()) return std::fprintf(stderr, "ftrun --attach: %s\n", s.message().c_str()), 2;
-  }
-  const std::string path = config.agent.run_dir + "/" + job + "/runner.json";
-  // Only what this user wrote: the directory and the file checked (safe_dir.h).
-  std::string text;
-  Status read = ReadPrivateFile(path, 1u << 20, &text);
-  if (!read.ok()) {
-    const bool refused = read.code() == Code::kFailedPrecondition;  // there, but not trusted
-    std::fprintf(stderr, "ftrun --attach: cannot read %s: %s%s\n", path.c_str(), read.message().c_str(),
-                 refused ? "" : " (is agent.run_dir right? pass the job's --config)");
-    return 2;
-  }
-  nlohmann::json saved = nlohmann::json::parse(text, nullptr, false);
-  if (saved.is_discarded() || !saved.contains("argv") || !saved["argv"].is_array()) {
-    std::fprintf(stderr, "ftrun --attach: cannot read %s (expected {\"argv\": [...]} written by the job's runner; "
-                 "is agent.run_dir right? pass the job's --config)\n", path.c_str());
-    return 2;
-  }
-  std::vector<std::string> words{"ftrun"};
-  for (const auto& w : saved["argv"]) words.push_back(w.get<std::string>());
-  std::vector<char*> cargv;
-  for (auto& w : words) cargv.push_back(w.data());
-  RunnerOptions options;
-  bool help = false;
-  Status s = ParseRunnerOptions(static_cast<int>(cargv.size()), cargv.data(), &options, &help);
-  if (!s.ok()) return std::fprintf(stderr, "ftrun --attach: %s: %s\n", path.c_str(), s.message().c_str()), 2;
-  options.attach_job = job;
-  InitLogging("ftrun", -1, -1, options.quiet ? "warn" : options.log_level);
-  FTRUN_LOG_WARN("attaching to job {} (its first command line: ftrun {})", job, saved["argv"].dump());
-  return RunJob(options);
-}
+int RunJob(const RunnerOptions& options) { return runner_impl::Runner(options).Run(); }
 
 }  // namespace ftrun

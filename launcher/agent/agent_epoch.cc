@@ -1,0 +1,134 @@
+// The agent's side of a cluster epoch: the coordinator halts the ranks, starts them from a version, or is
+// lost (the ranks are fenced until it is back).
+#include <sys/epoll.h>
+
+#include <algorithm>
+
+#include "launcher/agent/agent.h"
+#include "plugin/common/log.h"
+#include "plugin/transport/secret.h"
+#include "plugin/transport/ucx_transport.h"
+
+namespace ftrun {
+
+void Agent::Halt(uint64_t epoch) {
+  ++pull_seq_;  // a restore from disk in flight is stale now
+  next_restore_.reset();
+  epoch_ = std::max(epoch_, epoch);
+  replicator_->SetEpoch(epoch_);
+  round_waiting_.clear();
+  round_.reset();  // the stopped generation's round is over
+  pending_start_.reset();
+  if (state_ == State::kRunning) {
+    reply_halted_ = true;
+    BeginStop(StopCause::kFailure, "halted by the coordinator (epoch " + std::to_string(epoch) + ")", std::nullopt);
+  } else if (state_ == State::kStopping) {
+    reply_halted_ = true;
+  } else if (state_ == State::kIdle) {
+    service_->DiscardUncommitted();
+    SendToCoordinator(ClusterMsg::kHalted, EncodeU64(epoch_));
+  }
+}
+
+void Agent::StoppedInCluster() {
+  state_ = State::kIdle;
+  status_dirty_ = true;
+  if (reply_halted_) {
+    // The halt came after every commit the coordinator made before it: what
+    // is above the last of them is void now (never before: see ContinueStop).
+    reply_halted_ = false;
+    service_->DiscardUncommitted();
+    SendToCoordinator(ClusterMsg::kHalted, EncodeU64(epoch_));
+  }
+  if (pending_start_) {
+    StartMsg m = *pending_start_;
+    pending_start_.reset();
+    Start(m);
+  }
+}
+
+void Agent::Start(const StartMsg& m) {
+  if (state_ == State::kRunning || state_ == State::kStopping) {
+    pending_start_ = m;  // the coordinator restarted: stop first
+    if (state_ == State::kRunning) BeginStop(StopCause::kFailure, "restart ordered by the coordinator", std::nullopt);
+    return;
+  }
+  if (state_ != State::kIdle) return;
+  epoch_ = std::max(epoch_, m.epoch);
+  replicator_->SetEpoch(epoch_);
+  fenced_ = false;  // re-admitted
+  round_.reset();
+  // Above the version the job starts from: a stopped generation's saves and
+  // copies, or a timeline the job went back from. Never restored, never
+  // acknowledged as a copy of the new timeline's.
+  store_->DiscardAbove(m.version);
+  // Every rank of this node must restore from this node's store: a rank
+  // started without its snapshot fails, and the restart that follows would
+  // fail the same way, forever. The coordinator learns what is missing and
+  // has it pulled from the holders (or goes back to the disk, or stops).
+  std::vector<RankVersion> missing;
+  for (const RankSlot& slot : slots_) {
+    if (m.version && !store_->Find(slot.global_rank, *m.version)) missing.push_back({slot.global_rank, *m.version});
+  }
+  if (!missing.empty()) {
+    std::string names;
+    for (const auto& [rank, v] : missing) names += (names.empty() ? "" : ", ") + std::to_string(rank);
+    FTRUN_LOG_ERROR("told to start from version {}, but this node's store holds no snapshot of rank(s) {} at it: "
+                    "not starting them; asking the coordinator to have them pulled", *m.version, names);
+    ByteWriter w;
+    w.Put<uint64_t>(m.epoch);
+    PutRankVersions(missing, &w);
+    return SendToCoordinator(ClusterMsg::kMissing, w.data());
+  }
+  for (const CorruptChunk& c : corrupt_) {
+    if (c.dropped && SlotByRank(c.rank) != nullptr) {
+      FTRUN_LOG_WARN("{}: not repaired; the job goes on from version {}", c.Name(), m.version.value_or(0));
+    }
+  }
+  corrupt_.erase(std::remove_if(corrupt_.begin(), corrupt_.end(), [](const CorruptChunk& c) { return c.dropped; }),
+                 corrupt_.end());
+  generation_ = static_cast<int>(m.epoch);
+  restore_version_ = m.version;
+  if (m.version) {
+    cluster_tracker_->Committed(*m.version);
+    service_->OnCommitted(*m.version);
+  }
+  o_.master_addr = m.master_addr;
+  o_.master_port = m.master_port;
+  if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) {
+    recoveries_.back().restart = generation_;
+    recoveries_.back().version = m.version;
+  } else if (generation_ > 0 && !slots_.empty()) {
+    // A replacement (or a node back from a loss): its ranks are part of the
+    // recovery too; its record starts when it is told to start.
+    Recovery r;
+    r.restart = generation_;
+    r.reason = "taking over node " + std::to_string(o_.node_rank);
+    r.version = m.version;
+    r.detected = r.stopped = Clock::now();
+    recoveries_.push_back(r);
+  }
+  state_ = State::kRunning;
+  if (!slots_.empty()) SpawnGeneration();
+}
+
+void Agent::CoordinatorLost(const std::string& why) {
+  coord_up_ = false;
+  // Until re-admitted (a pull or a start), another agent may take this node
+  // and go back below what this one committed: no drain meanwhile. (After
+  // the job's end was ordered the runner may simply have gone.)
+  if (!stop_ordered_) {
+    fenced_ = true;
+    marker_lease_->store(0);
+  }
+  coord_lost_since_ = Clock::now();
+  transport_->Disconnect(kCoordinatorPeer);
+  FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);
+  reply_halted_ = false;
+  pending_start_.reset();
+  if (state_ == State::kRunning) {
+    BeginStop(StopCause::kFailure, "lost the coordinator: " + why, std::nullopt);
+  }
+}
+
+}  // namespace ftrun

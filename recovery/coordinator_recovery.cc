@@ -1,0 +1,231 @@
+// The coordinator's recovery: a failure or a loss starts a new epoch; which copies (RAM, or the persist
+// directory) cover the committed version; copies dropped or missing (see coordinator.h).
+#include "recovery/coordinator.h"
+
+#include <algorithm>
+
+#include "plugin/common/log.h"
+#include "recovery/placement.h"
+
+namespace ftrun {
+
+void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time now) {
+  if (phase_ == Phase::kStopped) return;
+  last_failure_code_ = exit_code == 0 ? 1 : exit_code;
+  if (restarts_ >= o_.max_restarts) {
+    return Stop(last_failure_code_, "giving up after " + std::to_string(restarts_) + " restarts (job.max_restarts): " + reason);
+  }
+  restarts_++;
+  epoch_++;
+  if (committed_) held_.erase(held_.upper_bound(*committed_), held_.end());
+  else held_.clear();
+  target_.reset();
+  ahead_ = false;
+  recoveries_.push_back({epoch_, reason, now, std::nullopt});
+  FTRUN_LOG_WARN("epoch {}: {}; restoring {}", epoch_, reason,
+                 committed_ ? "version " + std::to_string(*committed_) : std::string("nothing (no committed version)"));
+  phase_ = Phase::kRecovering;
+  for (auto& [id, a] : agents_) {
+    a.halted = a.slot < 0;
+    a.ready = true;
+    a.done = false;
+    if (a.alive && a.slot >= 0) out_->Send(id, ClusterMsg::kHalt, EncodeU64(epoch_));
+  }
+  if (!CheckCoverage("")) return;
+  // A node's agent that lacks its own shards of the committed version (a
+  // replacement whose pull this recovery interrupted) pulls them again; or,
+  // going back to a version on disk, every node reads its ranks from there.
+  bool pulls = false;
+  for (auto& [id, a] : agents_) {
+    if (!a.alive || a.slot < 0 || !committed_) continue;
+    if (disk_restore_) {
+      a.ready = false;
+      out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+      continue;
+    }
+    PullMsg p{epoch_, *committed_, {}};
+    for (int rank : SlotRanks(a.slot)) {
+      auto h = HoldersAlive(rank, *committed_);
+      if (std::find(h.begin(), h.end(), id) != h.end()) continue;
+      p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+    }
+    if (p.ranks.empty()) continue;
+    if (!pulls) BroadcastMembership();
+    pulls = true;
+    a.ready = false;
+    out_->Send(id, ClusterMsg::kPull, Encode(p));
+  }
+  waiting_since_ = now;
+  AssignReplacements(now);
+  MaybeStart(now);
+}
+
+// No agent holds a committed version: start from the newest one complete in
+// the persist directory, if any. Every node reads its own ranks from disk
+// (a pull with no holders) and answers kHeld, then kReady.
+std::optional<uint64_t> Coordinator::DiskVersion() const {
+  if (!o_.disk_versions) return std::nullopt;
+  for (uint64_t v : o_.disk_versions()) {
+    if (!bad_disk_versions_.count(v)) return v;
+  }
+  return std::nullopt;
+}
+
+// A node could not read its ranks of `version` (a chunk that fails its hash,
+// a missing file): every node goes to the next older version on disk.
+void Coordinator::DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now) {
+  if (phase_ != Phase::kRecovering || !committed_ || *committed_ != version) return;
+  bad_disk_versions_.insert(version);
+  std::optional<uint64_t> older = DiskVersion();
+  if (!older) {
+    return Stop(1, "agent " + std::to_string(from) + ": " + why + "; no older complete version on disk");
+  }
+  FTRUN_LOG_WARN("agent {}: {}; going back to version {}, the next older one on disk (version {} is kept on disk "
+                 "until a newer version commits)", from, why, *older, version);
+  committed_ = older;
+  WentBackTo(*older);
+  held_.clear();
+  disk_restore_ = true;
+  PullAllFromDisk(now);
+}
+
+void Coordinator::PullAllFromDisk(Time now) {
+  epoch_++;  // answers about the abandoned plan (kHeld, kReady) now carry a stale epoch
+  for (auto& [id, a] : agents_) {
+    if (!a.alive || a.slot < 0) continue;
+    a.ready = false;
+    out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+  }
+  MaybeStart(now);
+}
+
+void Coordinator::WentBackTo(uint64_t version) {
+  void_above_ = void_above_ ? std::min(*void_above_, version) : version;
+}
+
+void Coordinator::RestoreFromDisk() {
+  std::optional<uint64_t> v = DiskVersion();
+  if (!v) return;
+  committed_ = v;
+  WentBackTo(*v);  // what lies above it (incomplete, unreadable) is void once a newer version commits
+  FTRUN_LOG_WARN("no committed version in any agent's RAM: restoring version {} from the persist directory", *v);
+  for (auto& [id, a] : agents_) {
+    if (!a.alive || a.slot < 0) continue;
+    a.ready = false;
+    out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+  }
+}
+
+PullMsg Coordinator::DiskPull(int slot) const {
+  PullMsg p{epoch_, committed_.value_or(0), {}, true};
+  for (int rank : SlotRanks(slot)) p.ranks.push_back({rank, {}});
+  return p;
+}
+
+bool Coordinator::CheckCoverage(const std::string& detail) {
+  if (!committed_) return true;
+  std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
+  }
+  if (uncovered.empty()) return true;
+  if (std::optional<uint64_t> d = DiskVersion()) {
+    FTRUN_LOG_WARN("ranks {} have no complete copy of committed version {} on any live node: going back to version "
+                   "{}, the newest complete in the persist directory ({} steps lost)",
+                   Join(uncovered), *committed_, *d, *committed_ - std::min(*committed_, *d));
+    committed_ = d;
+    WentBackTo(*d);
+    held_.clear();
+    disk_restore_ = true;
+    return true;
+  }
+  Stop(1, "ranks " + Join(uncovered) + " have no complete copy of committed version " + std::to_string(*committed_) +
+              " on any live node (cluster.replicas: " + std::to_string(o_.replicas) +
+              "; more nodes were lost than that covers)" + detail);
+  return false;
+}
+
+// An agent dropped copies (a chunk of theirs was corrupted in its shared
+// memory). They no longer count; if a restart is being planned and the agent
+// lacks its own ranks of the committed version now, it pulls them first
+// (a restart not planned yet does that in BeginRecovery).
+void Coordinator::Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Time now) {
+  for (const auto& [rank, version] : lost) {
+    auto v = held_.find(version);
+    if (v == held_.end()) continue;
+    auto h = v->second.find(rank);
+    if (h != v->second.end()) h->second.erase(a.id);
+  }
+  FTRUN_LOG_WARN("agent {} dropped {} snapshot(s) that use a chunk corrupted in its shared memory", a.id, lost.size());
+  if (phase_ != Phase::kRecovering || a.slot < 0 || !committed_ || disk_restore_) return;
+  PullMsg p{epoch_, *committed_, {}};
+  for (int rank : SlotRanks(a.slot)) {
+    auto h = HoldersAlive(rank, *committed_);
+    if (std::find(h.begin(), h.end(), a.id) == h.end()) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+  }
+  if (p.ranks.empty() || !CheckCoverage("")) return;
+  if (disk_restore_) {  // no live copy left: every node goes back to the disk version
+    for (auto& [id, x] : agents_) {
+      if (!x.alive || x.slot < 0) continue;
+      x.ready = false;
+      out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(x.slot)));
+    }
+    return MaybeStart(now);
+  }
+  a.ready = false;
+  BroadcastMembership();
+  out_->Send(a.id, ClusterMsg::kPull, Encode(p));
+}
+
+// An agent told to start from the committed version does not hold its own
+// ranks of it (it did not start them: each would fail its restore, and so
+// would every restart after it). Those copies no longer count, whatever the
+// epoch; a report of this epoch starts a recovery in which the agent pulls
+// them from their holders (or the job goes back to the disk, or stops when
+// no copy is left). The same report again, after such a pull, stops the job
+// with an error rather than restart it in a loop.
+void Coordinator::Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVersion>& lost, Time now) {
+  std::vector<int> ranks;
+  bool again = false;
+  for (const auto& [rank, version] : lost) {
+    auto v = held_.find(version);
+    if (v != held_.end()) {
+      auto h = v->second.find(rank);
+      if (h != v->second.end()) h->second.erase(a.id);
+    }
+    if (epoch != epoch_ || !committed_ || version != *committed_) continue;  // a newer start checks again
+    // Reported before: a recovery since had it pulled (the agent answers
+    // ready only once it holds it), yet it lacks it again.
+    again |= missing_.count({a.id, rank, version}) > 0;
+    ranks.push_back(rank);
+  }
+  if (ranks.empty() || phase_ != Phase::kRunning || a.slot < 0) return;
+  const std::string what = "node " + std::to_string(a.slot) + " (agent " + std::to_string(a.id) +
+                           ") has no copy of rank(s) " + Join(ranks) + " of committed version " +
+                           std::to_string(*committed_) + " to restore";
+  if (again) {
+    return Stop(1, what + ", again after pulling it: stopping rather than restarting the job in a loop");
+  }
+  const uint64_t version = *committed_;
+  const PeerId agent = a.id;
+  BeginRecovery(what + "; it pulls them from their holders", 1, now);
+  for (int rank : ranks) missing_.insert({agent, rank, version});
+}
+
+void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
+  auto it = agents_.find(peer);
+  if (it == agents_.end() || !it->second.alive) return;
+  AgentInfo& a = it->second;
+  a.alive = false;
+  out_->Disconnect(peer);
+  if (phase_ == Phase::kStopped) return;  // agents leave at the end
+  int slot = a.slot;
+  a.slot = -1;
+  FTRUN_LOG_ERROR("agent {} ({}) lost: {}", peer, slot >= 0 ? "node " + std::to_string(slot) : std::string("spare"), why);
+  if (slot < 0 || phase_ == Phase::kStopped) return;
+  slots_[static_cast<size_t>(slot)].reset();
+  if (phase_ == Phase::kForming) return;
+  BeginRecovery("node " + std::to_string(slot) + " (agent " + std::to_string(peer) + ") lost: " + why, 1, now);
+}
+
+}  // namespace ftrun
