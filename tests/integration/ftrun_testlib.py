@@ -56,6 +56,17 @@ def golden(nranks, trainer_args):
     return out
 
 
+def kill_all(pids):
+    """SIGKILL to every pid given (0 and negatives, which would mean a process
+    group, are skipped); gone ones are fine."""
+    for pid in pids:
+        if pid and pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def read_json(path):
     """A JSON file's content; None while it does not exist or is being written."""
     try:
@@ -159,6 +170,10 @@ class ClusterJob(_Watched):
             return read_json(st["agents"][agent]["status_file"]) if st else None
         except IndexError:
             return None
+
+    def last_written(self, agent):
+        """The newest version the agent's flusher wrote to the persist directory (None: none yet)."""
+        return ((self.agent_state(agent) or {}).get("persist") or {}).get("last_written_version")
 
     def kill_node(self, node, sig=signal.SIGKILL):
         """Kills a node whole: its agent and its ranks (the store goes with them)."""

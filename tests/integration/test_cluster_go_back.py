@@ -56,10 +56,6 @@ def running(s):
     return s["phase"] == "running" and s["committed_version"] is not None
 
 
-def written(agent):
-    return ((job.agent_state(agent) or {}).get("persist") or {}).get("last_written_version")
-
-
 def node_agent(st, node):
     return st["nodes"][node]["agent"]
 
@@ -96,8 +92,8 @@ stopped_early = None
 
 # --- 1. two nodes at once: back to the disk --------------------------------
 st = job.wait_for(lambda s: running(s) and s["committed_version"] >= 30 and
-                  all((written(node_agent(s, n)) or 0) >= 10 for n in range(NODES)) and
-                  s["committed_version"] >= max(written(node_agent(s, n)) or 0 for n in range(NODES)) + 4,
+                  all((job.last_written(node_agent(s, n)) or 0) >= 10 for n in range(NODES)) and
+                  s["committed_version"] >= max(job.last_written(node_agent(s, n)) or 0 for n in range(NODES)) + 4,
                   timeout=120)
 if check(st is not None, "versions reach the disk on every node"):
     before = st["committed_version"]

@@ -20,13 +20,12 @@
 import os
 import random
 import re
-import signal
 import struct
 import subprocess
 import tempfile
 import time
 
-from ftrun_testlib import RUNNER, ClusterJob, Job, check, digests, finish, golden, read_json
+from ftrun_testlib import RUNNER, ClusterJob, Job, check, digests, finish, golden, kill_all, read_json
 
 seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
 print("seed", seed, "(set FTRUN_TEST_SEED to replay)", flush=True)
@@ -34,15 +33,6 @@ rng = random.Random(seed)
 
 ARGS = ["--steps", "60", "--state-bytes", "8MiB", "--tensors", "4", "--step-ms", "25"]
 WANT = golden(2, ARGS)
-
-
-def kill_all(pids):
-    for pid in pids:
-        if pid and pid > 0:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def restored_from_disk(log):
@@ -171,7 +161,7 @@ lj = ClusterJob(4, 1, loss_args, config=loss_config)
 
 
 def on_disk_everywhere(s):
-    w = [(lj.agent_state(a) or {}).get("persist", {}).get("last_written_version") for a in range(4)]
+    w = [lj.last_written(a) for a in range(4)]
     return all(x is not None for x in w) and (s.get("committed_version") or 0) >= max(w) + 3
 
 

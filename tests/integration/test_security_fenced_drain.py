@@ -43,10 +43,6 @@ def running(s):
     return s["phase"] == "running" and s["committed_version"] is not None
 
 
-def written(agent):
-    return ((job.agent_state(agent) or {}).get("persist") or {}).get("last_written_version")
-
-
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -72,8 +68,8 @@ def read_marker(path):
 
 
 st = job.wait_for(lambda s: running(s) and s["committed_version"] >= 30 and
-                  all((written(s["nodes"][n]["agent"]) or 0) >= 10 for n in range(NODES)) and
-                  s["committed_version"] >= max(written(s["nodes"][n]["agent"]) or 0 for n in range(NODES)) + 8,
+                  all((job.last_written(s["nodes"][n]["agent"]) or 0) >= 10 for n in range(NODES)) and
+                  s["committed_version"] >= max(job.last_written(s["nodes"][n]["agent"]) or 0 for n in range(NODES)) + 8,
                   timeout=120)
 old_agent = old_pid = None
 if check(st is not None, "versions reach the disk on every node"):

@@ -33,14 +33,10 @@ env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
 job = ClusterJob(3, 1, ARGS, CONFIG, spares=1, env=env)
 
 
-def written(agent):
-    return ((job.agent_state(agent) or {}).get("persist") or {}).get("last_written_version")
-
-
 def on_disk(s):
     if s["phase"] != "running" or s["committed_version"] is None:
         return False
-    w = [written(s["nodes"][n]["agent"]) for n in range(3)]
+    w = [job.last_written(s["nodes"][n]["agent"]) for n in range(3)]
     return all(x is not None and x >= 8 for x in w) and s["committed_version"] >= max(w) + 3
 
 

@@ -21,10 +21,9 @@ starts with the first 3 chunk reads of every agent failing with EIO.
 """
 import os
 import random
-import signal
 import tempfile
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden
+from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all
 
 ARGS = ["--state-bytes", "16MiB", "--tensors", "2", "--steps", "60", "--step-ms", "40", "--change-fraction", "0.2"]
 WANT = golden(2, ARGS)
@@ -37,19 +36,6 @@ CONFIG = ("job:\n  id: %s\n  max_restarts: 3\n"
           "persist:\n  dir: %s\n  every_versions: 3\n  every_seconds: 0s\n  keep: 100\n" % (job_id, disk))
 env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
 job_dir = os.path.join(disk, job_id)
-
-
-def kill_all(pids):
-    for pid in pids:
-        if pid and pid > 0:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def written(job, agent):
-    return ((job.agent_state(agent) or {}).get("persist") or {}).get("last_written_version")
 
 
 def markers():
@@ -71,7 +57,7 @@ def complete():
 
 # Run 1: two versions complete on disk, then the job is killed whole.
 job = ClusterJob(2, 1, ARGS, CONFIG, env=env)
-st = job.wait_for(lambda s: all((written(job, a) or 0) >= 6 for a in range(2)), timeout=120)
+st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 6 for a in range(2)), timeout=120)
 if check(st is not None, "run 1: versions reach the disk on both nodes"):
     pids = [job.proc.pid]
     for a in range(len(st["agents"])):

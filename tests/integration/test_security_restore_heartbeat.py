@@ -15,11 +15,10 @@ failure-free digests, with no node lost and no restart.
 """
 import os
 import random
-import signal
 import tempfile
 import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden
+from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all
 
 ARGS = ["--state-bytes", "2GiB", "--tensors", "4", "--steps", "60", "--step-ms", "200", "--change-fraction", "0.01"]
 WANT = golden(2, ARGS)
@@ -32,22 +31,9 @@ CONFIG = ("job:\n  id: sec-hb-%d\n  max_restarts: 3\n"
 env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
 
 
-def kill_all(pids):
-    for pid in pids:
-        if pid and pid > 0:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def written(job, agent):
-    return ((job.agent_state(agent) or {}).get("persist") or {}).get("last_written_version")
-
-
 # Run 1: a version reaches the disk on both nodes, then the job is killed whole.
 job = ClusterJob(2, 1, ARGS, CONFIG, env=env)
-st = job.wait_for(lambda s: all((written(job, a) or 0) >= 1 for a in range(2)), timeout=180)
+st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 1 for a in range(2)), timeout=180)
 if check(st is not None, "run 1: a version reaches the disk on both nodes"):
     pids = [job.proc.pid]
     for a in range(len(st["agents"])):
