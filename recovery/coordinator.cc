@@ -108,7 +108,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       return;
     }
     case ClusterMsg::kHalted:
-      if (epoch == epoch_) a.halted = true;
+      if (epoch >= halt_epoch_ && epoch <= epoch_) a.halted = true;
       return MaybeStart(now);
     case ClusterMsg::kReady:
       if (epoch == epoch_) a.ready = true;

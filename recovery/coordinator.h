@@ -97,7 +97,7 @@ class Coordinator {
     int slot = -1;  // -1: spare
     bool alive = true;
     Time last_heard;
-    bool halted = false;  // this epoch
+    bool halted = false;  // since the recovery began (halt_epoch_)
     bool ready = true;    // this epoch: pulled what it had to
     bool done = false;    // its ranks finished
   };
@@ -145,6 +145,10 @@ class Coordinator {
   std::vector<std::optional<PeerId>> slots_;  // slot -> agent
   Phase phase_ = Phase::kForming;
   uint64_t epoch_ = 0;
+  // The epoch the current recovery halted the ranks in. A re-plan of the
+  // same recovery (PullAllFromDisk) moves epoch_ on but halts nothing: a
+  // kHalted of any epoch since this one still means the node's ranks are gone.
+  uint64_t halt_epoch_ = 0;
   bool agents_ran_ranks_ = false;  // an agent registered with ranks run before (an attach)
   int restarts_ = 0;
   int last_failure_code_ = 1;

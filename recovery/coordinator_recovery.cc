@@ -17,6 +17,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   }
   restarts_++;
   epoch_++;
+  halt_epoch_ = epoch_;
   if (committed_) held_.erase(held_.upper_bound(*committed_), held_.end());
   else held_.clear();
   target_.reset();

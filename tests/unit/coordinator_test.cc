@@ -525,6 +525,32 @@ TEST_CASE("coordinator: a pull that fails when the disk covers it sends every no
   CHECK(start.version == 2u);
 }
 
+TEST_CASE("coordinator: a node that halted before a disk re-plan counts as halted after it",
+          "[coordinator][security]") {
+  // Found by the chaos soak: a node lost, the job goes back to disk version
+  // 5 in epoch 1, a node cannot read it and the job re-plans version 4 in
+  // epoch 2; the nodes' kHalted of epoch 1 arrive after that. They still
+  // count: the job starts once every node has read version 4.
+  Fixture f(0, 1, [] { return std::vector<uint64_t>{5, 4}; });
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(0));  // restored 5 from disk
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
+  f.Msg(2, ClusterMsg::kRankFailed, RankFailedMsg(0));  // no copy of 5 in RAM: every node reads it again
+  REQUIRE(f.c->epoch() == 1u);
+  REQUIRE(LastPull(f, 0).from_disk);
+  f.Msg(1, ClusterMsg::kDiskFailed, DiskFailedMsg(1, 5));
+  REQUIRE(f.c->epoch() == 2u);
+  for (PeerId a = 0; a < 3; ++a) REQUIRE(LastPull(f, a).version == 4u);
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(1));
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(1));  // the abandoned plan's: ignored
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(2));
+  REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);
+  StartMsg start;
+  REQUIRE(Decode(f.out.Last(0, ClusterMsg::kStart), &start).ok());
+  CHECK(start.version == 4u);
+  CHECK(start.epoch == 2u);
+}
+
 TEST_CASE("coordinator: a message without its epoch is ignored, not read as epoch 0", "[coordinator][security]") {
   Fixture f(0, 1, [] { return std::vector<uint64_t>{5}; });
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 0);  // every node reads 5 first
