@@ -87,23 +87,36 @@ std::string Encode(const MembershipMsg& m) {
     w.Put<uint32_t>(x.agent);
     w.Put<int32_t>(x.slot);
     w.PutString(x.address);
+    w.Put<int32_t>(x.first_rank);
+    w.Put<int32_t>(x.ranks);
   }
   w.Put<uint32_t>(static_cast<uint32_t>(m.my_holders.size()));
   for (uint32_t h : m.my_holders) w.Put<uint32_t>(h);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.held_slots.size()));
+  for (int32_t s : m.held_slots) w.Put<int32_t>(s);
   return w.data();
 }
 
 Status Decode(const std::string& payload, MembershipMsg* m) {
   ByteReader r(payload);
   m->epoch = r.Get<uint64_t>();
-  m->members.resize(r.GetCount(12));
+  m->members.resize(r.GetCount(20));
   for (auto& x : m->members) {
     x.agent = r.Get<uint32_t>();
     x.slot = r.Get<int32_t>();
     x.address = r.GetString();
+    x.first_rank = r.Get<int32_t>();
+    x.ranks = r.Get<int32_t>();
+    if (r.ok() && (x.first_rank < 0 || x.ranks < 0 || (x.slot < 0 && x.ranks != 0))) {
+      return Status::Corruption("membership: agent " + std::to_string(x.agent) + " has ranks [" +
+                                std::to_string(x.first_rank) + ", +" + std::to_string(x.ranks) + ") for slot " +
+                                std::to_string(x.slot));
+    }
   }
   m->my_holders.resize(r.GetCount(4));
   for (auto& h : m->my_holders) h = r.Get<uint32_t>();
+  m->held_slots.resize(r.GetCount(4));
+  for (auto& s : m->held_slots) s = r.Get<int32_t>();
   return Done(r, "membership");
 }
 

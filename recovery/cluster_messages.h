@@ -84,12 +84,15 @@ struct MemberInfo {
   uint32_t agent = 0;
   int32_t slot = -1;
   std::string address;
+  int32_t first_rank = 0;  // the ranks of its slot: [first_rank, first_rank + ranks)
+  int32_t ranks = 0;       // 0 for a spare
 };
 
 struct MembershipMsg {
   uint64_t epoch = 0;
   std::vector<MemberInfo> members;   // every live agent
   std::vector<uint32_t> my_holders;  // agents that keep copies of the receiver's shards
+  std::vector<int32_t> held_slots;   // slots whose shards the receiver keeps copies of
 };
 
 struct PullMsg {

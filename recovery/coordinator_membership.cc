@@ -79,7 +79,7 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
     if (agents_ran_ranks_) epoch_++;
     for (auto& [id, x] : agents_) x.halted = x.ready = true;
     recoveries_.push_back({epoch_, "job start", now, std::nullopt});
-    if (!committed_) RestoreFromDisk();
+    if (!committed_ && o_.scan_disk) return ScanDisk(DiskNeed::kStart, "");  // DiskScanned starts it
     return MaybeStart(now);
   }
   if (same_slot) {
@@ -166,14 +166,25 @@ void Coordinator::BroadcastMembership() {
   MembershipMsg m;
   m.epoch = epoch_;
   for (auto& [id, a] : agents_) {
-    if (a.alive) m.members.push_back({id, a.slot, a.address});
+    if (!a.alive) continue;
+    MemberInfo x{id, a.slot, a.address};
+    if (a.slot >= 0) {
+      x.first_rank = FirstRank(a.slot);
+      x.ranks = o_.ranks_per_slot[static_cast<size_t>(a.slot)];
+    }
+    m.members.push_back(x);
   }
   for (auto& [id, a] : agents_) {
     if (!a.alive) continue;
     m.my_holders.clear();
+    m.held_slots.clear();
     if (a.slot >= 0) {
       for (int h : placement_[static_cast<size_t>(a.slot)]) {
         if (AgentInfo* x = SlotAgent(h)) m.my_holders.push_back(x->id);
+      }
+      for (size_t s = 0; s < placement_.size(); ++s) {
+        const auto& p = placement_[s];
+        if (std::find(p.begin(), p.end(), a.slot) != p.end()) m.held_slots.push_back(static_cast<int32_t>(s));
       }
     }
     out_->Send(id, ClusterMsg::kMembership, Encode(m));

@@ -271,6 +271,7 @@ void Agent::ApplyMembership(const MembershipMsg& m) {
     if (it != members_.end()) transport_->Connect(h, it->second);
   }
   replicator_->SetHolders(m.my_holders);
+  replicator_->SetRoles(PeerRoles(m));
   status_dirty_ = true;
 }
 

@@ -5,18 +5,12 @@
 #include "plugin/common/bytes.h"
 #include "plugin/common/hash.h"
 #include "plugin/common/log.h"
+#include "launcher/agent/replicator_wire.h"
 #include "recovery/cluster_messages.h"
 
 namespace ftrun {
-namespace {
 
-constexpr uint64_t kSendTokenBit = 1ull << 63;
-constexpr uint64_t kPullBit = 1ull << 62;
-constexpr uint64_t kOwnerBase = 1ull << 62;  // store reservation owners, above any rank connection id
-
-uint16_t T(ClusterMsg m) { return static_cast<uint16_t>(m); }
-
-}  // namespace
+using namespace replicator_wire;
 
 Replicator::Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size)
     : t_(transport), store_(store), base_(arena_base), chunk_size_(chunk_size) {}
@@ -158,99 +152,6 @@ void Replicator::Reply(PeerId to, uint16_t type, uint64_t xfer, const std::strin
   t_->Send(to, type, w.data());
 }
 
-void Replicator::Offer(PeerId from, ByteReader* r) {
-  uint64_t xfer = r->Get<uint64_t>();
-  uint64_t epoch = r->Get<uint64_t>();
-  Manifest m;
-  Status s = DecodeManifest(r, "offer from agent " + std::to_string(from), &m);
-  if (s.ok() && !r->done()) s = Status::Corruption("offer from agent " + std::to_string(from) + ": trailing bytes");
-  if (s.ok() && epoch < epoch_ && !(xfer & kPullBit)) {
-    s = Status::FailedPrecondition("offer from epoch " + std::to_string(epoch) + ", this agent is at " +
-                                   std::to_string(epoch_));
-  }
-  bool stale_pull = false;
-  if (s.ok() && (xfer & kPullBit)) {
-    // Ours only if asked for in this epoch: a pull asked before a recovery
-    // (or before the job went back to the disk) may be of a version, or a
-    // timeline, the job no longer restores.
-    auto p = pulls_.find(xfer);
-    if (p == pulls_.end() || p->second.from != from || p->second.epoch < epoch_) {
-      stale_pull = p != pulls_.end() && p->second.from == from;
-      s = Status::FailedPrecondition("a pull this agent asked for in an earlier epoch (it is at " +
-                                     std::to_string(epoch_) + ")");
-    }
-  }
-  if (s.ok() && in_.count({from, xfer})) s = Status::AlreadyExists("transfer already in progress");
-  if (!s.ok()) {
-    Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
-    if (stale_pull) PullDone(xfer, from, s);
-    return;
-  }
-  const int rank = m.rank;
-  const uint64_t version = m.version;
-  if (store_->Find(rank, version) != nullptr) {  // already here (e.g. an earlier pull of it finished)
-    Reply(from, T(ClusterMsg::kStored), xfer);
-    if (on_stored) on_stored(rank, version);
-    return PullDone(xfer, from, Status::Ok());
-  }
-  In& in = in_[{from, xfer}];
-  in.from = from;
-  in.xfer = xfer;
-  in.epoch = epoch;
-  in.manifest = std::move(m);
-  in.owner = kOwnerBase + next_owner_++;
-  in.progress = std::chrono::steady_clock::now();
-  // Which chunks do we lack? Each distinct missing hash is received once.
-  std::vector<ChunkRef*> want;
-  std::vector<uint64_t> lengths;
-  std::vector<size_t> index;
-  std::set<std::pair<uint64_t, uint64_t>> seen;
-  size_t i = 0;
-  for (auto& t : in.manifest.tensors) {
-    for (auto& c : t.chunks) {
-      c.offset = kNoOffset;
-      if (c.length == 0 || c.length > chunk_size_) {
-        store_->ReleaseReservations(in.owner);  // the holds taken so far
-        in_.erase({from, xfer});
-        return Reply(from, T(ClusterMsg::kOfferFailed), xfer, "a chunk of " + std::to_string(c.length) + " bytes");
-      }
-      if (!seen.insert({c.hash.lo, c.hash.hi}).second) {  // a duplicate within the manifest
-        ++i;
-        continue;
-      }
-      if (!store_->HoldChunk(in.owner, c.hash)) {
-        want.push_back(&c);
-        lengths.push_back(c.length);
-        index.push_back(i);
-      }
-      ++i;
-    }
-  }
-  std::vector<uint64_t> offsets;
-  s = store_->Reserve(in.owner, lengths, &offsets);
-  if (!s.ok()) {
-    FTRUN_LOG_ERROR("cannot keep a copy of rank {} version {} for agent {}: {}", rank, version, from, s.message());
-    store_->ReleaseReservations(in.owner);
-    in_.erase({from, xfer});
-    return Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
-  }
-  ByteWriter w;
-  w.Put<uint64_t>(xfer);
-  w.Put<uint32_t>(static_cast<uint32_t>(want.size()));
-  for (size_t k = 0; k < want.size(); ++k) {
-    want[k]->offset = offsets[k];
-    uint64_t tag = next_tag_++;
-    in.tokens.push_back(tag);
-    recv_tokens_[tag] = {{from, xfer}, want[k]};
-    in.outstanding++;
-    t_->PostRecv(from, tag, base_ + offsets[k], want[k]->length, tag);
-    w.Put<uint64_t>(index[k]);
-    w.Put<uint64_t>(tag);
-  }
-  t_->Send(from, T(ClusterMsg::kWant), w.data());
-  if (in.outstanding == 0) FinishIn({from, xfer});
-}
-
 void Replicator::Want(PeerId from, ByteReader* r) {
   uint64_t xfer = r->Get<uint64_t>();
   auto it = out_.find(from);
@@ -305,36 +206,6 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
   return true;
 }
 
-void Replicator::FinishIn(std::pair<PeerId, uint64_t> key) {
-  auto it = in_.find(key);
-  if (it == in_.end()) return;
-  const uint64_t xfer = key.second;
-  In& in = it->second;
-  Status s = in.error;  // every received chunk was verified in BulkDone
-  const int rank = in.manifest.rank;
-  const uint64_t version = in.manifest.version;
-  const PeerId from = in.from;
-  if (s.ok() && store_->Find(rank, version) == nullptr) s = store_->AddManifest(in.owner, std::move(in.manifest));
-  store_->ReleaseReservations(in.owner);
-  in_.erase(it);
-  if (!s.ok()) {
-    FTRUN_LOG_WARN("copy of rank {} version {} from agent {} not kept: {}", rank, version, from, s.message());
-    Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
-  } else {
-    Reply(from, T(ClusterMsg::kStored), xfer);
-    if (on_stored) on_stored(rank, version);
-  }
-  PullDone(xfer, from, s);
-}
-
-void Replicator::PullDone(uint64_t xfer, PeerId from, const Status& s) {
-  auto p = pulls_.find(xfer);
-  if (p == pulls_.end()) return;
-  PendingPull pull = p->second;
-  pulls_.erase(p);
-  if (on_pulled) on_pulled(xfer, from, pull.rank, pull.version, s);
-}
-
 void Replicator::Stored(PeerId from, ByteReader* r) {
   uint64_t xfer = r->Get<uint64_t>();
   auto it = out_.find(from);
@@ -352,42 +223,8 @@ void Replicator::OfferFailed(PeerId from, ByteReader* r) {
   }
 }
 
-// The source gave up a copy into our store: its receives end, then FinishIn
-// reports it (a puller tries its next holder).
-void Replicator::Aborted(PeerId from, ByteReader* r) {
-  uint64_t xfer = r->Get<uint64_t>();
-  std::string message = r->GetString();
-  auto in = in_.find({from, xfer});
-  if (!r->ok() || in == in_.end() || !in->second.error.ok()) return;
-  in->second.error = Status::Unavailable("agent " + std::to_string(from) + " gave up the copy: " + message);
-  for (uint64_t token : in->second.tokens) t_->CancelRecv(token);
-}
-
-uint64_t Replicator::Pull(PeerId from, int rank, uint64_t version) {
-  uint64_t xfer = kPullBit | next_xfer_++;
-  pulls_[xfer] = {rank, version, from, epoch_};
-  ByteWriter w;
-  w.Put<uint64_t>(xfer);
-  w.Put<uint64_t>(epoch_);
-  w.Put<int32_t>(rank);
-  w.Put<uint64_t>(version);
-  t_->Send(from, T(ClusterMsg::kPullRequest), w.data());
-  return xfer;
-}
-
-void Replicator::PullRequest(PeerId from, ByteReader* r) {
-  uint64_t xfer = r->Get<uint64_t>();
-  uint64_t epoch = r->Get<uint64_t>();
-  int32_t rank = r->Get<int32_t>();
-  uint64_t version = r->Get<uint64_t>();
-  if (!r->ok() || !(xfer & kPullBit)) return;
-  // Served ahead of routine replication to that peer, in the puller's epoch:
-  // the halt of that epoch may reach this agent after the request does.
-  queue_[from].push_front(Job{rank, version, std::max(epoch, epoch_), xfer});
-  StartNext(from);
-}
-
 void Replicator::Tick(std::chrono::steady_clock::time_point now) {
+  ExpireDeferredPulls(now);
   const std::string why = "no progress for " + std::to_string(copy_timeout_.count()) +
                           " ms (cluster.copy_timeout); cancelled on both sides, the connection is reset";
   std::set<PeerId> stalled;
@@ -425,6 +262,8 @@ void Replicator::Tick(std::chrono::steady_clock::time_point now) {
 
 void Replicator::PeerDown(PeerId peer) {
   queue_.erase(peer);
+  deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(), [&](const DeferredPull& p) { return p.from == peer; }),
+                  deferred_.end());
   FinishOut(peer, Status::Unavailable("agent " + std::to_string(peer) + " is down"));
   for (auto& [key, in] : in_) {
     if (key.first == peer && in.error.ok()) in.error = Status::Unavailable("agent " + std::to_string(peer) + " is down");

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/agent/peer_roles.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
 
@@ -51,6 +52,10 @@ class Replicator {
   // receives end); offers from older epochs are refused.
   void SetEpoch(uint64_t epoch);
   void SetHolders(std::vector<PeerId> holders);
+  // Who may copy into, or pull from, this store (the latest membership).
+  // Pull requests that waited for a membership naming their puller are
+  // served or refused now.
+  void SetRoles(PeerRoles roles);
   // A copy (either side, routine or pull) that makes no progress (no chunk
   // completes, no answer comes) for this long is cancelled: see Tick.
   void SetCopyTimeout(std::chrono::milliseconds timeout) { copy_timeout_ = timeout; }
@@ -144,6 +149,17 @@ class Replicator {
   void OfferFailed(PeerId from, ByteReader* r);
   void Aborted(PeerId from, ByteReader* r);
   void PullRequest(PeerId from, ByteReader* r);
+  struct DeferredPull {
+    PeerId from;
+    uint64_t xfer;
+    uint64_t epoch;
+    int rank;
+    uint64_t version;
+    std::chrono::steady_clock::time_point since;
+  };
+  void ServePull(const DeferredPull& p);
+  void RefusePull(const DeferredPull& p, const Status& why);
+  void ExpireDeferredPulls(std::chrono::steady_clock::time_point now);
   void FinishIn(std::pair<PeerId, uint64_t> key);
   void PullDone(uint64_t xfer, PeerId from, const Status& s);
   void Reply(PeerId to, uint16_t type, uint64_t xfer, const std::string& message = {});
@@ -155,6 +171,11 @@ class Replicator {
   uint64_t epoch_ = 0;
   std::chrono::milliseconds copy_timeout_{5000};
   std::vector<PeerId> holders_;
+  PeerRoles roles_;
+  // Pull requests from a peer that a membership newer than ours may name
+  // (bounded; refused after a copy timeout).
+  static constexpr size_t kMaxDeferredPulls = 64;
+  std::deque<DeferredPull> deferred_;
   uint64_t next_xfer_ = 1;
   uint64_t next_tag_ = 1;
   uint64_t next_owner_ = 1;

@@ -116,6 +116,16 @@ Manifest Save(Node& n, uint64_t version = 1, char fill = 'a') {
   return m;
 }
 
+// A membership of one-rank nodes: (agent, slot) each, rank = slot;
+// `held_slots`: the nodes whose copies the receiver keeps.
+PeerRoles Roles(std::vector<std::pair<PeerId, int>> nodes, std::vector<int32_t> held_slots, uint64_t epoch = 0) {
+  MembershipMsg m;
+  m.epoch = epoch;
+  for (auto [agent, slot] : nodes) m.members.push_back({agent, slot, "x", slot < 0 ? 0 : slot, slot < 0 ? 0 : 1});
+  m.held_slots = std::move(held_slots);
+  return PeerRoles(m);
+}
+
 void Run(std::vector<Node*> nodes) {
   for (bool busy = true; busy;) {
     busy = false;
@@ -133,6 +143,7 @@ TEST_CASE("replicator: a pull copies a shard, and a chunk corrupted at the sourc
           "[replicator][corrupt]") {
   FakeNet net;
   Node holder(&net, 1), puller(&net, 2);
+  holder.replicator.SetRoles(Roles({{2, 0}, {1, 1}}, {0}));  // the puller runs rank 0's node now
   Manifest m = Save(holder);
   std::vector<std::tuple<uint64_t, int, uint64_t, Status>> pulled;
   puller.replicator.on_pulled = [&](uint64_t, PeerId, int rank, uint64_t version, const Status& s) {
@@ -179,6 +190,7 @@ TEST_CASE("replicator: a copy that stalls is cancelled on both sides, and the ne
   FakeNet net;
   Node source(&net, 1), holder(&net, 2);
   source.replicator.SetHolders({2});
+  holder.replicator.SetRoles(Roles({{1, 0}, {2, 1}}, {0}));
   source.replicator.SetCopyTimeout(milliseconds(1000));
   holder.replicator.SetCopyTimeout(milliseconds(1000));
   std::vector<std::pair<uint64_t, Status>> failed;
@@ -240,6 +252,96 @@ TEST_CASE("replicator: a copy that stalls is cancelled on both sides, and the ne
   CHECK(source.replicator.history().back().version == 2);
   CHECK(source.replicator.history().back().bytes_sent == 8192);
   CHECK(failed.size() == 1);
+}
+
+TEST_CASE("replicator: copies and pulls only from the peers the membership names for that role",
+          "[replicator][security]") {
+  using std::chrono::seconds;
+  FakeNet net;
+  // Agent 1 runs node 0 (rank 0); agent 2 runs node 1 and keeps node 0's
+  // copies; agent 3 is a spare; agent 4 is not a member (fenced).
+  Node source(&net, 1), holder(&net, 2), spare(&net, 3), outsider(&net, 4);
+  const PeerRoles roles = Roles({{1, 0}, {2, 1}, {3, -1}}, {0});
+  holder.replicator.SetRoles(roles);
+  std::vector<std::pair<uint64_t, Status>> failed;
+  auto on_failed = [&](int, uint64_t version, const Status& s) { failed.emplace_back(version, s); };
+  std::vector<uint64_t> stored;
+  holder.replicator.on_stored = [&](int, uint64_t version) { stored.push_back(version); };
+  std::vector<Status> pulled;
+  auto on_pulled = [&](uint64_t, PeerId, int, uint64_t, const Status& s) { pulled.push_back(s); };
+
+  SECTION("routine copies") {
+    for (Node* n : {&outsider, &spare, &source}) {
+      n->replicator.SetHolders({2});
+      n->replicator.on_copy_failed = on_failed;
+    }
+    Save(outsider, 1, 'x');
+    outsider.replicator.Saved(0, 1);  // not a member
+    Save(spare, 2, 'y');
+    spare.replicator.Saved(0, 2);  // a spare runs no ranks
+    Run({&outsider, &spare, &holder});
+    REQUIRE(failed.size() == 2);
+    CHECK(failed[0].second.message().find("not a member") != std::string::npos);
+    CHECK(failed[1].second.message().find("spare") != std::string::npos);
+    CHECK(stored.empty());
+    CHECK(holder.store.Find(0, 1) == nullptr);
+    CHECK(holder.store.Stats().used_bytes == 0);
+    // The node's own agent, whose copies the holder keeps: stored.
+    Save(source, 3, 'a');
+    source.replicator.Saved(0, 3);
+    Run({&source, &holder});
+    CHECK(stored == std::vector<uint64_t>{3});
+    // A holder that does not keep node 0's copies refuses them.
+    holder.replicator.SetRoles(Roles({{1, 0}, {2, 1}}, {}));
+    Save(source, 4, 'b');
+    source.replicator.Saved(0, 4);
+    Run({&source, &holder});
+    REQUIRE(failed.size() == 3);
+    CHECK(failed[2].second.message().find("does not keep") != std::string::npos);
+  }
+  SECTION("pulls") {
+    Save(holder, 1, 'a');  // rank 0 version 1 in the holder's store
+    outsider.replicator.on_pulled = on_pulled;
+    spare.replicator.on_pulled = on_pulled;
+    source.replicator.on_pulled = on_pulled;
+    outsider.replicator.Pull(2, 0, 1);
+    spare.replicator.Pull(2, 0, 1);
+    Run({&outsider, &spare, &holder});
+    REQUIRE(pulled.size() == 2);
+    for (const Status& s : pulled) CHECK(s.message().find("pull refused") != std::string::npos);
+    CHECK(outsider.store.Find(0, 1) == nullptr);
+    CHECK(spare.store.Find(0, 1) == nullptr);
+    // The node's own agent pulls its rank.
+    source.replicator.Pull(2, 0, 1);
+    Run({&source, &holder});
+    REQUIRE(pulled.size() == 3);
+    CHECK(pulled[2].ok());
+    CHECK(source.store.Find(0, 1) != nullptr);
+  }
+  SECTION("a pull that arrives before the membership naming its puller waits for it") {
+    Save(holder, 1, 'a');
+    spare.replicator.on_pulled = on_pulled;
+    spare.replicator.SetEpoch(1);  // it took over node 0 in epoch 1; the holder's membership is of epoch 0
+    spare.replicator.Pull(2, 0, 1);
+    Run({&spare, &holder});
+    CHECK(pulled.empty());  // deferred
+    holder.replicator.SetRoles(Roles({{1, -1}, {2, 1}, {3, 0}}, {0}, 1));
+    Run({&spare, &holder});
+    REQUIRE(pulled.size() == 1);
+    CHECK(pulled[0].ok());
+    CHECK(spare.store.Find(0, 1) != nullptr);
+  }
+  SECTION("a deferred pull no membership names is refused after a copy timeout") {
+    outsider.replicator.on_pulled = on_pulled;
+    outsider.replicator.SetEpoch(5);
+    outsider.replicator.Pull(2, 0, 1);
+    Run({&outsider, &holder});
+    CHECK(pulled.empty());
+    holder.replicator.Tick(std::chrono::steady_clock::now() + seconds(60));
+    Run({&outsider, &holder});
+    REQUIRE(pulled.size() == 1);
+    CHECK(pulled[0].message().find("not a member") != std::string::npos);
+  }
 }
 
 }  // namespace
