@@ -1,0 +1,257 @@
+// The table of every config key: its section, how its text parses into
+// Config, its range, and how ValidateConfig shows it (config_keys.h).
+#include "plugin/config/config_keys.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <iterator>
+#include <set>
+
+#include "plugin/config/units.h"
+#include "plugin/store/manifest.h"
+
+namespace ftrun {
+namespace config_keys {
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+namespace {
+
+constexpr uint64_t kMinChunk = 64ull << 10;
+constexpr uint64_t kMaxChunk = kMaxChunkSize;
+constexpr size_t kMaxJobIdLength = 64;
+constexpr uint64_t kMinRateLimit = 1ull << 20;
+
+Status ParseInt(const std::string& text, const char* what, int* out) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  bool digits_only = !text.empty() && end == text.c_str() + text.size() &&
+                     text.find_first_of(" \t") == std::string::npos;
+  if (!digits_only || errno == ERANGE || v < INT_MIN || v > INT_MAX) {
+    return Status::InvalidArgument(std::string("expected ") + what + ", got " + Quote(text));
+  }
+  *out = static_cast<int>(v);
+  return Status::Ok();
+}
+
+Status ParseBool(const std::string& text, bool* out) {
+  static const char* const kTrue[] = {"true", "True", "TRUE", "yes", "Yes",
+                                      "YES",  "on",   "On",   "ON"};
+  static const char* const kFalse[] = {"false", "False", "FALSE", "no", "No",
+                                       "NO",    "off",   "Off",   "OFF"};
+  for (const char* t : kTrue) {
+    if (text == t) return *out = true, Status::Ok();
+  }
+  for (const char* f : kFalse) {
+    if (text == f) return *out = false, Status::Ok();
+  }
+  return Status::InvalidArgument("expected true or false, got " + Quote(text));
+}
+
+bool ValidJobId(const std::string& id) {
+  if (id.size() > kMaxJobIdLength || (!id.empty() && id[0] == '.')) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string Bytes(uint64_t b) { return std::to_string(b) + " bytes"; }
+std::string Millis(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
+
+
+const Key kTable[] = {
+    {"job", "id", "a job id of letters, digits, '.', '_' and '-'",
+     [](const std::string& t, Config* c) { return c->job.id = t, Status::Ok(); },
+     [](const Config& c) -> const char* {
+       return ValidJobId(c.job.id)
+                  ? nullptr
+                  : "at most 64 letters, digits, '.', '_' or '-', not starting with '.'";
+     },
+     [](const Config& c) { return Quote(c.job.id); }},
+    {"job", "max_restarts", "an integer >= 0",
+     [](const std::string& t, Config* c) {
+       return ParseInt(t, "an integer >= 0", &c->job.max_restarts);
+     },
+     [](const Config& c) -> const char* {
+       return c.job.max_restarts >= 0 ? nullptr : "an integer >= 0";
+     },
+     [](const Config& c) { return std::to_string(c.job.max_restarts); }},
+    {"job", "hang_timeout", "a duration like 60s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->job.hang_timeout); },
+     [](const Config& c) -> const char* {
+       return c.job.hang_timeout.count() > 0 ? nullptr : "a duration > 0 like 60s";
+     },
+     [](const Config& c) { return Millis(c.job.hang_timeout); }},
+    {"job", "stop_grace", "a duration like 5s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->job.stop_grace); },
+     [](const Config& c) -> const char* {
+       return c.job.stop_grace.count() >= 0 ? nullptr : "a duration >= 0 like 5s";
+     },
+     [](const Config& c) { return Millis(c.job.stop_grace); }},
+    {"store", "memory_budget", "a size like 4GiB or 512MiB",
+     [](const std::string& t, Config* c) { return ParseSize(t, &c->store.memory_budget); },
+     nullptr,  // checked against the other store fields in ValidateConfig
+     [](const Config& c) { return Bytes(c.store.memory_budget); }},
+    {"store", "chunk_size", "a size like 4MiB",
+     [](const std::string& t, Config* c) { return ParseSize(t, &c->store.chunk_size); },
+     [](const Config& c) -> const char* {
+       uint64_t v = c.store.chunk_size;
+       bool pow2 = v != 0 && (v & (v - 1)) == 0;
+       return pow2 && v >= kMinChunk && v <= kMaxChunk
+                  ? nullptr
+                  : "a power of two from 64KiB to 1GiB, like 4MiB";
+     },
+     [](const Config& c) { return Bytes(c.store.chunk_size); }},
+    {"store", "snapshot_bytes", "a size like 2GiB, or 0 for unknown",
+     [](const std::string& t, Config* c) { return ParseSize(t, &c->store.snapshot_bytes); },
+     nullptr, [](const Config& c) { return Bytes(c.store.snapshot_bytes); }},
+    {"store", "prefault", "true or false",
+     [](const std::string& t, Config* c) { return ParseBool(t, &c->store.prefault); }, nullptr,
+     [](const Config& c) { return std::string(c.store.prefault ? "true" : "false"); }},
+    {"cluster", "replicas", "an integer >= 0",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->cluster.replicas); },
+     [](const Config& c) -> const char* { return c.cluster.replicas >= 0 ? nullptr : "an integer >= 0"; },
+     [](const Config& c) { return std::to_string(c.cluster.replicas); }},
+    {"cluster", "spares", "an integer >= 0",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->cluster.spares); },
+     [](const Config& c) -> const char* { return c.cluster.spares >= 0 ? nullptr : "an integer >= 0"; },
+     [](const Config& c) { return std::to_string(c.cluster.spares); }},
+    {"cluster", "heartbeat_interval", "a duration like 200ms",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->cluster.heartbeat_interval); },
+     [](const Config& c) -> const char* {
+       return c.cluster.heartbeat_interval.count() > 0 ? nullptr : "a duration > 0 like 200ms";
+     },
+     [](const Config& c) { return Millis(c.cluster.heartbeat_interval); }},
+    {"cluster", "heartbeat_misses", "an integer >= 1",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 1", &c->cluster.heartbeat_misses); },
+     [](const Config& c) -> const char* { return c.cluster.heartbeat_misses >= 1 ? nullptr : "an integer >= 1"; },
+     [](const Config& c) { return std::to_string(c.cluster.heartbeat_misses); }},
+    {"cluster", "lost_node_timeout", "a duration like 60s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->cluster.lost_node_timeout); },
+     [](const Config& c) -> const char* {
+       return c.cluster.lost_node_timeout.count() > 0 ? nullptr : "a duration > 0 like 60s";
+     },
+     [](const Config& c) { return Millis(c.cluster.lost_node_timeout); }},
+    {"cluster", "copy_timeout", "a duration like 5s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->cluster.copy_timeout); },
+     [](const Config& c) -> const char* {
+       return c.cluster.copy_timeout.count() > 0 ? nullptr : "a duration > 0 like 5s";
+     },
+     [](const Config& c) { return Millis(c.cluster.copy_timeout); }},
+    {"persist", "dir", "a directory path, or \"\" for no disk copies",
+     [](const std::string& t, Config* c) { return c->persist.dir = t, Status::Ok(); }, nullptr,
+     [](const Config& c) { return Quote(c.persist.dir); }},
+    {"persist", "every_versions", "an integer >= 0",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->persist.every_versions); },
+     [](const Config& c) -> const char* { return c.persist.every_versions >= 0 ? nullptr : "an integer >= 0"; },
+     [](const Config& c) { return std::to_string(c.persist.every_versions); }},
+    {"persist", "every_seconds", "a duration like 300s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->persist.every_seconds); },
+     [](const Config& c) -> const char* {
+       return c.persist.every_seconds.count() >= 0 ? nullptr : "a duration >= 0 like 300s";
+     },
+     [](const Config& c) { return Millis(c.persist.every_seconds); }},
+    {"persist", "keep", "an integer >= 1",
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 1", &c->persist.keep); },
+     [](const Config& c) -> const char* { return c.persist.keep >= 1 ? nullptr : "an integer >= 1"; },
+     [](const Config& c) { return std::to_string(c.persist.keep); }},
+    {"persist", "rate_limit", "a size per second like 500MiB, or 0 for unlimited",
+     [](const std::string& t, Config* c) { return ParseSize(t, &c->persist.rate_limit); },
+     [](const Config& c) -> const char* {
+       uint64_t v = c.persist.rate_limit;
+       return v == 0 || v >= kMinRateLimit ? nullptr : "0 (unlimited) or at least 1MiB per second, like 500MiB";
+     },
+     [](const Config& c) { return Bytes(c.persist.rate_limit); }},
+    {"persist", "direct_io", "true or false",
+     [](const std::string& t, Config* c) { return ParseBool(t, &c->persist.direct_io); }, nullptr,
+     [](const Config& c) { return std::string(c.persist.direct_io ? "true" : "false"); }},
+    {"persist", "file_mode", "an octal mode: 0600, 0640 or 0660",
+     [](const std::string& t, Config* c) {
+       bool octal = t.size() >= 3 && t.size() <= 4 && t.find_first_not_of("01234567") == std::string::npos;
+       if (!octal) return Status::InvalidArgument("expected an octal mode like 0600, got " + Quote(t));
+       c->persist.file_mode = static_cast<uint32_t>(std::strtoul(t.c_str(), nullptr, 8));
+       return Status::Ok();
+     },
+     [](const Config& c) -> const char* {
+       uint32_t m = c.persist.file_mode;  // the owner reads and writes; others never; the group at most rw
+       return (m & 0600) == 0600 && (m & ~0660u) == 0
+                  ? nullptr
+                  : "0600 (the job's user only), 0640 or 0660 (its group may read, or read and write)";
+     },
+     [](const Config& c) {
+       char buf[8];
+       std::snprintf(buf, sizeof buf, "%04o", c.persist.file_mode);
+       return std::string(buf);
+     }},
+    {"persist", "drain_timeout", "a duration like 60s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->persist.drain_timeout); },
+     [](const Config& c) -> const char* {
+       return c.persist.drain_timeout.count() >= 0 ? nullptr : "a duration >= 0 like 60s";
+     },
+     [](const Config& c) { return Millis(c.persist.drain_timeout); }},
+    {"agent", "run_dir", "a directory path",
+     [](const std::string& t, Config* c) { return c->agent.run_dir = t, Status::Ok(); },
+     [](const Config& c) -> const char* {
+       return c.agent.run_dir.empty() ? "a directory path" : nullptr;
+     },
+     [](const Config& c) { return Quote(c.agent.run_dir); }},
+    {"agent", "log_level", "one of trace, debug, info, warn, error",
+     [](const std::string& t, Config* c) { return c->agent.log_level = t, Status::Ok(); },
+     [](const Config& c) -> const char* {
+       static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};
+       return kLevels.count(c.agent.log_level) ? nullptr : "one of trace, debug, info, warn, error";
+     },
+     [](const Config& c) { return Quote(c.agent.log_level); }},
+    {"agent", "ranks_per_node", "an integer >= 1",
+     [](const std::string& t, Config* c) {
+       return ParseInt(t, "an integer >= 1", &c->agent.ranks_per_node);
+     },
+     [](const Config& c) -> const char* {
+       return c.agent.ranks_per_node >= 1 ? nullptr : "an integer >= 1";
+     },
+     [](const Config& c) { return std::to_string(c.agent.ranks_per_node); }},
+};
+
+const char* const kSectionNames[] = {"job", "store", "agent", "cluster", "persist"};
+
+}  // namespace
+
+const Key* Keys::begin() { return std::begin(kTable); }
+const Key* Keys::end() { return std::end(kTable); }
+
+bool IsSection(const std::string& name) {
+  for (const char* s : kSectionNames) {
+    if (name == s) return true;
+  }
+  return false;
+}
+
+std::string SectionList() {
+  std::string out;
+  for (const char* s : kSectionNames) out += (out.empty() ? "" : ", ") + std::string(s);
+  return out;
+}
+
+const Key* FindKey(const std::string& section, const std::string& name) {
+  for (const Key& k : Keys()) {
+    if (section == k.section && name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+std::string KnownKeys(const std::string& section) {
+  std::string out;
+  for (const Key& k : Keys()) {
+    if (section != k.section) continue;
+    out += (out.empty() ? "" : ", ") + std::string(k.name);
+  }
+  return out;
+}
+
+}  // namespace config_keys
+}  // namespace ftrun
