@@ -183,7 +183,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
 }
 
 void Coordinator::MaybeStart(Time now) {
-  if (phase_ != Phase::kRecovering) return;
+  if (phase_ != Phase::kRecovering || disk_need_ != DiskNeed::kNone) return;
   for (size_t s = 0; s < slots_.size(); ++s) {
     AgentInfo* a = SlotAgent(static_cast<int>(s));
     if (a == nullptr || !a->alive || !a->halted || !a->ready) return;
@@ -288,7 +288,9 @@ void Coordinator::Tick(Time now) {
   }
   MaybeTarget(now);  // a round that stalled (a refused copy) gives way to a newer one
   WarnIfStalled(now);
-  if (phase_ == Phase::kRecovering && waiting_since_ && now - *waiting_since_ > o_.lost_node_timeout) {
+  // (A scan of the disk decides first: spares take the places after it.)
+  if (phase_ == Phase::kRecovering && disk_need_ == DiskNeed::kNone && waiting_since_ &&
+      now - *waiting_since_ > o_.lost_node_timeout) {
     std::vector<int> vacant;
     for (size_t s = 0; s < slots_.size(); ++s) {
       if (!slots_[s]) vacant.push_back(static_cast<int>(s));

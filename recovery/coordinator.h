@@ -57,11 +57,15 @@ class Coordinator {
     std::chrono::milliseconds copy_timeout{5000};
     int max_restarts = 3;
     int master_port = 29500;
-    // With a persist directory: the versions complete on disk, newest
-    // first, asked when the job forms with no committed version in any
-    // agent's RAM (a job started again after it was killed whole) and when
-    // more nodes are lost than the replicas cover.
-    std::function<std::vector<uint64_t>()> disk_versions;
+    // With a persist directory: asks for the versions complete on disk.
+    // The host scans off its event loop (a scan reads every version's
+    // markers, on a shared filesystem maybe for seconds, and heartbeats must
+    // flow meanwhile) and answers with DiskScanned. Asked when the job forms
+    // with no committed version in any agent's RAM (a job started again
+    // after it was killed whole), when more nodes are lost than the replicas
+    // cover, and when a node cannot read the version the job went back to.
+    // Nothing starts while an answer is awaited.
+    std::function<void()> scan_disk;
   };
 
   class Outbox {
@@ -85,6 +89,9 @@ class Coordinator {
   std::optional<uint64_t> committed() const { return committed_; }
   uint64_t epoch() const { return epoch_; }
   nlohmann::json StatusJson(Time now) const;
+  // The answer to Options::scan_disk: the versions complete on disk, newest
+  // first. The recovery that asked goes on.
+  void DiskScanned(std::vector<uint64_t> newest_first, Time now);
 
  private:
   // For messages: "1, 2, 3".
@@ -114,13 +121,20 @@ class Coordinator {
   // An agent told to start lacks its own ranks of the committed version.
   void Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVersion>& lost, Time now);
   void BeginRecovery(const std::string& reason, int exit_code, Time now);
-  // Stops the job, naming them, if some rank has no live copy of the
-  // committed version; false then.
+  // A job formed with no committed version: the newest on disk, if any.
   void RestoreFromDisk();
-  // The newest version on disk not known to be unreadable, if any.
+  // What a scan of the disk was asked for; DiskScanned goes on with it.
+  enum class DiskNeed { kNone, kStart, kCoverage, kOlder };
+  void ScanDisk(DiskNeed need, std::string detail);
+  // The newest version of the scan being acted on not known to be
+  // unreadable, if any.
   std::optional<uint64_t> DiskVersion() const;
   void DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now);
   PullMsg DiskPull(int slot) const;  // read the slot's ranks of committed_ from disk
+  // True when every rank has a live copy of the committed version, or the
+  // job goes back to a version on disk (disk_restore_). False when some rank
+  // has none and the job stops (naming them), or a scan of the disk is
+  // asked first (DiskScanned then checks again and goes on).
   bool CheckCoverage(const std::string& detail);
   void AssignReplacements(Time now);
   void Assign(AgentInfo& a, int slot);
@@ -169,6 +183,9 @@ class Coordinator {
   Time last_heartbeat_sent_{};
   bool done_ = false;
   bool disk_restore_ = false;  // this recovery goes back to a version on disk
+  DiskNeed disk_need_ = DiskNeed::kNone;  // a scan is awaited
+  std::string disk_detail_;               // for the messages of what it decides
+  std::optional<std::vector<uint64_t>> disk_scan_;  // its answer, while DiskScanned acts on it
   std::set<uint64_t> bad_disk_versions_;  // some node could not read its ranks of them
   // The job went back to this version on disk: the files of versions above
   // it are another timeline's. Nothing of them is deleted until the job

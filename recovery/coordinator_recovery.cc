@@ -3,6 +3,7 @@
 #include "recovery/coordinator.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "plugin/common/log.h"
 #include "recovery/placement.h"
@@ -61,12 +62,53 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   MaybeStart(now);
 }
 
-// No agent holds a committed version: start from the newest one complete in
-// the persist directory, if any. Every node reads its own ranks from disk
-// (a pull with no holders) and answers kHeld, then kReady.
+void Coordinator::ScanDisk(DiskNeed need, std::string detail) {
+  if (disk_need_ == DiskNeed::kNone) o_.scan_disk();  // else the answer on its way serves this need too
+  disk_need_ = need;
+  disk_detail_ = std::move(detail);
+}
+
+void Coordinator::DiskScanned(std::vector<uint64_t> newest_first, Time now) {
+  const DiskNeed need = std::exchange(disk_need_, DiskNeed::kNone);
+  if (need == DiskNeed::kNone || phase_ == Phase::kStopped) return;
+  disk_scan_ = std::move(newest_first);
+  switch (need) {
+    case DiskNeed::kStart:
+      if (!committed_) RestoreFromDisk();
+      break;
+    case DiskNeed::kCoverage:
+      // A loss left some rank without a live copy: every node goes back to
+      // the disk's version (or the job stops), and spares take the lost
+      // nodes' places.
+      if (phase_ != Phase::kRecovering || !CheckCoverage(disk_detail_)) break;
+      if (disk_restore_) PullAllFromDisk(now);
+      waiting_since_ = now;
+      AssignReplacements(now);
+      break;
+    case DiskNeed::kOlder: {
+      std::optional<uint64_t> older = DiskVersion();
+      if (!older) {
+        Stop(1, disk_detail_ + "; no older complete version on disk");
+        break;
+      }
+      FTRUN_LOG_WARN("{}; going back to version {}, the next older one on disk (the versions given up are kept "
+                     "on disk until a newer version commits)", disk_detail_, *older);
+      committed_ = older;
+      WentBackTo(*older);
+      held_.clear();
+      disk_restore_ = true;
+      PullAllFromDisk(now);
+      break;
+    }
+    case DiskNeed::kNone: break;
+  }
+  disk_scan_.reset();  // the disk changes: the next need scans again
+  MaybeStart(now);
+}
+
 std::optional<uint64_t> Coordinator::DiskVersion() const {
-  if (!o_.disk_versions) return std::nullopt;
-  for (uint64_t v : o_.disk_versions()) {
+  if (!disk_scan_) return std::nullopt;
+  for (uint64_t v : *disk_scan_) {
     if (!bad_disk_versions_.count(v)) return v;
   }
   return std::nullopt;
@@ -75,19 +117,10 @@ std::optional<uint64_t> Coordinator::DiskVersion() const {
 // A node could not read its ranks of `version` (a chunk that fails its hash,
 // a missing file): every node goes to the next older version on disk.
 void Coordinator::DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now) {
+  (void)now;
   if (phase_ != Phase::kRecovering || !committed_ || *committed_ != version) return;
   bad_disk_versions_.insert(version);
-  std::optional<uint64_t> older = DiskVersion();
-  if (!older) {
-    return Stop(1, "agent " + std::to_string(from) + ": " + why + "; no older complete version on disk");
-  }
-  FTRUN_LOG_WARN("agent {}: {}; going back to version {}, the next older one on disk (version {} is kept on disk "
-                 "until a newer version commits)", from, why, *older, version);
-  committed_ = older;
-  WentBackTo(*older);
-  held_.clear();
-  disk_restore_ = true;
-  PullAllFromDisk(now);
+  ScanDisk(DiskNeed::kOlder, "agent " + std::to_string(from) + ": " + why);
 }
 
 void Coordinator::PullAllFromDisk(Time now) {
@@ -130,6 +163,10 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
+  if (o_.scan_disk && !disk_scan_) {
+    ScanDisk(DiskNeed::kCoverage, detail);
+    return false;
+  }
   if (std::optional<uint64_t> d = DiskVersion()) {
     FTRUN_LOG_WARN("ranks {} have no complete copy of committed version {} on any live node: going back to version "
                    "{}, the newest complete in the persist directory ({} steps lost)",

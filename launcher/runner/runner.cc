@@ -27,7 +27,6 @@
 #include "plugin/common/proc_start.h"
 #include "plugin/common/safe_dir.h"
 #include "plugin/config/config.h"
-#include "plugin/persist/persist_reader.h"
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
 #include "recovery/coordinator.h"
@@ -157,14 +156,12 @@ Status Runner::Setup() {
   if (!config_.persist.dir.empty()) {
     int world = 0;
     for (const auto& n : nodes_) world += static_cast<int>(n.slots.size());
-    co.disk_versions = [dir = config_.persist.dir, job = job_id_, world]() {
-      PersistReader reader(nullptr, dir, job, world);
-      std::vector<uint64_t> versions;
-      std::vector<std::string> skipped;
-      Status s = reader.ListComplete(&versions, &skipped);
-      for (const auto& why : skipped) FTRUN_LOG_WARN("persist: {} ignored: {}", reader.job_dir(), why);
-      if (!s.ok()) FTRUN_LOG_ERROR("persist: cannot read {}: {}", reader.job_dir(), s.message());
-      return versions;
+    FTRUN_RETURN_IF_ERROR(disk_worker_.Start());
+    co.scan_disk = [this, dir = config_.persist.dir, job = job_id_, world] {
+      disk_worker_.Submit([this, dir, job, world]() -> DiskWorker::Completion {
+        std::vector<uint64_t> versions = ScanDiskVersions(dir, job, world);
+        return [this, versions]() { coord_->DiskScanned(versions, Clock::now()); };
+      });
     };
   }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
@@ -177,7 +174,8 @@ Status Runner::Setup() {
   ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr);
   epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
   int i = 0;
-  for (int fd : {signal_fd_.get(), timer_fd_.get(), transport_->event_fd()}) {
+  for (int fd : {signal_fd_.get(), timer_fd_.get(), transport_->event_fd(), disk_worker_.event_fd()}) {
+    if (fd < 0) continue;  // no disk worker without a persist directory
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = static_cast<uint64_t>(i++);
@@ -307,6 +305,8 @@ void Runner::Loop() {
         }
         coord_->Tick(now);
         CheckAdopted();
+      } else if (evs[i].data.u64 == 3) {
+        disk_worker_.RunCompleted();  // a scan's answer: the coordinator goes on
       } else {
         for (TransportEvent& e : transport_->Poll()) {
           if (e.kind == TransportEvent::Kind::kMessage) coord_->OnMessage(e.peer, e.type, e.payload, now);

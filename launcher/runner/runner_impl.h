@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/agent/disk_worker.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/runner_options.h"
@@ -73,6 +74,7 @@ class Runner {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<TransportOutbox> outbox_;
   std::unique_ptr<Coordinator> coord_;
+  DiskWorker disk_worker_;  // scans the persist directory for the coordinator, off the loop
   std::vector<AgentProc> agents_;
   UniqueFd epoll_, signal_fd_, timer_fd_;
   int signal_ = 0;
@@ -83,6 +85,10 @@ class Runner {
 // The first IPv4 address of `host`, for agents and the coordinator that
 // remote launchers start elsewhere.
 Status ResolveIpv4(const std::string& host, const std::string& what, std::string* out);
+// The versions complete in the persist directory `dir` for `job` (world
+// ranks), newest first; what it skipped or could not read is logged. Runs
+// on the disk worker: it reads every version's markers.
+std::vector<uint64_t> ScanDiskVersions(const std::string& dir, const std::string& job, int world);
 // The directory of this executable.
 std::string SelfDir();
 // --agent_addr: a template ("10.0.0.{node}") or one address per agent,

@@ -41,9 +41,18 @@ struct Fixture {
   std::unique_ptr<Coordinator> c;
 
   // 3 nodes x 1 rank, replicas 1, plus `spares` spares (agents 3, 4, ...).
-  explicit Fixture(int spares, int replicas = 1, std::function<std::vector<uint64_t>()> disk = nullptr) {
+  // With `disk`: a persist directory whose scans answer disk(). A scan the
+  // coordinator asks for is answered after the call that asked (as the
+  // runner's disk worker would, a moment later), unless hold_scans.
+  std::function<std::vector<uint64_t>()> disk;
+  int scans_asked = 0;
+  int scans_answered = 0;
+  bool hold_scans = false;
+
+  explicit Fixture(int spares, int replicas = 1, std::function<std::vector<uint64_t>()> disk_versions = nullptr)
+      : disk(std::move(disk_versions)) {
     Coordinator::Options o;
-    o.disk_versions = std::move(disk);
+    if (disk) o.scan_disk = [this] { scans_asked++; };
     o.ranks_per_slot = {1, 1, 1};
     o.replicas = replicas;
     o.heartbeat_interval = milliseconds(100);
@@ -55,9 +64,23 @@ struct Fixture {
       m.slot = a < 3 ? a : -1;
       m.address = "127.0.0.1:" + std::to_string(5000 + a);
       c->OnMessage(static_cast<PeerId>(a), static_cast<uint16_t>(ClusterMsg::kRegister), Encode(m), now);
+      AnswerScans();
     }
   }
-  void Msg(PeerId from, ClusterMsg t, const std::string& p) { c->OnMessage(from, static_cast<uint16_t>(t), p, now); }
+  void AnswerScans() {
+    while (!hold_scans && scans_answered < scans_asked) {
+      scans_answered++;
+      c->DiskScanned(disk(), now);
+    }
+  }
+  void Msg(PeerId from, ClusterMsg t, const std::string& p) {
+    c->OnMessage(from, static_cast<uint16_t>(t), p, now);
+    AnswerScans();
+  }
+  void Down(PeerId peer) {
+    c->OnPeerDown(peer, "gone", now);
+    AnswerScans();
+  }
   // Every node saves `v` and its holder (the next node) keeps a copy.
   void SaveEverywhere(uint64_t v, uint64_t epoch) {
     for (int a = 0; a < 3; ++a) {
@@ -501,7 +524,7 @@ TEST_CASE("coordinator: a pull that fails when the disk covers it sends every no
   for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(0));  // restored 2 from disk
   f.SaveEverywhere(3, 0);
   REQUIRE(f.c->committed() == 3u);
-  f.c->OnPeerDown(1, "gone", f.now);
+  f.Down(1);
   REQUIRE(LastPull(f, 3).version == 3);
   ByteWriter w;
   w.Put<uint64_t>(1);
@@ -535,20 +558,56 @@ TEST_CASE("coordinator: a node that halted before a disk re-plan counts as halte
   for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(0));  // restored 5 from disk
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
   f.Msg(2, ClusterMsg::kRankFailed, RankFailedMsg(0));  // no copy of 5 in RAM: every node reads it again
-  REQUIRE(f.c->epoch() == 1u);
+  const uint64_t halted_in = 1;                          // the recovery's first epoch
+  const uint64_t e1 = f.c->epoch();
   REQUIRE(LastPull(f, 0).from_disk);
-  f.Msg(1, ClusterMsg::kDiskFailed, DiskFailedMsg(1, 5));
-  REQUIRE(f.c->epoch() == 2u);
+  REQUIRE(LastPull(f, 0).epoch == e1);
+  f.Msg(1, ClusterMsg::kDiskFailed, DiskFailedMsg(e1, 5));
+  const uint64_t e2 = f.c->epoch();
+  REQUIRE(e2 > e1);
   for (PeerId a = 0; a < 3; ++a) REQUIRE(LastPull(f, a).version == 4u);
-  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(1));
-  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(1));  // the abandoned plan's: ignored
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(halted_in));
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(e1));  // the abandoned plan's: ignored
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
-  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(2));
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(e2));
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);
   StartMsg start;
   REQUIRE(Decode(f.out.Last(0, ClusterMsg::kStart), &start).ok());
   CHECK(start.version == 4u);
-  CHECK(start.epoch == 2u);
+  CHECK(start.epoch == e2);
+}
+
+TEST_CASE("coordinator: it asks for a scan of the disk and goes on with the answer; nothing starts meanwhile",
+          "[coordinator][security]") {
+  Fixture f(2, 1, [] { return std::vector<uint64_t>{2}; });
+  REQUIRE(f.scans_asked == 1);  // the job formed with nothing in RAM: version 2 from disk
+  for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(0));
+  f.SaveEverywhere(3, 0);
+  REQUIRE(f.c->committed() == 3u);
+  f.hold_scans = true;  // the disk worker is slow
+  f.Down(1);
+  f.Down(2);  // node 2 held node 1's only copy: rank 1 has no live copy
+  REQUIRE(f.scans_asked == 2);  // one scan for the recovery, however many losses
+  const size_t sent = f.out.sent.size();
+  for (int i = 0; i < 50; ++i) {  // longer than lost_node_timeout: heartbeats flow, nothing is decided
+    f.now += milliseconds(100);
+    for (PeerId a : {0u, 3u, 4u}) f.Msg(a, ClusterMsg::kHeartbeat, EncodeU64(f.c->epoch()));
+    f.c->Tick(f.now);
+  }
+  for (size_t i = sent; i < f.out.sent.size(); ++i) {
+    CHECK(std::get<1>(f.out.sent[i]) != ClusterMsg::kPull);
+    CHECK(std::get<1>(f.out.sent[i]) != ClusterMsg::kStart);
+  }
+  CHECK(!f.c->done());
+  f.hold_scans = false;
+  f.AnswerScans();
+  INFO(f.c->exit_message());
+  REQUIRE(!f.c->done());
+  for (PeerId a : {0u, 3u, 4u}) {  // node 0, and the spares in nodes 1 and 2's places, read version 2
+    PullMsg p = LastPull(f, a);
+    CHECK(p.from_disk);
+    CHECK(p.version == 2u);
+  }
 }
 
 TEST_CASE("coordinator: a message without its epoch is ignored, not read as epoch 0", "[coordinator][security]") {
