@@ -168,9 +168,9 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     return false;
   }
   if (std::optional<uint64_t> d = DiskVersion()) {
-    FTRUN_LOG_WARN("ranks {} have no complete copy of committed version {} on any live node: going back to version "
-                   "{}, the newest complete in the persist directory ({} steps lost)",
-                   Join(uncovered), *committed_, *d, *committed_ - std::min(*committed_, *d));
+    FTRUN_LOG_WARN("ranks {} have no complete copy of committed version {} on any live node{}: going back to "
+                   "version {}, the newest complete in the persist directory ({} steps lost)",
+                   Join(uncovered), *committed_, detail, *d, *committed_ - std::min(*committed_, *d));
     committed_ = d;
     WentBackTo(*d);
     held_.clear();
