@@ -14,11 +14,6 @@ std::optional<uint64_t> GetOptional(ByteReader* r) {
   return has ? std::optional<uint64_t>(v) : std::nullopt;
 }
 
-Status Done(const ByteReader& r, const char* what) {
-  if (!r.ok() || !r.done()) return Status::Corruption(std::string("malformed ") + what + " message");
-  return Status::Ok();
-}
-
 }  // namespace
 
 std::string EncodeU64(uint64_t v) {
@@ -64,7 +59,7 @@ Status Decode(const std::string& payload, RegisterMsg* m) {
   m->epoch = r.Get<uint64_t>();
   m->committed = GetOptional(&r);
   m->catalog = GetRankVersions(&r);
-  return Done(r, "register");
+  return CheckRead(r, RegisterMsg::kType, payload.size());
 }
 
 std::string Encode(const AssignMsg& m) {
@@ -76,7 +71,7 @@ std::string Encode(const AssignMsg& m) {
 Status Decode(const std::string& payload, AssignMsg* m) {
   ByteReader r(payload);
   for (int32_t* v : {&m->slot, &m->first_rank, &m->local_ranks, &m->world_size, &m->num_slots}) *v = r.Get<int32_t>();
-  return Done(r, "assign");
+  return CheckRead(r, AssignMsg::kType, payload.size());
 }
 
 std::string Encode(const MembershipMsg& m) {
@@ -117,7 +112,7 @@ Status Decode(const std::string& payload, MembershipMsg* m) {
   for (auto& h : m->my_holders) h = r.Get<uint32_t>();
   m->held_slots.resize(r.GetCount(4));
   for (auto& s : m->held_slots) s = r.Get<int32_t>();
-  return Done(r, "membership");
+  return CheckRead(r, MembershipMsg::kType, payload.size());
 }
 
 std::string Encode(const PullMsg& m) {
@@ -145,7 +140,7 @@ Status Decode(const std::string& payload, PullMsg* m) {
     for (auto& h : holders) h = r.Get<uint32_t>();
   }
   m->from_disk = r.Get<uint8_t>() != 0;
-  return Done(r, "pull");
+  return CheckRead(r, PullMsg::kType, payload.size());
 }
 
 std::string Encode(const StartMsg& m) {
@@ -163,7 +158,7 @@ Status Decode(const std::string& payload, StartMsg* m) {
   m->version = GetOptional(&r);
   m->master_addr = r.GetString();
   m->master_port = r.Get<int32_t>();
-  return Done(r, "start");
+  return CheckRead(r, StartMsg::kType, payload.size());
 }
 
 std::string ClusterMsgName(uint16_t type) {

@@ -12,6 +12,11 @@
 // Epochs fence generations: every restart of the job's ranks bumps the
 // epoch, and a report from an older epoch about a version above the last
 // committed one is ignored.
+//
+// One struct per message (its kType names it), with its Encode and its
+// Decode, which checks the payload's structure and sizes and says what was
+// malformed: nothing else reads a payload's bytes. Messages of the same
+// shape share a template (EpochMsg<kHalted> is the kHalted message).
 #pragma once
 
 #include <cstdint>
@@ -63,7 +68,15 @@ enum class ClusterMsg : uint16_t {
 
 using RankVersion = std::pair<int32_t, uint64_t>;
 
+// A payload of one uint64 (an epoch or a version).
+std::string EncodeU64(uint64_t v);
+void PutRankVersions(const std::vector<RankVersion>& v, ByteWriter* w);
+std::vector<RankVersion> GetRankVersions(ByteReader* r);
+std::string ClusterMsgName(uint16_t type);
+inline std::string ClusterMsgName(ClusterMsg type) { return ClusterMsgName(static_cast<uint16_t>(type)); }
+
 struct RegisterMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kRegister;
   int32_t slot = -1;  // the slot this agent was started for; -1: a spare
   std::string address;
   std::string rack;
@@ -73,6 +86,7 @@ struct RegisterMsg {
 };
 
 struct AssignMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kAssign;
   int32_t slot = 0;
   int32_t first_rank = 0;
   int32_t local_ranks = 0;
@@ -89,6 +103,7 @@ struct MemberInfo {
 };
 
 struct MembershipMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kMembership;
   uint64_t epoch = 0;
   std::vector<MemberInfo> members;   // every live agent
   std::vector<uint32_t> my_holders;  // agents that keep copies of the receiver's shards
@@ -96,6 +111,7 @@ struct MembershipMsg {
 };
 
 struct PullMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kPull;
   uint64_t epoch = 0;
   uint64_t version = 0;
   std::vector<std::pair<int32_t, std::vector<uint32_t>>> ranks;  // rank -> agents holding it
@@ -103,11 +119,158 @@ struct PullMsg {
 };
 
 struct StartMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kStart;
   uint64_t epoch = 0;
   std::optional<uint64_t> version;  // to restore; none: fresh start
   std::string master_addr;
   int32_t master_port = 0;
 };
+
+// agent -> coordinator and back: an epoch only.
+template <ClusterMsg T>
+struct EpochMsg {
+  static constexpr ClusterMsg kType = T;
+  uint64_t epoch = 0;
+};
+using HeartbeatMsg = EpochMsg<ClusterMsg::kHeartbeat>;
+using HaltedMsg = EpochMsg<ClusterMsg::kHalted>;        // the sender's ranks are gone
+using ReadyMsg = EpochMsg<ClusterMsg::kReady>;          // it pulled what it was told to
+using NodeDoneMsg = EpochMsg<ClusterMsg::kNodeDone>;    // every rank of it finished with 0
+using HaltMsg = EpochMsg<ClusterMsg::kHalt>;            // coordinator: stop the ranks
+using CoordHeartbeatMsg = EpochMsg<ClusterMsg::kCoordHeartbeat>;
+
+// agent -> coordinator: (rank, version) pairs of the sender's epoch.
+template <ClusterMsg T>
+struct RankVersionsMsg {
+  static constexpr ClusterMsg kType = T;
+  uint64_t epoch = 0;
+  std::vector<RankVersion> items;
+};
+using HeldMsg = RankVersionsMsg<ClusterMsg::kHeld>;        // complete in its store
+using DroppedMsg = RankVersionsMsg<ClusterMsg::kDropped>;  // no longer held (a chunk was corrupted)
+using MissingMsg = RankVersionsMsg<ClusterMsg::kMissing>;  // told to start from them, it lacks them
+
+// An epoch and a version.
+template <ClusterMsg T>
+struct EpochVersionMsg {
+  static constexpr ClusterMsg kType = T;
+  uint64_t epoch = 0;
+  uint64_t version = 0;
+};
+using RoundFailedMsg = EpochVersionMsg<ClusterMsg::kRoundFailed>;  // agent: cannot copy the round's version
+using ReplicateMsg = EpochVersionMsg<ClusterMsg::kReplicate>;      // coordinator: copy this version
+
+struct RankFailedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kRankFailed;
+  uint64_t epoch = 0;
+  int32_t code = 0;    // shell convention: 128 + signal
+  std::string reason;  // with the rank's last stderr lines
+  bool early = false;  // before the rank's first save (EarlyFailureRule)
+};
+
+struct FatalMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kFatal;
+  uint64_t epoch = 0;
+  std::string message;
+};
+
+struct PullFailedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kPullFailed;
+  uint64_t epoch = 0;
+  int32_t rank = 0;
+  uint64_t version = 0;
+  std::string message;  // the last holder's error
+};
+
+struct DiskFailedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kDiskFailed;
+  uint64_t epoch = 0;
+  uint64_t version = 0;
+  std::string message;
+};
+
+struct CommitMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kCommit;
+  uint64_t version = 0;
+  uint64_t epoch = 0;  // the epoch it was committed in: its timeline, which disk markers record
+};
+
+struct StopMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kStop;
+  int32_t code = 0;  // the agents' exit code
+  std::string message;
+};
+
+struct FencedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kFenced;
+  std::string message;  // the whole payload
+};
+
+struct DropAboveMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kDropAbove;
+  uint64_t version = 0;  // the version the job went back to
+};
+
+// "malformed <name> message (N bytes)" unless `r` read all of it.
+Status CheckRead(const ByteReader& r, ClusterMsg type, size_t size);
+
+template <ClusterMsg T>
+std::string Encode(const EpochMsg<T>& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  return w.data();
+}
+template <ClusterMsg T>
+Status Decode(const std::string& payload, EpochMsg<T>* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  return CheckRead(r, T, payload.size());
+}
+template <ClusterMsg T>
+std::string Encode(const RankVersionsMsg<T>& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  PutRankVersions(m.items, &w);
+  return w.data();
+}
+template <ClusterMsg T>
+Status Decode(const std::string& payload, RankVersionsMsg<T>* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  m->items = GetRankVersions(&r);
+  return CheckRead(r, T, payload.size());
+}
+template <ClusterMsg T>
+std::string Encode(const EpochVersionMsg<T>& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  w.Put<uint64_t>(m.version);
+  return w.data();
+}
+template <ClusterMsg T>
+Status Decode(const std::string& payload, EpochVersionMsg<T>* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  m->version = r.Get<uint64_t>();
+  return CheckRead(r, T, payload.size());
+}
+
+std::string Encode(const RankFailedMsg& m);
+std::string Encode(const FatalMsg& m);
+std::string Encode(const PullFailedMsg& m);
+std::string Encode(const DiskFailedMsg& m);
+std::string Encode(const CommitMsg& m);
+std::string Encode(const StopMsg& m);
+std::string Encode(const FencedMsg& m);
+std::string Encode(const DropAboveMsg& m);
+Status Decode(const std::string& payload, RankFailedMsg* m);
+Status Decode(const std::string& payload, FatalMsg* m);
+Status Decode(const std::string& payload, PullFailedMsg* m);
+Status Decode(const std::string& payload, DiskFailedMsg* m);
+Status Decode(const std::string& payload, CommitMsg* m);
+Status Decode(const std::string& payload, StopMsg* m);
+Status Decode(const std::string& payload, FencedMsg* m);
+Status Decode(const std::string& payload, DropAboveMsg* m);
 
 std::string Encode(const RegisterMsg& m);
 std::string Encode(const AssignMsg& m);
@@ -120,11 +283,5 @@ Status Decode(const std::string& payload, MembershipMsg* m);
 Status Decode(const std::string& payload, PullMsg* m);
 Status Decode(const std::string& payload, StartMsg* m);
 
-// A payload of one uint64 (an epoch or a version).
-std::string EncodeU64(uint64_t v);
-void PutRankVersions(const std::vector<RankVersion>& v, ByteWriter* w);
-std::vector<RankVersion> GetRankVersions(ByteReader* r);
-
-std::string ClusterMsgName(uint16_t type);
 
 }  // namespace ftrun

@@ -63,125 +63,6 @@ void Coordinator::SendAll(ClusterMsg type, const std::string& payload) {
   }
 }
 
-void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& payload, Time now) {
-  ByteReader r(payload);
-  auto it = agents_.find(from);
-  if (static_cast<ClusterMsg>(type) == ClusterMsg::kRegister) {
-    RegisterMsg m;
-    Status s = Decode(payload, &m);
-    if (!s.ok()) {
-      FTRUN_LOG_WARN("agent {}: {}", from, s.message());
-      return;
-    }
-    return Register(from, m, now);
-  }
-  if (it == agents_.end() || !it->second.alive) return;  // not registered (or declared lost): ignored
-  AgentInfo& a = it->second;
-  a.last_heard = now;
-  uint64_t epoch = r.Get<uint64_t>();
-  if (!r.ok()) {  // every message after kRegister starts with the sender's epoch
-    FTRUN_LOG_WARN("agent {} sent a {} of {} bytes, without its epoch: ignored", from, ClusterMsgName(type),
-                   payload.size());
-    return;
-  }
-  switch (static_cast<ClusterMsg>(type)) {
-    case ClusterMsg::kHeartbeat: return;
-    case ClusterMsg::kHeld:
-      if (epoch != epoch_) return;  // a stopped generation's saves never count
-      for (const auto& [rank, version] : GetRankVersions(&r)) {
-        if (r.ok() && (!committed_ || version >= *committed_)) held_[version][rank].insert(from);
-        if (r.ok() && target_ == version) target_since_ = now;  // the round makes progress
-      }
-      MaybeCommit(now);
-      return MaybeTarget(now);
-    case ClusterMsg::kRankFailed: {
-      int32_t code = r.Get<int32_t>();
-      std::string reason = r.GetString();
-      bool early = r.Get<uint8_t>() != 0;  // before the rank's first save (EarlyFailureRule)
-      if (!r.ok() || epoch != epoch_ || phase_ != Phase::kRunning) return;
-      if (early_failures_.Record(epoch_, early, code)) {
-        return Stop(code == 0 ? 1 : code, "not restarting: the same failure before the first save in two epochs in a "
-                                          "row (exit code " + std::to_string(code) + "), so every restart would end "
-                                          "the same way: " + reason);
-      }
-      BeginRecovery(reason, code, now);
-      return;
-    }
-    case ClusterMsg::kHalted:
-      if (epoch >= halt_epoch_ && epoch <= epoch_) a.halted = true;
-      return MaybeStart(now);
-    case ClusterMsg::kReady:
-      if (epoch == epoch_) a.ready = true;
-      return MaybeStart(now);
-    case ClusterMsg::kNodeDone: {
-      if (epoch != epoch_ || a.slot < 0) return;
-      a.done = true;
-      bool all = true;
-      for (size_t i = 0; i < slots_.size(); ++i) all &= SlotAgent(static_cast<int>(i)) && SlotAgent(static_cast<int>(i))->done;
-      if (all) {
-        Stop(0, "every rank finished; last committed version " +
-                    (committed_ ? std::to_string(*committed_) : std::string("none")));
-      }
-      return;
-    }
-    case ClusterMsg::kRoundFailed: {
-      uint64_t v = r.Get<uint64_t>();
-      if (epoch != epoch_ || !r.ok() || target_ != v) return;
-      FTRUN_LOG_DEBUG("commit round of version {} failed at agent {}: picking a newer version", v, from);
-      held_.erase(v);
-      target_.reset();
-      ahead_ = true;
-      return MaybeTarget(now);
-    }
-    case ClusterMsg::kPullFailed: {
-      int32_t rank = r.Get<int32_t>();
-      uint64_t version = r.Get<uint64_t>();
-      std::string msg = r.GetString();
-      if (!r.ok() || epoch != epoch_) return;
-      // Every holder it was given failed it: those copies do not count.
-      auto v = held_.find(version);
-      if (v != held_.end()) v->second.erase(rank);
-      if (phase_ != Phase::kRecovering) return;
-      if (!CheckCoverage(" (last error pulling rank " + std::to_string(rank) + ": " + msg + ")")) return;
-      if (disk_restore_) {  // no live copy left, but the disk has a version: every node goes back to it
-        FTRUN_LOG_WARN("agent {} could not pull rank {} ({}): every node restores version {} from disk", from, rank,
-                       msg, committed_.value_or(0));
-        return PullAllFromDisk(now);
-      }
-      // Other live copies remain (the agent was given a subset): pull from those.
-      if (a.slot < 0 || !committed_) return;
-      PullMsg p{epoch_, *committed_, {}};
-      auto h = HoldersAlive(rank, *committed_);
-      p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
-      a.ready = false;
-      out_->Send(from, ClusterMsg::kPull, Encode(p));
-      return;
-    }
-    case ClusterMsg::kDiskFailed: {
-      uint64_t version = r.Get<uint64_t>();
-      std::string msg = r.GetString();
-      if (epoch == epoch_ && r.ok()) DiskFailed(from, version, msg, now);
-      return;
-    }
-    case ClusterMsg::kDropped: {
-      // Whatever the epoch: those copies are gone.
-      auto lost = GetRankVersions(&r);
-      if (r.ok()) Dropped(a, lost, now);
-      return;
-    }
-    case ClusterMsg::kMissing: {
-      auto lost = GetRankVersions(&r);
-      if (r.ok()) Missing(a, epoch, lost, now);
-      return;
-    }
-    case ClusterMsg::kFatal: {
-      std::string msg = r.GetString();
-      return Stop(1, "agent " + std::to_string(from) + ": " + msg);
-    }
-    default: FTRUN_LOG_WARN("agent {} sent an unexpected {}", from, ClusterMsgName(type));
-  }
-}
-
 void Coordinator::MaybeStart(Time now) {
   if (phase_ != Phase::kRecovering || disk_need_ != DiskNeed::kNone) return;
   for (size_t s = 0; s < slots_.size(); ++s) {
@@ -194,7 +75,7 @@ void Coordinator::MaybeStart(Time now) {
   m.version = committed_;
   m.master_addr = SlotAgent(0)->address.substr(0, SlotAgent(0)->address.rfind(':'));
   m.master_port = o_.master_port;
-  for (size_t s = 0; s < slots_.size(); ++s) out_->Send(SlotAgent(static_cast<int>(s))->id, ClusterMsg::kStart, Encode(m));
+  for (size_t s = 0; s < slots_.size(); ++s) Send(SlotAgent(static_cast<int>(s))->id, m);
   phase_ = Phase::kRunning;
   disk_restore_ = false;
   waiting_since_.reset();
@@ -227,10 +108,7 @@ void Coordinator::MaybeTarget(Time now) {
   if (!newest || newest == target_) return;
   target_ = newest;
   target_since_ = now;
-  ByteWriter w;
-  w.Put<uint64_t>(epoch_);
-  w.Put<uint64_t>(*newest);
-  SendAll(ClusterMsg::kReplicate, w.data());
+  SendAll(ReplicateMsg{epoch_, *newest});
   // Older versions not committed will never be: forget them.
   held_.erase(committed_ ? held_.upper_bound(*committed_) : held_.begin(), held_.lower_bound(*newest));
 }
@@ -258,14 +136,11 @@ void Coordinator::MaybeCommit(Time now) {
     // and version numbers found bad there may be written again, good.
     FTRUN_LOG_INFO("version {} committed after going back to version {}: nodes drop their files of the abandoned "
                    "versions above it", *newest, *void_above_);
-    SendAll(ClusterMsg::kDropAbove, EncodeU64(*void_above_));
+    SendAll(DropAboveMsg{*void_above_});
     void_above_.reset();
     bad_disk_versions_.clear();
   }
-  ByteWriter commit;
-  commit.Put<uint64_t>(*newest);
-  commit.Put<uint64_t>(epoch_);  // the version's timeline: every node's disk marker of it records this
-  SendAll(ClusterMsg::kCommit, commit.data());
+  SendAll(CommitMsg{*newest, epoch_});  // epoch_: the version's timeline, which every node's disk marker records
 }
 
 void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) { Lost(peer, why, now); }
@@ -275,7 +150,7 @@ void Coordinator::Tick(Time now) {
   MaybeTarget(now);  // a round stuck with no progress gives way
   if (now - last_heartbeat_sent_ >= o_.heartbeat_interval) {
     last_heartbeat_sent_ = now;
-    SendAll(ClusterMsg::kCoordHeartbeat, EncodeU64(epoch_));
+    SendAll(CoordHeartbeatMsg{epoch_});
   }
   const auto limit = o_.heartbeat_interval * o_.heartbeat_misses;
   std::vector<PeerId> silent;
@@ -310,10 +185,7 @@ void Coordinator::Stop(int code, const std::string& message) {
   exit_message_ = message;
   if (code == 0) FTRUN_LOG_INFO("job ends: {}", message);
   else FTRUN_LOG_ERROR("job stops: {}", message);
-  ByteWriter w;
-  w.Put<int32_t>(code);
-  w.PutString(message);
-  SendAll(ClusterMsg::kStop, w.data());
+  SendAll(StopMsg{code, message});
 }
 
 }  // namespace ftrun

@@ -115,8 +115,22 @@ class Coordinator {
     std::optional<Time> started;  // kStart sent
   };
 
+  // Sends one message (its struct says its type).
+  template <class M>
+  void Send(PeerId to, const M& m) {
+    out_->Send(to, M::kType, Encode(m));
+  }
+  template <class M>
+  void SendAll(const M& m) {
+    SendAll(M::kType, Encode(m));
+  }
+
   void Register(PeerId from, const RegisterMsg& m, Time now);
-  void Held(PeerId from, ByteReader* r);
+  // Agents' reports (coordinator_reports.cc).
+  void OnHeld(AgentInfo& a, const HeldMsg& m, Time now);
+  void OnRankFailed(const RankFailedMsg& m, Time now);
+  void OnNodeDone(AgentInfo& a, const NodeDoneMsg& m);
+  void OnPullFailed(AgentInfo& a, const PullFailedMsg& m, Time now);
   void Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Time now);
   // An agent told to start lacks its own ranks of the committed version.
   void Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVersion>& lost, Time now);

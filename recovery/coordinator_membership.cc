@@ -11,24 +11,18 @@ namespace ftrun {
 
 void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
   if (phase_ == Phase::kStopped) {
-    ByteWriter w;
-    w.Put<int32_t>(exit_code_);
-    w.PutString(exit_message_);
-    out_->Send(from, ClusterMsg::kStop, w.data());
-    return;
+    return Send(from, StopMsg{exit_code_, exit_message_});
   }
   if (m.slot >= static_cast<int>(slots_.size())) {
-    out_->Send(from, ClusterMsg::kFenced, "slot " + std::to_string(m.slot) + " does not exist (the job has " +
-                                               std::to_string(slots_.size()) + " nodes)");
-    return;
+    return Send(from, FencedMsg{"slot " + std::to_string(m.slot) + " does not exist (the job has " +
+                                std::to_string(slots_.size()) + " nodes)"});
   }
   const bool same_slot = m.slot >= 0 && slots_[static_cast<size_t>(m.slot)] == from;
   if (m.slot >= 0 && slots_[static_cast<size_t>(m.slot)] && *slots_[static_cast<size_t>(m.slot)] != from) {
     PeerId holder = *slots_[static_cast<size_t>(m.slot)];
     FTRUN_LOG_WARN("fenced agent {} at {}: node {} is agent {} now", from, m.address, m.slot, holder);
-    out_->Send(from, ClusterMsg::kFenced, "node " + std::to_string(m.slot) + " was given to agent " +
-                                              std::to_string(holder) + " while this agent was unreachable");
-    return;
+    return Send(from, FencedMsg{"node " + std::to_string(m.slot) + " was given to agent " + std::to_string(holder) +
+                                " while this agent was unreachable"});
   }
   // What it knows: a restarted coordinator re-learns commits and epochs.
   if (m.committed && (!committed_ || *m.committed > *committed_)) {
@@ -111,7 +105,7 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
       }
       if (disk_restore_) p = DiskPull(m.slot);
       BroadcastMembership();
-      out_->Send(from, ClusterMsg::kPull, Encode(p));  // it answers kReady, even with nothing to pull
+      Send(from, p);  // it answers kReady, even with nothing to pull
     }
     AssignReplacements(now);
     MaybeStart(now);
@@ -123,7 +117,7 @@ void Coordinator::Assign(AgentInfo& a, int slot) {
   slots_[static_cast<size_t>(slot)] = a.id;
   AssignMsg m{slot, FirstRank(slot), o_.ranks_per_slot[static_cast<size_t>(slot)], WorldSize(),
               static_cast<int32_t>(slots_.size())};
-  out_->Send(a.id, ClusterMsg::kAssign, Encode(m));
+  Send(a.id, m);
 }
 
 void Coordinator::AssignReplacements(Time now) {
@@ -148,7 +142,7 @@ void Coordinator::AssignReplacements(Time now) {
     spare->ready = false;
     BroadcastMembership();
     if (disk_restore_) {
-      out_->Send(spare->id, ClusterMsg::kPull, Encode(DiskPull(static_cast<int>(s))));
+      Send(spare->id, DiskPull(static_cast<int>(s)));
     } else {
       PullMsg p{epoch_, committed_.value_or(0), {}};
       for (int rank : SlotRanks(static_cast<int>(s))) {
@@ -157,7 +151,7 @@ void Coordinator::AssignReplacements(Time now) {
         if (!h.empty()) std::rotate(h.begin(), h.begin() + (rank % static_cast<int>(h.size())), h.end());
         if (committed_) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
-      out_->Send(spare->id, ClusterMsg::kPull, Encode(p));  // answered by kReady
+      Send(spare->id, p);  // answered by kReady
     }
   }
 }
@@ -187,7 +181,7 @@ void Coordinator::BroadcastMembership() {
         if (std::find(p.begin(), p.end(), a.slot) != p.end()) m.held_slots.push_back(static_cast<int32_t>(s));
       }
     }
-    out_->Send(id, ClusterMsg::kMembership, Encode(m));
+    Send(id, m);
   }
 }
 

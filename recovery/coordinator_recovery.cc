@@ -31,7 +31,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
     a.halted = a.slot < 0;
     a.ready = true;
     a.done = false;
-    if (a.alive && a.slot >= 0) out_->Send(id, ClusterMsg::kHalt, EncodeU64(epoch_));
+    if (a.alive && a.slot >= 0) Send(id, HaltMsg{epoch_});
   }
   if (!CheckCoverage("")) return;
   // A node's agent that lacks its own shards of the committed version (a
@@ -42,7 +42,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
     if (!a.alive || a.slot < 0 || !committed_) continue;
     if (disk_restore_) {
       a.ready = false;
-      out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+      Send(id, DiskPull(a.slot));
       continue;
     }
     PullMsg p{epoch_, *committed_, {}};
@@ -55,7 +55,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
     if (!pulls) BroadcastMembership();
     pulls = true;
     a.ready = false;
-    out_->Send(id, ClusterMsg::kPull, Encode(p));
+    Send(id, p);
   }
   waiting_since_ = now;
   AssignReplacements(now);
@@ -128,7 +128,7 @@ void Coordinator::PullAllFromDisk(Time now) {
   for (auto& [id, a] : agents_) {
     if (!a.alive || a.slot < 0) continue;
     a.ready = false;
-    out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+    Send(id, DiskPull(a.slot));
   }
   MaybeStart(now);
 }
@@ -146,7 +146,7 @@ void Coordinator::RestoreFromDisk() {
   for (auto& [id, a] : agents_) {
     if (!a.alive || a.slot < 0) continue;
     a.ready = false;
-    out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(a.slot)));
+    Send(id, DiskPull(a.slot));
   }
 }
 
@@ -206,13 +206,13 @@ void Coordinator::Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Ti
     for (auto& [id, x] : agents_) {
       if (!x.alive || x.slot < 0) continue;
       x.ready = false;
-      out_->Send(id, ClusterMsg::kPull, Encode(DiskPull(x.slot)));
+      Send(id, DiskPull(x.slot));
     }
     return MaybeStart(now);
   }
   a.ready = false;
   BroadcastMembership();
-  out_->Send(a.id, ClusterMsg::kPull, Encode(p));
+  Send(a.id, p);
 }
 
 // An agent told to start from the committed version does not hold its own

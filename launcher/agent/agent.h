@@ -174,9 +174,16 @@ class Agent {
   void CoordinatorMessage(uint16_t type, const std::string& payload);
   void RegisterWithCoordinator();
   void SendToCoordinator(ClusterMsg type, const std::string& payload);
+  // One report to the coordinator (its struct says its type).
+  template <class M>
+  void Report(const M& m) {
+    SendToCoordinator(M::kType, Encode(m));
+  }
   void ClusterTick(Clock::time_point now);
   void ClusterRankSaved(int rank, uint64_t version);
   void ApplyAssign(const AssignMsg& m);
+  void Replicate(uint64_t version);
+  void Ended(int code, const std::string& message, bool fenced);
   void ApplyMembership(const MembershipMsg& m);
   void StartPulls(const PullMsg& m);
   void PullFrom(int rank);

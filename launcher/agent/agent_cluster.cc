@@ -21,10 +21,7 @@ Status Agent::SetupCluster() {
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
   replicator_ = std::make_unique<Replicator>(transport_.get(), store_.get(), arena_.base(), o_.config.store.chunk_size);
   replicator_->on_stored = [this](int rank, uint64_t version) {
-    ByteWriter w;
-    w.Put<uint64_t>(epoch_);
-    PutRankVersions({{rank, version}}, &w);
-    SendToCoordinator(ClusterMsg::kHeld, w.data());
+    Report(HeldMsg{epoch_, {{rank, version}}});
   };
   replicator_->on_pulled = [this](uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s) {
     PullEnded(pull, from, rank, version, s);
@@ -139,101 +136,114 @@ void Agent::TransportEvents() {
 }
 
 void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
-  ByteReader r(payload);
-  Status s;
+  // Each order decoded into its struct (cluster_messages.h); a malformed one
+  // is dropped with a WARN, nothing of it acted on.
+  auto decoded = [&](auto* m) {
+    Status s = Decode(payload, m);
+    if (!s.ok()) FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.message());
+    return s.ok();
+  };
   switch (static_cast<ClusterMsg>(type)) {
-    case ClusterMsg::kCoordHeartbeat: return;
+    case ClusterMsg::kCoordHeartbeat: {
+      CoordHeartbeatMsg m;
+      decoded(&m);
+      return;
+    }
     case ClusterMsg::kAssign: {
       AssignMsg m;
-      s = Decode(payload, &m);
-      if (s.ok()) return ApplyAssign(m);
-      break;
+      if (decoded(&m)) ApplyAssign(m);
+      return;
     }
     case ClusterMsg::kMembership: {
       MembershipMsg m;
-      s = Decode(payload, &m);
-      if (s.ok()) return ApplyMembership(m);
-      break;
+      if (decoded(&m)) ApplyMembership(m);
+      return;
     }
     case ClusterMsg::kPull: {
       PullMsg m;
-      s = Decode(payload, &m);
-      if (s.ok()) return StartPulls(m);
-      break;
+      if (decoded(&m)) StartPulls(m);
+      return;
     }
     case ClusterMsg::kStart: {
       StartMsg m;
-      s = Decode(payload, &m);
-      if (s.ok()) return Start(m);
-      break;
+      if (decoded(&m)) Start(m);
+      return;
     }
     case ClusterMsg::kHalt: {
-      uint64_t epoch = r.Get<uint64_t>();
-      if (r.ok()) return Halt(epoch);
-      break;
+      HaltMsg m;
+      if (decoded(&m)) Halt(m.epoch);
+      return;
     }
     case ClusterMsg::kDropAbove: {
-      uint64_t v = r.Get<uint64_t>();
-      if (!r.ok()) break;
+      DropAboveMsg m;
+      if (!decoded(&m)) return;
       std::vector<int> ranks;
       for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
-      if (persist() && !ranks.empty()) DropFilesAbove(v, ranks);
+      if (persist() && !ranks.empty()) DropFilesAbove(m.version, ranks);
       return;
     }
     case ClusterMsg::kReplicate: {
-      uint64_t epoch = r.Get<uint64_t>();
-      uint64_t v = r.Get<uint64_t>();
-      if (!r.ok() || epoch != epoch_) return;
-      store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed (every rank has saved v)
-      round_ = v;
-      round_waiting_.clear();
-      // A rank that has not saved v yet (the round may target the newest
-      // version of the job's fastest rank: ranks that run more than
-      // kKeepVersions steps apart share no other) is copied when it does.
-      for (const RankSlot& slot : slots_) {
-        if (store_->Find(slot.global_rank, v)) continue;
-        auto last = store_->LastSaved(slot.global_rank);
-        if (last && *last >= v) {  // released meanwhile
-          round_waiting_.clear();
-          return RoundFailed(v);
-        }
-        round_waiting_.insert(slot.global_rank);
-      }
-      for (const RankSlot& slot : slots_) {
-        if (!round_waiting_.count(slot.global_rank)) replicator_->Saved(slot.global_rank, v);
-      }
+      ReplicateMsg m;
+      if (decoded(&m) && m.epoch == epoch_) Replicate(m.version);
       return;
     }
     case ClusterMsg::kCommit: {
-      uint64_t v = r.Get<uint64_t>();
-      uint64_t epoch = r.Get<uint64_t>();
-      if (!r.ok()) break;
-      cluster_tracker_->Committed(v);
-      commit_epoch_ = epoch;  // the timeline its disk markers record (PersistCommitted)
-      service_->OnCommitted(v);
+      CommitMsg m;
+      if (!decoded(&m)) return;
+      cluster_tracker_->Committed(m.version);
+      commit_epoch_ = m.epoch;  // the timeline its disk markers record (PersistCommitted)
+      service_->OnCommitted(m.version);
       commit_epoch_.reset();
       status_dirty_ = true;
       return;
     }
-    case ClusterMsg::kStop:
-    case ClusterMsg::kFenced: {
-      bool fenced = static_cast<ClusterMsg>(type) == ClusterMsg::kFenced;
-      int32_t code = fenced ? 1 : r.Get<int32_t>();
-      std::string msg = fenced ? payload : r.GetString();
-      if (fenced) fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
-      else stop_ordered_ = true;
-      if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
-      else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
-      else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
-      exit_code_ = code;
-      if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, msg, std::nullopt);
-      else if (state_ != State::kStopping) state_ = State::kDone;
-      else stop_cause_ = StopCause::kShutdown;
+    case ClusterMsg::kStop: {
+      StopMsg m;
+      if (decoded(&m)) Ended(m.code, m.message, false);
       return;
     }
-    default: break;
+    case ClusterMsg::kFenced: {
+      FencedMsg m;
+      if (decoded(&m)) Ended(1, m.message, true);
+      return;
+    }
+    default: FTRUN_LOG_WARN("coordinator sent an unexpected {}", ClusterMsgName(type));
   }
-  FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.ok() ? "unexpected" : s.message());
+}
+
+// kReplicate: copy version v of this node's ranks to their holders.
+void Agent::Replicate(uint64_t v) {
+  store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed (every rank has saved v)
+  round_ = v;
+  round_waiting_.clear();
+  // A rank that has not saved v yet (the round may target the newest
+  // version of the job's fastest rank: ranks that run more than
+  // kKeepVersions steps apart share no other) is copied when it does.
+  for (const RankSlot& slot : slots_) {
+    if (store_->Find(slot.global_rank, v)) continue;
+    auto last = store_->LastSaved(slot.global_rank);
+    if (last && *last >= v) {  // released meanwhile
+      round_waiting_.clear();
+      return RoundFailed(v);
+    }
+    round_waiting_.insert(slot.global_rank);
+  }
+  for (const RankSlot& slot : slots_) {
+    if (!round_waiting_.count(slot.global_rank)) replicator_->Saved(slot.global_rank, v);
+  }
+}
+
+// kStop (the job ends with `code`) or kFenced (this agent is out of it).
+void Agent::Ended(int code, const std::string& msg, bool fenced) {
+  if (fenced) fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
+  else stop_ordered_ = true;
+  if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
+  else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
+  else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
+  exit_code_ = code;
+  if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, msg, std::nullopt);
+  else if (state_ != State::kStopping) state_ = State::kDone;
+  else stop_cause_ = StopCause::kShutdown;
 }
 
 void Agent::ApplyAssign(const AssignMsg& m) {
@@ -282,19 +292,14 @@ void Agent::ClusterTick(Clock::time_point now) {
     auto [rank, p] = *pulls_.begin();
     FTRUN_LOG_ERROR("pull of rank {} version {} did not finish within {} ms (cluster.lost_node_timeout)", rank,
                     p.version, o_.config.cluster.lost_node_timeout.count());
-    ByteWriter w;
-    w.Put<uint64_t>(pull_epoch_);
-    w.Put<int32_t>(rank);
-    w.Put<uint64_t>(p.version);
-    w.PutString("no answer from the holders within cluster.lost_node_timeout");
     pull_failed_ = true;
-    SendToCoordinator(ClusterMsg::kPullFailed, w.data());
+    Report(PullFailedMsg{pull_epoch_, rank, p.version, "no answer from the holders within cluster.lost_node_timeout"});
   }
   replicator_->Tick(now);  // cancels copies that stalled (cluster.copy_timeout)
   if (coord_up_) {
     if (now - last_heartbeat_ >= interval) {
       last_heartbeat_ = now;
-      SendToCoordinator(ClusterMsg::kHeartbeat, EncodeU64(epoch_));
+      Report(HeartbeatMsg{epoch_});
       // A connection to a holder that failed (or was reset) is made again:
       // nothing else would, until the next membership change. A no-op for
       // one that is up or being made.
@@ -324,10 +329,7 @@ void Agent::ClusterTick(Clock::time_point now) {
 }
 
 void Agent::ClusterRankSaved(int rank, uint64_t version) {
-  ByteWriter w;
-  w.Put<uint64_t>(epoch_);
-  PutRankVersions({{rank, version}}, &w);
-  SendToCoordinator(ClusterMsg::kHeld, w.data());  // replication waits for the round (kReplicate)
+  Report(HeldMsg{epoch_, {{rank, version}}});  // replication waits for the round (kReplicate)
   if (round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
     if (round_ && version == *round_) {
       replicator_->Saved(rank, version);
@@ -353,10 +355,7 @@ void Agent::ClusterRankSaved(int rank, uint64_t version) {
 }
 
 void Agent::RoundFailed(uint64_t version) {
-  ByteWriter w;
-  w.Put<uint64_t>(epoch_);
-  w.Put<uint64_t>(version);
-  SendToCoordinator(ClusterMsg::kRoundFailed, w.data());
+  Report(RoundFailedMsg{epoch_, version});
 }
 
 }  // namespace ftrun

@@ -115,12 +115,7 @@ void Agent::SettleCorruptChunks() {
   }
   if (dropped.empty()) return;
   status_dirty_ = true;
-  if (cluster()) {
-    ByteWriter w;
-    w.Put<uint64_t>(epoch_);
-    PutRankVersions(dropped, &w);
-    SendToCoordinator(ClusterMsg::kDropped, w.data());
-  }
+  if (cluster()) Report(DroppedMsg{epoch_, dropped});
 }
 
 void Agent::CorruptRepaired(const CorruptChunk& c, const std::string& from) {

@@ -26,7 +26,7 @@ void Agent::Halt(uint64_t epoch) {
     reply_halted_ = true;
   } else if (state_ == State::kIdle) {
     service_->DiscardUncommitted();
-    SendToCoordinator(ClusterMsg::kHalted, EncodeU64(epoch_));
+    Report(HaltedMsg{epoch_});
   }
 }
 
@@ -38,7 +38,7 @@ void Agent::StoppedInCluster() {
     // is above the last of them is void now (never before: see ContinueStop).
     reply_halted_ = false;
     service_->DiscardUncommitted();
-    SendToCoordinator(ClusterMsg::kHalted, EncodeU64(epoch_));
+    Report(HaltedMsg{epoch_});
   }
   if (pending_start_) {
     StartMsg m = *pending_start_;
@@ -75,10 +75,7 @@ void Agent::Start(const StartMsg& m) {
     for (const auto& [rank, v] : missing) names += (names.empty() ? "" : ", ") + std::to_string(rank);
     FTRUN_LOG_ERROR("told to start from version {}, but this node's store holds no snapshot of rank(s) {} at it: "
                     "not starting them; asking the coordinator to have them pulled", *m.version, names);
-    ByteWriter w;
-    w.Put<uint64_t>(m.epoch);
-    PutRankVersions(missing, &w);
-    return SendToCoordinator(ClusterMsg::kMissing, w.data());
+    return Report(MissingMsg{m.epoch, missing});
   }
   for (const CorruptChunk& c : corrupt_) {
     if (c.dropped && SlotByRank(c.rank) != nullptr) {

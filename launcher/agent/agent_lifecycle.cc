@@ -119,9 +119,7 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
       exit_code_ = 0;
       if (cluster()) {  // the job ends when the coordinator says every node is done
         state_ = State::kIdle;
-        ByteWriter w;
-        w.Put<uint64_t>(epoch_);
-        SendToCoordinator(ClusterMsg::kNodeDone, w.data());
+        Report(NodeDoneMsg{epoch_});
       } else {
         state_ = State::kDone;
       }
@@ -151,14 +149,7 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
 // its ranks found corrupted.
 void Agent::FailRank(const std::string& reason, const ExitInfo& info, bool early) {
   SettleCorruptChunks();
-  if (cluster()) {
-    ByteWriter w;
-    w.Put<uint64_t>(epoch_);
-    w.Put<int32_t>(info.ShellCode());
-    w.PutString(reason);
-    w.Put<uint8_t>(early ? 1 : 0);
-    SendToCoordinator(ClusterMsg::kRankFailed, w.data());
-  }
+  if (cluster()) Report(RankFailedMsg{epoch_, info.ShellCode(), reason, early});
   BeginStop(StopCause::kFailure, reason, info, early);
 }
 

@@ -36,24 +36,19 @@ void Agent::StartPulls(const PullMsg& m) {
   }
   for (const auto& [rank, holders] : m.ranks) {
     if (store_->Find(rank, m.version)) {  // already here (an earlier pull finished)
-      ByteWriter w;
-      w.Put<uint64_t>(m.epoch);
-      PutRankVersions({{rank, m.version}}, &w);
-      SendToCoordinator(ClusterMsg::kHeld, w.data());
+      Report(HeldMsg{m.epoch, {{rank, m.version}}});
       continue;
     }
     if (holders.empty()) {
-      ByteWriter w;
-      w.Put<uint64_t>(m.epoch);
-      w.PutString("rank " + std::to_string(rank) + " version " + std::to_string(m.version) + ": no live holder");
-      return SendToCoordinator(ClusterMsg::kFatal, w.data());
+      return Report(FatalMsg{m.epoch, "rank " + std::to_string(rank) + " version " + std::to_string(m.version) +
+                                          ": no live holder"});
     }
     PullState& p = pulls_[rank];
     p.holders = holders;
     p.version = m.version;
     PullFrom(rank);
   }
-  if (pulls_.empty()) SendToCoordinator(ClusterMsg::kReady, EncodeU64(m.epoch));
+  if (pulls_.empty()) Report(ReadyMsg{m.epoch});
 }
 
 void Agent::PullFrom(int rank) {
@@ -71,14 +66,9 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
   if (!s.ok()) {
     FTRUN_LOG_WARN("pull of rank {} version {} from agent {} failed: {}", rank, version, from, s.message());
     if (++it->second.next < it->second.holders.size()) return PullFrom(rank);
-    ByteWriter w;
-    w.Put<uint64_t>(pull_epoch_);
-    w.Put<int32_t>(rank);
-    w.Put<uint64_t>(version);
-    w.PutString(s.message());
     pulls_.erase(it);
     pull_failed_ = true;  // never "ready": the coordinator decides
-    return SendToCoordinator(ClusterMsg::kPullFailed, w.data());
+    return Report(PullFailedMsg{pull_epoch_, rank, version, s.message()});
   }
   pulls_.erase(it);
   for (auto c = corrupt_.begin(); c != corrupt_.end();) {
@@ -92,7 +82,7 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
   if (pulls_.empty() && !pull_failed_) {
     FTRUN_LOG_INFO("pulled every shard of version {} in {:.0f} ms", version,
                    std::chrono::duration<double, std::milli>(Clock::now() - pull_started_).count());
-    SendToCoordinator(ClusterMsg::kReady, EncodeU64(pull_epoch_));
+    Report(ReadyMsg{pull_epoch_});
   }
 }
 

@@ -132,13 +132,10 @@ void Agent::DiskRestoreEnd(Status s) {
   }
   if (!s.ok()) {
     store_->DiscardAbove(v > 0 ? std::optional<uint64_t>(v - 1) : std::nullopt);  // what was read of it goes
-    ByteWriter w;
-    w.Put<uint64_t>(r.pull.epoch);
     const DiskErrorClass c = ClassifyDiskError(s);
     if (c == DiskErrorClass::kVersionBad) {  // the coordinator picks an older version
-      w.Put<uint64_t>(v);
-      w.PutString(node + " cannot restore version " + std::to_string(v) + " from disk: " + s.message());
-      return SendToCoordinator(ClusterMsg::kDiskFailed, w.data());
+      return Report(DiskFailedMsg{r.pull.epoch, v,
+                                  node + " cannot restore version " + std::to_string(v) + " from disk: " + s.message()});
     }
     // Another job's or world size's files, a disk that keeps failing, no
     // permission: an older version is no answer. Nothing was deleted.
@@ -147,8 +144,7 @@ void Agent::DiskRestoreEnd(Status s) {
                           : node + " cannot restore version " + std::to_string(v) + " from disk (" +
                                 DiskErrorClassName(c) + " error): " + s.message() + "; nothing was deleted: start " +
                                 "the job again once the persist directory reads";
-    w.PutString(msg);
-    return SendToCoordinator(ClusterMsg::kFatal, w.data());
+    return Report(FatalMsg{r.pull.epoch, msg});
   }
   FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
                  "{:.0f} ms on the disk worker; training resumes after step {}",
@@ -156,13 +152,10 @@ void Agent::DiskRestoreEnd(Status s) {
                  r.bytes / 1048576.0, std::chrono::duration<double, std::milli>(Clock::now() - r.t0).count(), v);
   cluster_tracker_->Committed(v);
   service_->OnCommitted(v);
-  ByteWriter w;
-  w.Put<uint64_t>(r.pull.epoch);
-  std::vector<RankVersion> held;
-  for (int rank : r.ranks) held.push_back({rank, v});
-  PutRankVersions(held, &w);
-  SendToCoordinator(ClusterMsg::kHeld, w.data());
-  SendToCoordinator(ClusterMsg::kReady, EncodeU64(r.pull.epoch));
+  HeldMsg held{r.pull.epoch, {}};
+  for (int rank : r.ranks) held.items.push_back({rank, v});
+  Report(held);
+  Report(ReadyMsg{r.pull.epoch});
 }
 
 Status Agent::EnsureRestorable() {
