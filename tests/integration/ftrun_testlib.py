@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,16 @@ TRAINER = os.path.join(BUILD, "ftrun-synthetic")
 DIGEST_RE = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$", re.M)
 
 failures = []
+_scratch = []  # directories finish() removes when every check passed
+
+
+def scratch(prefix):
+    """A temporary directory for this test (persist directories, logs, run
+    directories: some hold GiB). finish() removes it when every check passed
+    and keeps it, for a look, when one failed."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    _scratch.append(d)
+    return d
 
 
 def check(cond, what):
@@ -33,8 +44,11 @@ def check(cond, what):
 
 def finish():
     if failures:
-        print(f"{len(failures)} check(s) failed", flush=True)
+        kept = " ".join(_scratch)
+        print(f"{len(failures)} check(s) failed" + (f" (kept for a look: {kept})" if kept else ""), flush=True)
         sys.exit(1)
+    for d in _scratch:
+        shutil.rmtree(d, ignore_errors=True)
     print("all checks passed", flush=True)
 
 
@@ -102,7 +116,7 @@ class Job(_Watched):
     """One ftrun-agent with its ranks, in a private run dir."""
 
     def __init__(self, nranks, trainer_args, config="", job_id=None, extra=(), command=None, env=None):
-        self.dir = tempfile.mkdtemp(prefix="ftrun-it-")
+        self.dir = scratch("ftrun-it-")
         self.config = os.path.join(self.dir, "ftrun.yaml")
         self.status = os.path.join(self.dir, "status.json")
         self.job_id = job_id or "it-%d" % random.randrange(1 << 30)
@@ -151,7 +165,7 @@ class ClusterJob(_Watched):
     state_on_exit = False
 
     def __init__(self, nodes, ranks_per_node, trainer_args, config="", spares=0, extra=(), env=None):
-        self.dir = tempfile.mkdtemp(prefix="ftrun-cl-")
+        self.dir = scratch("ftrun-cl-")
         self.config = os.path.join(self.dir, "ftrun.yaml")
         self.status = os.path.join(self.dir, "status.json")
         with open(self.config, "w") as f:

@@ -6,14 +6,13 @@ import base64
 import json
 import os
 import signal
-import tempfile
 import time
 
-from ftrun_testlib import Job, check, finish
+from ftrun_testlib import Job, check, finish, scratch
 
 # Environment, with node 1 of a 2-node DeepSpeed world {a: [0, 1], b: [2, 3, 5]}.
 world = base64.urlsafe_b64encode(json.dumps({"a": [0, 1], "b": [2, 3, 5]}).encode()).decode()
-out = tempfile.mkdtemp(prefix="ftrun-env-")
+out = scratch("ftrun-env-")
 script = (f'env > "{out}/env.$RANK.$TORCHELASTIC_RESTART_COUNT"; '
           'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 5; fi')
 job = Job(3, [], "job:\n  max_restarts: 1\n", extra=["--world_info", world, "--node_rank", "1",
@@ -46,7 +45,7 @@ check(e1.get("MASTER_PORT") == "31001", f"fresh MASTER_PORT after restart: {e1.g
 
 # SIGTERM to the agent stops every rank's whole process tree, even parts
 # that ignore SIGTERM (after job.stop_grace), and exits 128+15.
-pids = tempfile.mkdtemp(prefix="ftrun-tree-")
+pids = scratch("ftrun-tree-")
 tree = f'trap "" TERM; sleep 300 & echo $! > {pids}/child.$RANK; echo $$ > {pids}/rank.$RANK; wait'
 job = Job(2, [], "job:\n  stop_grace: 1s\n", command=["/bin/sh", "-c", tree])
 deadline = time.time() + 30
@@ -66,7 +65,7 @@ check("did not stop within job.stop_grace" in job.log, "the SIGKILL after the gr
 
 # A rank that dies leaving a child behind (a data-loader worker, say): the
 # child must not outlive its generation.
-orphan = tempfile.mkdtemp(prefix="ftrun-orphan-")
+orphan = scratch("ftrun-orphan-")
 script = (f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then '
           f'sleep 300 & echo $! > {orphan}/child; exit 1; fi; exit 0')
 job = Job(2, [], "job:\n  max_restarts: 1\n", command=["/bin/sh", "-c", script])

@@ -4,17 +4,16 @@ socket, a stale socket, a stranger claiming a rank, a missing command."""
 import os
 import socket
 import subprocess
-import tempfile
 
 import ftrun
-from ftrun_testlib import AGENT, TRAINER, Job, check, digests, finish, golden
+from ftrun_testlib import AGENT, TRAINER, Job, check, digests, finish, golden, scratch
 
 ARGS = ["--state-bytes", "2MiB", "--tensors", "2", "--steps", "20", "--step-ms", "5"]
 LONG = ["--state-bytes", "2MiB", "--tensors", "2", "--steps", "80", "--step-ms", "10"]
 
 
 def agent(*argv, config=None):
-    d = tempfile.mkdtemp(prefix="ftrun-bad-")
+    d = scratch("ftrun-bad-")
     cmd = [AGENT, "--run-dir", d + "/run"]
     if config is not None:
         path = os.path.join(d, "bad.yaml")
@@ -73,7 +72,7 @@ check(rc == 0, f"first agent exit {rc}")
 check(digests(first.log) == golden(2, LONG), "first agent's ranks end in the failure-free state")
 
 # A stale socket from a dead agent is removed (and said so), not reused.
-job_dir = tempfile.mkdtemp(prefix="ftrun-stale-")
+job_dir = scratch("ftrun-stale-")
 os.makedirs(job_dir + "/run", mode=0o700)
 stale = socket.socket(socket.AF_UNIX)
 stale.bind(job_dir + "/run/stale-job.node0.sock")

@@ -13,12 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
 from ftrun_chaos import netns_cluster as nc  # noqa: E402
-from ftrun_testlib import BUILD, SOURCE, check, finish  # noqa: E402
+from ftrun_testlib import BUILD, SOURCE, check, finish, scratch  # noqa: E402
 
 ok, why = nc.available()
 if not ok:
@@ -26,7 +25,7 @@ if not ok:
     sys.exit(0)
 
 CHAOS = os.path.join(BUILD, "ftrun-chaos")
-out = tempfile.mkdtemp(prefix="ftrun-chaos-it-")
+out = scratch("ftrun-chaos-it-")
 
 
 def chaos(plan, name, *extra, timeout=900):

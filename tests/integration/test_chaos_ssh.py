@@ -10,13 +10,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
 from ftrun_chaos import netns_cluster as nc  # noqa: E402
-from ftrun_testlib import BUILD, check, finish  # noqa: E402
+from ftrun_testlib import BUILD, check, finish, scratch  # noqa: E402
 
 ok, why = nc.available()
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -25,7 +24,7 @@ if not ok or not os.access(SSHD, os.X_OK) or not shutil.which("ssh"):
     sys.exit(0)
 
 PORT = 2222
-d = tempfile.mkdtemp(prefix="ftrun-chaos-ssh-")
+d = scratch("ftrun-chaos-ssh-")
 for key in ("hostkey", "userkey"):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(d, key)], check=True)
 shutil.copy(os.path.join(d, "userkey.pub"), os.path.join(d, "authorized_keys"))

@@ -21,10 +21,9 @@ version a node lacks, and it must end with the failure-free run's digests.
 import os
 import random
 import signal
-import tempfile
 import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden
+from ftrun_testlib import ClusterJob, check, digests, finish, golden, scratch
 
 NODES, PER_NODE = 4, 2
 STEPS = int(os.environ.get("FTRUN_TEST_STEPS", "1600"))
@@ -38,7 +37,7 @@ print("seed", seed, "(set FTRUN_TEST_SEED to replay)", flush=True)
 rng = random.Random(seed)
 want = golden(NODES * PER_NODE, ARGS)
 
-disk = tempfile.mkdtemp(prefix="ftrun-goback-")
+disk = scratch("ftrun-goback-")
 config = ("job:\n  id: goback-%d\n  max_restarts: %d\n  stop_grace: 2s\n"
           "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
           # Heartbeats ride out a frozen coordinator (below 5 s).

@@ -374,14 +374,13 @@ def rank_train(save_dir, steps, sleep, use_ftrun):
 
 
 def main():
-    import tempfile
-
-    from ftrun_testlib import Job, check, digests, finish
+    
+    from ftrun_testlib import Job, check, digests, finish, scratch
 
     me = os.path.abspath(__file__)
     config = "job:\n  max_restarts: 0\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
 
-    save_dir = tempfile.mkdtemp(prefix="ftrun-ds-")
+    save_dir = scratch("ftrun-ds-")
     job = Job(2, [], config, command=[PY, me, "--rank", "checks", save_dir])
     rc = job.wait(timeout=50)
     print("\n".join(l for l in job.log.splitlines() if l.startswith("rank ")))
@@ -397,7 +396,7 @@ def main():
                            text=True, env=dict(os.environ, RANK=str(r), WORLD_SIZE="2"), timeout=30)
         check(p.returncode == 0, f"golden run of rank {r}: exit {p.returncode}\n{p.stderr[-2000:]}")
         want.update(digests(p.stdout))
-    train_dir = tempfile.mkdtemp(prefix="ftrun-ds-train-")
+    train_dir = scratch("ftrun-ds-train-")
     job = Job(2, [], config.replace("max_restarts: 0", "max_restarts: 2"),
               command=[PY, me, "--rank", "train", train_dir, str(steps), "0.08"])
     st = job.wait_for(lambda s: (s.get("committed_version") or 0) >= 5, timeout=40)

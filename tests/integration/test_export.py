@@ -26,7 +26,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,7 +93,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ftrun  # noqa: E402
-from ftrun_testlib import RUNNER, Job, check, finish  # noqa: E402
+from ftrun_testlib import RUNNER, Job, check, finish, scratch  # noqa: E402
 
 
 def read_safetensors(path):
@@ -185,8 +184,8 @@ def check_file(path, saved, version, rank):
 
 
 # --- 1. a real job with persist.dir -----------------------------------------
-disk = tempfile.mkdtemp(prefix="ftrun-export-")
-refdir = tempfile.mkdtemp(prefix="ftrun-export-ref-")
+disk = scratch("ftrun-export-")
+refdir = scratch("ftrun-export-ref-")
 job_id = "export-%d" % os.getpid()
 config = (f"job:\n  id: {job_id}\n  max_restarts: 0\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
           f"persist:\n  dir: {disk}\n  every_versions: 1\n  keep: 5\n")
@@ -202,7 +201,7 @@ check(len(versions) >= 2, "an older version is on disk too")
 older = versions[-1] if len(versions) >= 2 else None
 
 # --- 2. export the newest version; the files hold what each rank saved ------
-out = os.path.join(tempfile.mkdtemp(prefix="ftrun-export-out-"), "a", "b")  # parents are created
+out = os.path.join(scratch("ftrun-export-out-"), "a", "b")  # parents are created
 p = export("--persist-dir", disk, "--job", job_id, "--out", out)
 print(p.stdout + p.stderr, flush=True)
 check(p.returncode == 0 and "exported version 3" in p.stdout, f"export exits 0 (got {p.returncode})")
@@ -240,7 +239,7 @@ for r in range(2):
 
 # An older version, one rank.
 if older is not None:
-    out2 = tempfile.mkdtemp(prefix="ftrun-export-out2-")  # exists, empty: fine
+    out2 = scratch("ftrun-export-out2-")  # exists, empty: fine
     p = export("--persist-dir", disk, "--job", job_id, "--version", str(older), "--ranks", "1", "--out", out2)
     check(p.returncode == 0 and sorted(os.listdir(out2)) == ["index.json", "rank1.safetensors"],
           f"--version {older} --ranks 1: one file (exit {p.returncode}) {p.stderr}")
@@ -257,7 +256,7 @@ if older is not None:
         check(e.code == "INVALID_ARGUMENT" and "no rank 0" in e.message, f"load_exported rank 0: {e}")
 
 # The synthetic C++ trainer: opaque user bytes.
-syn_disk = tempfile.mkdtemp(prefix="ftrun-export-syn-")
+syn_disk = scratch("ftrun-export-syn-")
 syn = Job(2, ["--steps", "4", "--state-bytes", "2MiB", "--tensors", "3"], job_id="syn-%d" % os.getpid(),
           config=f"store:\n  memory_budget: 64MiB\n  chunk_size: 256KiB\npersist:\n  dir: {syn_disk}\n")
 check(syn.wait(60) == 0, "synthetic job ends well")
@@ -277,7 +276,7 @@ except ftrun.Error as e:
 
 # --- 4. progress on a terminal ---------------------------------------------
 master, slave = pty.openpty()
-pty_out = tempfile.mkdtemp(prefix="ftrun-export-pty-")
+pty_out = scratch("ftrun-export-pty-")
 proc = subprocess.Popen([RUNNER, "export", "--persist-dir", disk, "--job", job_id, "--out", pty_out],
                         stdout=subprocess.PIPE, stderr=slave)
 os.close(slave)
@@ -299,7 +298,7 @@ check(proc.returncode == 0 and "export: " in text and " of " in text and "left" 
 check("exported version 3" in stdout, "the final line after the progress")
 
 # --- 5. corrupt and missing chunks ------------------------------------------
-bad = tempfile.mkdtemp(prefix="ftrun-export-bad-")
+bad = scratch("ftrun-export-bad-")
 shutil.copytree(os.path.join(disk, job_id), os.path.join(bad, job_id))
 chunk_dir = os.path.join(bad, job_id, "chunks")
 chunks = sorted((os.path.join(d, f) for d, _, fs in os.walk(chunk_dir) for f in fs), key=os.path.getsize,
@@ -338,11 +337,11 @@ if failed:
           f"a missing chunk file: exit 1 naming it: {p.stderr}")
 
 # --- 6. bad inputs ----------------------------------------------------------
-full = tempfile.mkdtemp(prefix="ftrun-export-full-")
+full = scratch("ftrun-export-full-")
 with open(os.path.join(full, "keep.txt"), "w") as f:
     f.write("mine")
 os.makedirs(os.path.join(disk, job_id, "v%020d" % 99))  # a version that is not complete
-fresh = os.path.join(tempfile.mkdtemp(prefix="ftrun-export-none-"), "out")
+fresh = os.path.join(scratch("ftrun-export-none-"), "out")
 cases = [
     (["--persist-dir", disk + "-nope", "--job", job_id, "--out", fresh], [disk + "-nope", "does not exist"]),
     (["--persist-dir", disk, "--job", "nojob", "--out", fresh], ["no job 'nojob'", job_id]),

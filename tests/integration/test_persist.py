@@ -22,10 +22,9 @@ import random
 import re
 import struct
 import subprocess
-import tempfile
 import time
 
-from ftrun_testlib import RUNNER, ClusterJob, Job, check, digests, finish, golden, kill_all, read_json
+from ftrun_testlib import RUNNER, ClusterJob, Job, check, digests, finish, golden, kill_all, read_json, scratch
 
 seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
 print("seed", seed, "(set FTRUN_TEST_SEED to replay)", flush=True)
@@ -53,7 +52,7 @@ def bad_restores(log):
 
 
 # --- 1. one node, killed whole again and again --------------------------
-disk = tempfile.mkdtemp(prefix="ftrun-persist-")
+disk = scratch("ftrun-persist-")
 job_id = "persist-%d" % rng.randrange(1 << 30)
 config = ("job:\n  id: %s\nstore:\n  memory_budget: 128MiB\n  chunk_size: 1MiB\n"
           "persist:\n  dir: %s\n  every_versions: 2\n  every_seconds: 0s\n" % (job_id, disk))
@@ -97,7 +96,7 @@ check(job.wait(60) == 0 and digests(job.log) == WANT and restored_from_disk(job.
       "after the refusal the versions on disk are intact: the right job resumes from them")
 
 # --- 2. a cluster killed whole and started again -------------------------
-disk2 = tempfile.mkdtemp(prefix="ftrun-persist-cl-")
+disk2 = scratch("ftrun-persist-cl-")
 cl_args = ["--steps", "80", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "30"]
 cl_want = golden(4, cl_args)
 cl_config = ("job:\n  id: cl-%d\nstore:\n  memory_budget: 128MiB\n  chunk_size: 1MiB\n"
@@ -150,7 +149,7 @@ check("from the persist directory" in cl.log, "the coordinator restores the vers
 check(digests(cl.log) == cl_want, "cluster restarted: digests equal the failure-free run's")
 
 # --- 5. more nodes lost than the replicas cover: back to the disk --------
-disk3 = tempfile.mkdtemp(prefix="ftrun-persist-loss-")
+disk3 = scratch("ftrun-persist-loss-")
 # Long enough (10 s of training) that every node has a version on disk well
 # before the end, even on a loaded 2-core machine.
 loss_args = ["--steps", "400", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "25"]
@@ -183,7 +182,7 @@ print("   " + (back[0][back[0].find("ranks"):] if back else "no line"), flush=Tr
 check(digests(lj.log) == loss_want, "two-node loss: digests equal the failure-free run's")
 
 # --- 3. a tmpfs that fills up --------------------------------------------
-mnt = tempfile.mkdtemp(prefix="ftrun-tmpfs-")
+mnt = scratch("ftrun-tmpfs-")
 mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", mnt], capture_output=True).returncode == 0
 if not mounted:
     print("SKIPPED part 3: cannot mount a tmpfs here (not root?)", flush=True)
@@ -255,7 +254,7 @@ def kill_job(job, st):
     job.wait(30)
 
 
-disk6 = tempfile.mkdtemp(prefix="ftrun-persist-rot-")
+disk6 = scratch("ftrun-persist-rot-")
 job6 = "rot-%d" % rng.randrange(1 << 30)
 jdir6 = os.path.join(disk6, job6)
 rot_args = ["--steps", "60", "--state-bytes", "8MiB", "--tensors", "4", "--change-fraction", "0.25",

@@ -17,9 +17,8 @@ import json
 import os
 import socket
 import sys
-import tempfile
 
-from ftrun_testlib import SOURCE, TRAINER, Job, check, digests, finish, golden
+from ftrun_testlib import SOURCE, TRAINER, Job, check, digests, finish, golden, scratch
 
 ARGS = ["--steps", "40", "--state-bytes", "4MiB", "--tensors", "3", "--step-ms", "40"]
 CONFIG = "store:\n  memory_budget: 128MiB\n  prefault: false\njob:\n  max_restarts: 2\n"
@@ -51,7 +50,7 @@ check("SIGBUS" not in job.log and "signal 7" not in job.log, "no SIGBUS")
 
 # --- a rank that floods or sends an oversized frame ------------------------
 def bad_rank(mode):
-    marker = os.path.join(tempfile.mkdtemp(prefix="ftrun-bad-"), "result.json")
+    marker = os.path.join(scratch("ftrun-bad-"), "result.json")
     cmd = [sys.executable, os.path.join(SOURCE, "tests", "integration", "py_bad_rank.py"), marker, mode, "--",
            TRAINER] + ARGS
     j = Job(2, [], config=CONFIG, command=cmd)

@@ -17,11 +17,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 
-from ftrun_testlib import RUNNER, check, finish
+from ftrun_testlib import RUNNER, check, finish, scratch
 
-base = tempfile.mkdtemp(prefix="ftrun-sec-attach-")
+base = scratch("ftrun-sec-attach-")
 run_dir = os.path.join(base, "run")
 cfg = os.path.join(base, "ftrun.yaml")
 with open(cfg, "w") as f:

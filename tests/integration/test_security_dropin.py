@@ -11,10 +11,9 @@ real Python ranks:
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ftrun_testlib import AGENT, RUNNER, check, finish  # noqa: E402
+from ftrun_testlib import AGENT, RUNNER, check, finish, scratch  # noqa: E402
 
 PY = "/usr/bin/python3"
 ENV = dict(os.environ, FTRUN_PYTHON=PY)
@@ -41,7 +40,7 @@ def run(argv, timeout=180):
 
 
 def argv_order():
-    d = tempfile.mkdtemp(prefix="ftrun-dropin-")
+    d = scratch("ftrun-dropin-")
     out = os.path.join(d, "argv")
     s = script(d, "import sys\nopen(%r + sys.argv[1].split('=')[-1], 'w').write(repr(sys.argv[1:]))\n" % out)
     p = run([AGENT, "--config", config(d), "--nproc", "2", "--job-id", "dropin-argv", s, "data.bin", "--lr", "3e-4"])
@@ -64,7 +63,7 @@ p.parse_args()
 
 
 def early_failure_one_node():
-    d = tempfile.mkdtemp(prefix="ftrun-dropin-")
+    d = scratch("ftrun-dropin-")
     s = script(d, ARGPARSE_ERROR)
     p = run([AGENT, "--config", config(d), "--nproc", "2", "--job-id", "dropin-early", s, "--bogus", "1"])
     check(p.returncode == 2, "an argparse error in every generation ends the job with its code 2 (got %d)" % p.returncode)
@@ -76,7 +75,7 @@ def early_failure_one_node():
 
 
 def early_failure_once():
-    d = tempfile.mkdtemp(prefix="ftrun-dropin-")
+    d = scratch("ftrun-dropin-")
     flag = os.path.join(d, "failed-once")
     s = script(d, "import os, sys\nif not os.path.exists(%r):\n    open(%r, 'w').close()\n"
                   "    sys.exit('cannot import the dataset (once)')\n" % (flag, flag))
@@ -85,7 +84,7 @@ def early_failure_once():
 
 
 def early_failure_cluster():
-    d = tempfile.mkdtemp(prefix="ftrun-dropin-")
+    d = scratch("ftrun-dropin-")
     s = script(d, ARGPARSE_ERROR)
     p = run([RUNNER, "--num_nodes", "2", "--num_gpus", "1", "--config", config(d), s, "--bogus", "1"])
     check(p.returncode == 2, "in a cluster too the job ends with code 2 (got %d)" % p.returncode)

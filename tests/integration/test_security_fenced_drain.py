@@ -17,10 +17,9 @@ every version's markers agree on it.
 import os
 import signal
 import struct
-import tempfile
 import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden
+from ftrun_testlib import ClusterJob, check, digests, finish, golden, scratch
 
 NODES, PER_NODE = 3, 1
 STEPS = int(os.environ.get("FTRUN_TEST_STEPS", "500"))
@@ -28,7 +27,7 @@ ARGS = ["--state-bytes", "2MiB", "--tensors", "2", "--steps", str(STEPS), "--cha
 PACE = ["--step-ms", "40"]  # not part of the state
 
 want = golden(NODES * PER_NODE, ARGS)
-disk = tempfile.mkdtemp(prefix="ftrun-fenced-")
+disk = scratch("ftrun-fenced-")
 job_id = "fenced-%d" % (os.getpid() % 100000)
 config = ("job:\n  id: %s\n  max_restarts: 20\n  stop_grace: 2s\n"
           "store:\n  memory_budget: 128MiB\n  chunk_size: 1MiB\n  prefault: false\n"

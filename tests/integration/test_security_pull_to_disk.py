@@ -15,15 +15,14 @@ digests.
 import os
 import random
 import signal
-import tempfile
 import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden
+from ftrun_testlib import ClusterJob, check, digests, finish, golden, scratch
 
 ARGS = ["--state-bytes", "8MiB", "--tensors", "2", "--steps", "220", "--step-ms", "30", "--change-fraction", "0.2"]
 WANT = golden(3, ARGS)
 rng = random.Random()
-disk = tempfile.mkdtemp(prefix="ftrun-sec-pull-")
+disk = scratch("ftrun-sec-pull-")
 CONFIG = ("job:\n  id: sec-pull-%d\n  max_restarts: 5\n  stop_grace: 2s\n"
           "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
           # The frozen holder stays within its heartbeat budget (12 s) well past the pull timeout (3 s).

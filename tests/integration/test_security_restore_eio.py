@@ -21,14 +21,13 @@ starts with the first 3 chunk reads of every agent failing with EIO.
 """
 import os
 import random
-import tempfile
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all
+from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all, scratch
 
 ARGS = ["--state-bytes", "16MiB", "--tensors", "2", "--steps", "60", "--step-ms", "40", "--change-fraction", "0.2"]
 WANT = golden(2, ARGS)
 rng = random.Random()
-disk = tempfile.mkdtemp(prefix="ftrun-sec-eio-")
+disk = scratch("ftrun-sec-eio-")
 job_id = "sec-eio-%d" % rng.randrange(1 << 30)
 CONFIG = ("job:\n  id: %s\n  max_restarts: 3\n"
           "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"

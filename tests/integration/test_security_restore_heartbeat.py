@@ -15,15 +15,14 @@ failure-free digests, with no node lost and no restart.
 """
 import os
 import random
-import tempfile
 import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all
+from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all, scratch
 
 ARGS = ["--state-bytes", "2GiB", "--tensors", "4", "--steps", "60", "--step-ms", "200", "--change-fraction", "0.01"]
 WANT = golden(2, ARGS)
 rng = random.Random()
-disk = tempfile.mkdtemp(prefix="ftrun-sec-hb-")
+disk = scratch("ftrun-sec-hb-")
 CONFIG = ("job:\n  id: sec-hb-%d\n  max_restarts: 3\n"
           "store:\n  memory_budget: 3GiB\n  chunk_size: 4MiB\n  prefault: false\n"
           "cluster:\n  replicas: 0\n  heartbeat_interval: 100ms\n  heartbeat_misses: 10\n  lost_node_timeout: 20s\n"

@@ -18,16 +18,15 @@ import pwd
 import random
 import shutil
 import subprocess
-import tempfile
 import time
 
-from ftrun_testlib import AGENT, RUNNER, SOURCE, check, finish
+from ftrun_testlib import AGENT, RUNNER, SOURCE, check, finish, scratch
 
 CONFIG = "store:\n  memory_budget: 64MiB\n  prefault: false\n"
 EPILOG = os.path.join(SOURCE, "integration", "slurm", "epilog.sh")
 USER = "ftrun-rundir-u"
 
-base = tempfile.mkdtemp(prefix="ftrun-sec-rundir-")
+base = scratch("ftrun-sec-rundir-")
 os.chmod(base, 0o755)  # the second user reads the config here
 env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
 
@@ -211,7 +210,7 @@ if os.geteuid() == 0 and shutil.which("useradd") and shutil.which("setpriv"):
     for n in os.listdir(theirs):  # the agent's own lock from above
         if not n.startswith("slurm-"):
             os.unlink(os.path.join(theirs, n))
-    standby_dir = tempfile.mkdtemp(prefix="ftrun-sec-standby-")
+    standby_dir = scratch("ftrun-sec-standby-")
     e = dict(env, SLURM_JOB_ID=slurm_job, SLURM_JOB_UID=str(u.pw_uid), SLURM_JOB_GID=str(u.pw_gid),
              FTRUN_STANDBY_DIR=standby_dir, SLURM_SCRIPT_CONTEXT="epilog_slurmd")
     e.pop("FTRUN_RUN_DIR", None)

@@ -28,10 +28,9 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
-from ftrun_testlib import AGENT, SOURCE, check, finish
+from ftrun_testlib import AGENT, SOURCE, check, finish, scratch
 
 if os.getuid() != 0:
     print("SKIPPED: the standby test runs as root (it drops to a throwaway user)")
@@ -56,7 +55,7 @@ if probe.returncode != 0:
 MAGIC = 0x46545231
 ATTACH, ATTACH_FD, ATTACH_EXIT, ATTACH_REFUSED = 64, 65, 67, 68
 
-tmp = tempfile.mkdtemp(prefix="ftrun-sb-")
+tmp = scratch("ftrun-sb-")
 os.chmod(tmp, 0o755)  # root's, others may pass
 home = os.path.join(tmp, "home")  # the user's own, 0700
 os.mkdir(home, 0o700)

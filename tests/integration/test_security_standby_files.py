@@ -15,10 +15,9 @@ import random
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 
-from ftrun_testlib import AGENT, SOURCE, check, finish
+from ftrun_testlib import AGENT, SOURCE, check, finish, scratch
 
 if os.getuid() != 0:
     print("SKIPPED: the standby runs as root")
@@ -57,7 +56,7 @@ def victim(tmp):
     return path
 
 
-tmp = tempfile.mkdtemp(prefix="ftrun-sbf-")
+tmp = scratch("ftrun-sbf-")
 try:
     # A planted log link.
     d = os.path.join(tmp, "a")

@@ -20,10 +20,9 @@ import os
 import random
 import shutil
 import signal
-import tempfile
 import time
 
-from ftrun_testlib import ClusterJob, Job, check, digests, finish, golden
+from ftrun_testlib import ClusterJob, Job, check, digests, finish, golden, scratch
 
 ARGS = ["--state-bytes", "8MiB", "--tensors", "4", "--steps", "150", "--step-ms", "20", "--change-fraction", "0.3",
         "--change-only-rank", "0"]
@@ -112,7 +111,7 @@ def single_node(persist):
     name = "one node, persist" if persist else "one node, no holder, no persist"
     nranks = 2
     config = BASE
-    persist_dir = tempfile.mkdtemp(prefix="ftrun-shm-persist-") if persist else None
+    persist_dir = scratch("ftrun-shm-persist-") if persist else None
     if persist:
         config += "persist:\n  dir: %s\n  every_versions: 1\n" % persist_dir
     job = Job(nranks, ARGS, config, job_id="shm-corr-%d-%d" % (os.getpid(), int(persist)))

@@ -13,15 +13,14 @@ import os
 import random
 import signal
 import subprocess
-import tempfile
 import time
 
-from ftrun_testlib import AGENT, SOURCE, TRAINER, ClusterJob, Job, check, digests, finish, golden
+from ftrun_testlib import AGENT, SOURCE, TRAINER, ClusterJob, Job, check, digests, finish, golden, scratch
 
 PROLOG = os.path.join(SOURCE, "integration", "slurm", "prolog.sh")
 EPILOG = os.path.join(SOURCE, "integration", "slurm", "epilog.sh")
 
-tmp = tempfile.mkdtemp(prefix="ftrun-slurm-")
+tmp = scratch("ftrun-slurm-")
 slurm_job = str(random.randrange(10**6, 10**7))
 env = dict(os.environ, SLURM_JOB_ID=slurm_job, SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_GID=str(os.getgid()),
            SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_JOB_GPUS="",

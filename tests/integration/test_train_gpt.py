@@ -14,10 +14,9 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-from ftrun_testlib import BUILD, RUNNER, SOURCE, ClusterJob, check, failures, finish
+from ftrun_testlib import BUILD, RUNNER, SOURCE, ClusterJob, check, failures, finish, scratch
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_gpt.py")
@@ -69,7 +68,7 @@ class GptJob(ClusterJob):
     runs `$FTRUN_PYTHON -u SCRIPT ... --local_rank=N`)."""
 
     def __init__(self, script_args):
-        self.dir = tempfile.mkdtemp(prefix="ftrun-gpt-")
+        self.dir = scratch("ftrun-gpt-")
         self.config = os.path.join(self.dir, "ftrun.yaml")
         self.status = os.path.join(self.dir, "status.json")
         with open(self.config, "w") as f:
