@@ -5,6 +5,7 @@
 #   P/include/ftrun/      its public headers
 #   P/lib/cmake/ftrun/    find_package(ftrun): ftrun::ftrun, ftrun::agent, ftrun::runner
 #   P/FTRUN_INSTALL_PYTHONDIR/ftrun/, ftrun_chaos/   the Python package and the chaos harness
+#   P/lib/ftrun/python/ftrun -> the package: what the agent puts on its ranks' PYTHONPATH
 #   P/share/ftrun/configs/  the default config, examples and chaos plans
 #
 # Components (cmake --install build --component NAME): programs, library,
@@ -96,13 +97,31 @@ if(FTRUN_BUILD_PYTHON)
   message(STATUS "ftrun: Python packages install into <prefix>/${FTRUN_INSTALL_PYTHONDIR}")
   ftrun_relative_dir(FTRUN_PYTHONDIR_FROM_BINDIR "${CMAKE_INSTALL_BINDIR}" "${FTRUN_INSTALL_PYTHONDIR}")
   ftrun_relative_dir(FTRUN_LIBDIR_FROM_PYPACKAGE "${FTRUN_INSTALL_PYTHONDIR}/ftrun" "${CMAKE_INSTALL_LIBDIR}")
-  set_source_files_properties(launcher/common/install_paths.cc PROPERTIES
-    COMPILE_DEFINITIONS "FTRUN_PYTHONDIR_FROM_BINDIR=\"${FTRUN_PYTHONDIR_FROM_BINDIR}\"")
+
+  # The directory the agent appends to its ranks' PYTHONPATH: it holds only
+  # `ftrun` (a link to the package above), so a rank gets the package that
+  # matches its agent and nothing else of the site directory moves ahead of
+  # the standard library.
+  set(FTRUN_RANK_PYTHONDIR "${CMAKE_INSTALL_LIBDIR}/ftrun/python")
+  ftrun_relative_dir(FTRUN_RANK_PYTHONDIR_FROM_BINDIR "${CMAKE_INSTALL_BINDIR}" "${FTRUN_RANK_PYTHONDIR}")
+  ftrun_relative_dir(FTRUN_LIBDIR_FROM_RANK_PACKAGE "${FTRUN_RANK_PYTHONDIR}/ftrun" "${CMAKE_INSTALL_LIBDIR}")
 
   # $ORIGIN first: where setup.py puts libftrun (next to _ftrun in the wheel).
-  set_target_properties(_ftrun PROPERTIES INSTALL_RPATH "$ORIGIN;$ORIGIN/${FTRUN_LIBDIR_FROM_PYPACKAGE}")
+  # The loader takes $ORIGIN from the path the module was opened by, so the
+  # link above needs its own entry.
+  set(rpath "$ORIGIN" "$ORIGIN/${FTRUN_LIBDIR_FROM_PYPACKAGE}" "$ORIGIN/${FTRUN_LIBDIR_FROM_RANK_PACKAGE}")
+  list(REMOVE_DUPLICATES rpath)
+  set_target_properties(_ftrun PROPERTIES INSTALL_RPATH "${rpath}")
   install(TARGETS _ftrun LIBRARY DESTINATION ${FTRUN_INSTALL_PYTHONDIR}/ftrun COMPONENT python)
   install(FILES ${FTRUN_PY_SOURCES} DESTINATION ${FTRUN_INSTALL_PYTHONDIR}/ftrun COMPONENT python)
+  ftrun_relative_dir(link "${FTRUN_RANK_PYTHONDIR}" "${FTRUN_INSTALL_PYTHONDIR}/ftrun")
+  set_source_files_properties(launcher/common/install_paths.cc PROPERTIES
+    COMPILE_DEFINITIONS "FTRUN_RANK_PYTHONDIR_FROM_BINDIR=\"${FTRUN_RANK_PYTHONDIR_FROM_BINDIR}\"")
+  install(CODE "
+    set(dir \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${FTRUN_RANK_PYTHONDIR}\")
+    message(STATUS \"Installing: \${dir}/ftrun -> ${link}\")
+    file(MAKE_DIRECTORY \"\${dir}\")
+    file(CREATE_LINK \"${link}\" \"\${dir}/ftrun\" SYMBOLIC)" COMPONENT python)
 
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/integration/chaos/ftrun_chaos DESTINATION ${FTRUN_INSTALL_PYTHONDIR}
     COMPONENT chaos FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)

@@ -4,10 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// The install tree's Python directory relative to its bin directory, from
+// The install tree's directory that holds only the `ftrun` package (a link
+// to it in the site directory), relative to the bin directory; from
 // cmake/install.cmake. Empty in builds without the Python module.
-#ifndef FTRUN_PYTHONDIR_FROM_BINDIR
-#define FTRUN_PYTHONDIR_FROM_BINDIR ""
+#ifndef FTRUN_RANK_PYTHONDIR_FROM_BINDIR
+#define FTRUN_RANK_PYTHONDIR_FROM_BINDIR ""
 #endif
 
 namespace ftrun {
@@ -33,7 +34,7 @@ std::string OwnPythonPackageDir() {
   const std::string exe_dir = ExecutableDir();
   const std::string build_tree = exe_dir + "/python";
   if (HoldsPackage(build_tree)) return build_tree;
-  const std::string rel = FTRUN_PYTHONDIR_FROM_BINDIR;
+  const std::string rel = FTRUN_RANK_PYTHONDIR_FROM_BINDIR;
   if (rel.empty()) return "";
   const std::string installed = exe_dir + "/" + rel;
   if (!HoldsPackage(installed)) return "";

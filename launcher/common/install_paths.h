@@ -4,10 +4,11 @@
 //
 //   build tree:    <build>/ftrun-agent   <build>/python/ftrun/__init__.py
 //   install tree:  <prefix>/bin/ftrun-agent
-//                  <prefix>/<FTRUN_INSTALL_PYTHONDIR>/ftrun/__init__.py
+//                  <prefix>/lib/ftrun/python/ftrun -> the package in the
+//                  site directory (<prefix>/lib/python3.X/dist-packages/ftrun)
 //
-// (cmake/install.cmake sets FTRUN_INSTALL_PYTHONDIR and compiles in its path
-// relative to the bin directory; docs/install.md shows the whole layout.)
+// (cmake/install.cmake compiles in the install tree's path relative to the
+// bin directory; docs/install.md shows the whole layout.)
 //
 // Thread-safety: every function may be called from any thread.
 #pragma once
@@ -20,10 +21,11 @@ namespace ftrun {
 // be read.
 std::string ExecutableDir();
 
-// The directory that holds the `ftrun` Python package built or installed
-// together with this executable: <exe dir>/python (build tree), else the
-// install tree's Python directory, whichever holds ftrun/__init__.py first.
-// Empty when neither does (a build without the Python module).
+// A directory that holds the `ftrun` Python package built or installed
+// together with this executable, and nothing else: <exe dir>/python (build
+// tree), else the install tree's lib/ftrun/python, whichever holds
+// ftrun/__init__.py first. Empty when neither does (a build without the
+// Python module). Made for a rank's PYTHONPATH: it shadows no other module.
 std::string OwnPythonPackageDir();
 
 // `search_path` (a PATH-like list such as PYTHONPATH, possibly empty) with

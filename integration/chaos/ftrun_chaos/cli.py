@@ -79,6 +79,12 @@ def main(argv=None):
     except (planlib.PlanError, RunError) as e:
         print("ftrun-chaos: %s" % e, file=sys.stderr)
         return 2
+    try:
+        import matplotlib  # noqa: F401  (the report's figure: missing, say so before the run, not after it)
+    except ImportError:
+        print("ftrun-chaos: the report needs matplotlib (apt-get install python3-matplotlib, "
+              "or pip install 'ftrun[chaos]')", file=sys.stderr)
+        return 2
     build = _build_dir(a.build)
     for tool in ("ftrun", "ftrun-agent", "ftrun-synthetic"):
         if not os.access(os.path.join(build, tool), os.X_OK):
