@@ -9,8 +9,10 @@ TEST_CASE("a directory is appended to a search path once, after what the user se
   CHECK(AppendSearchPath("/mine", "/p/py") == "/mine:/p/py");
   CHECK(AppendSearchPath("/p/py", "/p/py") == "/p/py");
   CHECK(AppendSearchPath("/a:/p/py:/b", "/p/py") == "/a:/p/py:/b");
-  CHECK(AppendSearchPath("/p/py/sub:/p/pyx", "/p/py") == "/p/py/sub:/p/pyx:/p/py");  // whole entries only
-  CHECK(AppendSearchPath("/mine", "") == "/mine");  // no package found: nothing added
+  // Whole entries only.
+  CHECK(AppendSearchPath("/p/py/sub:/p/pyx", "/p/py") == "/p/py/sub:/p/pyx:/p/py");
+  // No package found: nothing added.
+  CHECK(AppendSearchPath("/mine", "") == "/mine");
 }
 
 TEST_CASE("the executable's directory comes from /proc/self/exe", "[install]") {
