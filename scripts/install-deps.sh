@@ -28,7 +28,6 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 apt_install() {
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
-phase "installing ${#missing[@]} Debian packages (apt-get)" install-deps.log apt_install
+phase "installing Debian packages (${#missing[@]} missing; apt-get)" install-deps.log apt_install
