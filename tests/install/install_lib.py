@@ -2,6 +2,7 @@
 command with its output shown when it fails, and checks that fail the test
 at the end."""
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,18 +48,27 @@ def clean_env(bin_dir, home, **extra):
     return env
 
 
-def run(what, argv, timeout=120, expect_rc=0, **kwargs):
+def run(what, argv, timeout=90, expect_rc=0, **kwargs):
     """Runs argv; checks its exit code (expect_rc, None for any) and returns
     (rc, output). The output is printed when the check fails."""
     t0 = time.monotonic()
     try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                           **kwargs)
-        rc, out = p.returncode, p.stdout
-    except subprocess.TimeoutExpired as e:
-        rc, out = None, (e.stdout or b"").decode(errors="replace") + "\n(timed out after %ds)" % timeout
+        # A session of its own: on a timeout the whole job (runner, agents, ranks) is killed.
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True, **kwargs)
     except OSError as e:
-        rc, out = None, "cannot run %s: %s" % (argv[0], e)
+        p, rc, out = None, None, "cannot run %s: %s" % (argv[0], e)
+    if p is not None:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, _ = p.communicate()
+            rc, out = None, out + "\n(timed out after %ds)" % timeout
     ok = rc == expect_rc if expect_rc is not None else rc is not None
     print("%s: exit %s in %.1fs" % (what, rc, time.monotonic() - t0), flush=True)
     if not check(ok, "%s: expected exit %s, got %s (%s)" % (what, expect_rc, rc, " ".join(argv))):

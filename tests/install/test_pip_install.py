@@ -25,7 +25,7 @@ run("python3 -m venv --system-site-packages", [PYTHON, "-m", "venv", "--system-s
 pip_env = dict(os.environ, FTRUN_CMAKE_BUILD_DIR=BUILD, PIP_DISABLE_PIP_VERSION_CHECK="1")
 pip_env.pop("PYTHONPATH", None)
 run("pip install --no-build-isolation --no-index", [vpy, "-m", "pip", "install", "--no-build-isolation",
-    "--no-index", "--no-cache-dir", SOURCE], timeout=300, env=pip_env, cwd=tmp)
+    "--no-index", "--no-cache-dir", SOURCE], timeout=240, env=pip_env, cwd=tmp)
 
 env = clean_env(os.path.join(venv, "bin"), home)
 site = os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
