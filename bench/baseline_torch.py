@@ -148,7 +148,9 @@ class Side:
         self.dir = os.path.join(work, name)
         os.makedirs(self.dir)
         self.env = os.environ.copy()
-        pypath = os.path.join(a.build, "python")
+        # The ftrun package beside the programs: a build tree's python/, an install tree's lib/ftrun/python.
+        beside = [os.path.join(a.build, "python"), os.path.join(a.build, "..", "lib", "ftrun", "python")]
+        pypath = next((d for d in beside if os.path.isdir(d)), beside[0])
         self.env["PYTHONPATH"] = pypath + (os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
         self.env["FTRUN_PYTHON"] = a.python
         self.env["PYTHONUNBUFFERED"] = "1"

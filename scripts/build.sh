@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds ftrun into build/ (or build-asan/ with --sanitize), installing the
-# Debian packages it needs first.
+# Debian packages it needs first. One line per phase; CMake's and ninja's
+# output go to build/logs/ (shown if a phase fails; FTRUN_VERBOSE=1 shows
+# them as they happen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/phase.sh
 ./scripts/install-deps.sh
 dir=build
 flags=()
@@ -10,5 +13,6 @@ if [ "${1:-}" = "--sanitize" ]; then
   dir=build-asan
   flags+=(-DFTRUN_SANITIZE=ON -DFTRUN_BUILD_PYTHON=OFF -DFTRUN_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug)
 fi
-cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
-ninja -C "$dir" ${FTRUN_BUILD_TARGETS:-}
+phase "configuring $dir/ (cmake)" "configure-$dir.log" cmake -S . -B "$dir" -G Ninja "${flags[@]}"
+# shellcheck disable=SC2086  # FTRUN_BUILD_TARGETS is a list of targets
+phase "building $dir/ (ninja)" "build-$dir.log" ninja -C "$dir" ${FTRUN_BUILD_TARGETS:-}

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs every Debian package ftrun's build, tests, demo and benchmarks need.
-# Safe to run again: apt-get skips what is already there.
+# Safe to run again: apt-get skips what is already there. apt-get's output
+# goes to build/logs/install-deps.log (shown if it fails; FTRUN_VERBOSE=1
+# shows it as it happens).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/phase.sh
 pkgs=(
   build-essential cmake pkg-config ninja-build
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin
@@ -10,17 +14,20 @@ pkgs=(
   python3-torch python3-numpy fio
   libssl-dev nftables iputils-ping iproute2 procps
   python3-yaml python3-matplotlib libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
+  python3-pip python3-setuptools python3-wheel python3-venv
 )
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#pkgs[@]} packages present"
+  echo "ftrun: packages: all ${#pkgs[@]} present"
   exit 0
 fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+apt_install() {
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+phase "installing Debian packages (${#missing[@]} missing; apt-get)" install-deps.log apt_install

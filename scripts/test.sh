@@ -2,10 +2,12 @@
 # The test command: builds, runs every unit, transport and integration test
 # (CTest), then runs the unit and transport tests, and the integration tests
 # that need no Python module, again under AddressSanitizer and UBSan
-# (runner, agents and ranks included).
+# (runner, agents and ranks included). Packages and builds print one line
+# per phase (their logs: build/logs/); the tests' output is shown whole.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
+echo "ftrun: running the tests (ctest)..."
 (cd build && ctest --output-on-failure -j2 --timeout 600)
 
 FTRUN_BUILD_TARGETS="ftrun_unit_tests ftrun_transport_tests transport_peer ftrun-agent ftrun-runner ftrun-synthetic ftrun-c-client" ./scripts/build.sh --sanitize

@@ -2,7 +2,7 @@
 state through ftrun every step (an example, and the rank of
 tests/integration/test_train_gpt.py).
 
-    build/ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_gpt.py --steps 30
+    ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_gpt.py --steps 30
 
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from
 ftrun (a fresh MASTER_PORT per restart, so a new generation never meets the
@@ -78,8 +78,8 @@ try:
 except ImportError as e:
     sys.stderr.write(
         f"train_gpt.py: cannot import ftrun ({e}).\n"
-        "Run it under ftrun (build/ftrun or build/ftrun-agent) with the ftrun Python package on PYTHONPATH "
-        "(PYTHONPATH=build/python).\n")
+        "Run it under ftrun or ftrun-agent (they give their ranks their own ftrun package), or put the "
+        "package on PYTHONPATH yourself (a build tree's build/python; docs/install.md).\n")
     sys.exit(2)
 
 import torch

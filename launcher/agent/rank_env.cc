@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "launcher/common/install_paths.h"
+
 extern char** environ;
 
 namespace ftrun {
@@ -66,6 +68,10 @@ std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity&
       {"FTRUN_NODE_RANK", std::to_string(o.node_rank)},
   };
   for (const auto& [k, v] : set) env[k] = v;
+  // `import ftrun` finds the package built or installed with this agent,
+  // without the user setting PYTHONPATH (a path the user set comes first).
+  const std::string own_package = OwnPythonPackageDir();
+  if (!own_package.empty()) env["PYTHONPATH"] = AppendSearchPath(env["PYTHONPATH"], own_package);
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);

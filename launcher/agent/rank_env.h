@@ -19,7 +19,9 @@ struct RankIdentity {
 
 std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank);
 
-// The agent's own environment with the rank's variables set over it.
+// The agent's own environment with the rank's variables set over it, and
+// the Python package built or installed with this agent appended to
+// PYTHONPATH (launcher/common/install_paths.h).
 // MASTER_PORT moves with the restart count, so a new generation never
 // joins a rendezvous the dead one may still hold.
 std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id);

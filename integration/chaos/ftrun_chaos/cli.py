@@ -4,6 +4,7 @@ Exit codes: 0 the run passed every check, 1 it failed one (the report says
 which), 2 bad input (plan, options) or a machine that cannot run it."""
 import argparse
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -37,8 +38,12 @@ def _build_dir(arg):
         return env
     here = os.path.dirname(os.path.abspath(sys.argv[0]))
     if os.path.exists(os.path.join(here, "ftrun")):
-        return here
-    return os.path.join(os.path.dirname(__file__), "..", "..", "..", "build")
+        return here  # the build tree's link, or `cmake --install`'s bin/
+    source_build = os.path.join(os.path.dirname(__file__), "..", "..", "..", "build")
+    if os.path.exists(os.path.join(source_build, "ftrun")):
+        return source_build  # run from a source checkout
+    on_path = shutil.which("ftrun")  # a `pip install`ed ftrun-chaos, the programs installed by CMake
+    return os.path.dirname(os.path.realpath(on_path)) if on_path else source_build
 
 
 def main(argv=None):
@@ -49,7 +54,8 @@ def main(argv=None):
     ap.add_argument("--duration", help="random faults until this long has passed, e.g. 2h (long mode)")
     ap.add_argument("--seed", type=int, help="the random section's seed (replays a run)")
     ap.add_argument("--out", help="where the report goes (default: chaos-<time>/ here)")
-    ap.add_argument("--build", help="the build directory with ftrun, ftrun-agent, ftrun-synthetic")
+    ap.add_argument("--build", help="the directory with ftrun, ftrun-agent, ftrun-synthetic (default: next "
+                    "to this command, else the source tree's build/, else the ftrun on PATH)")
     ap.add_argument("--quiet", action="store_true", help="only the summary")
     a = ap.parse_args(argv)
     lock = threading.Lock()  # faults fired together log from their own threads
@@ -72,6 +78,12 @@ def main(argv=None):
         plan = scaled(plan, a.faults, duration)
     except (planlib.PlanError, RunError) as e:
         print("ftrun-chaos: %s" % e, file=sys.stderr)
+        return 2
+    try:
+        import matplotlib  # noqa: F401  (the report's figure: missing, say so before the run, not after it)
+    except ImportError:
+        print("ftrun-chaos: the report needs matplotlib (apt-get install python3-matplotlib, "
+              "or pip install 'ftrun[chaos]')", file=sys.stderr)
         return 2
     build = _build_dir(a.build)
     for tool in ("ftrun", "ftrun-agent", "ftrun-synthetic"):
