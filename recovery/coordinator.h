@@ -32,10 +32,9 @@
 #include <tuple>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "plugin/transport/transport.h"
 #include "recovery/cluster_messages.h"
+#include "recovery/coordinator_view.h"
 #include "recovery/early_failure.h"
 
 namespace ftrun {
@@ -88,7 +87,8 @@ class Coordinator {
   const std::string& exit_message() const { return exit_message_; }
   std::optional<uint64_t> committed() const { return committed_; }
   uint64_t epoch() const { return epoch_; }
-  nlohmann::json StatusJson(Time now) const;
+  // What it knows, as plain data (StatusJson in coordinator_json.h formats it).
+  CoordinatorView View() const;
   // The answer to Options::scan_disk: the versions complete on disk, newest
   // first. The recovery that asked goes on.
   void DiskScanned(std::vector<uint64_t> newest_first, Time now);
@@ -108,12 +108,7 @@ class Coordinator {
     bool ready = true;    // this epoch: pulled what it had to
     bool done = false;    // its ranks finished
   };
-  struct RecoveryRecord {
-    uint64_t epoch;
-    std::string reason;
-    Time detected;
-    std::optional<Time> started;  // kStart sent
-  };
+  using RecoveryRecord = CoordinatorView::Recovery;
 
   // Sends one message (its struct says its type).
   template <class M>

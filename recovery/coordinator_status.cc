@@ -47,58 +47,40 @@ void Coordinator::WarnIfStalled(Time now) {
                  lag.empty() ? std::string("none held short (every rank's round copy is in; the commit waits)") : lag);
 }
 
-nlohmann::json Coordinator::StatusJson(Time now) const {
-  using nlohmann::json;
-  json j;
+CoordinatorView Coordinator::View() const {
+  CoordinatorView v;
   const char* phases[] = {"forming", "running", "recovering", "stopped"};
-  j["phase"] = phases[static_cast<int>(phase_)];
-  j["epoch"] = epoch_;
-  j["committed_version"] = committed_ ? json(*committed_) : json(nullptr);
-  j["replicas"] = o_.replicas;
-  j["restarts"] = restarts_;
-  j["nodes"] = json::array();
+  v.phase = phases[static_cast<int>(phase_)];
+  v.epoch = epoch_;
+  v.committed = committed_;
+  v.replicas = o_.replicas;
+  v.restarts = restarts_;
   for (size_t s = 0; s < slots_.size(); ++s) {
-    json n = {{"node", s}, {"ranks", o_.ranks_per_slot[s]}, {"rack", o_.racks[s]}};
-    n["agent"] = slots_[s] ? json(*slots_[s]) : json(nullptr);
-    if (slots_[s]) n["address"] = agents_.at(*slots_[s]).address;
-    j["nodes"].push_back(n);
+    CoordinatorView::Node n{static_cast<int>(s), o_.ranks_per_slot[s], o_.racks[s], std::nullopt, {}};
+    if (slots_[s]) {
+      n.agent = *slots_[s];
+      n.address = agents_.at(*slots_[s]).address;
+    }
+    v.nodes.push_back(n);
   }
-  j["spares"] = json::array();
   for (const auto& [id, a] : agents_) {
-    if (a.alive && a.slot < 0) j["spares"].push_back({{"agent", id}, {"address", a.address}});
+    if (a.alive && a.slot < 0) v.spares.push_back({id, a.address});
   }
-  // Live copies of the committed version per rank (the rank's own node
-  // included): 1 + replicas when the redundancy is whole.
   if (committed_) {
-    json copies = json::array();
-    auto v = held_.find(*committed_);
-    int total = 0;
-    for (int n : o_.ranks_per_slot) total += n;
-    for (int r = 0; r < total; ++r) {
+    auto held = held_.find(*committed_);
+    for (int r = 0; r < WorldSize(); ++r) {
       int live = 0;
-      if (v != held_.end() && v->second.count(r)) {
-        for (PeerId a : v->second.at(r)) live += agents_.count(a) && agents_.at(a).alive ? 1 : 0;
+      if (held != held_.end() && held->second.count(r)) {
+        for (PeerId a : held->second.at(r)) live += agents_.count(a) && agents_.at(a).alive ? 1 : 0;
       }
-      copies.push_back(live);
+      v.committed_copies.push_back(live);
     }
-    j["committed_copies"] = copies;
   }
-  j["recoveries"] = json::array();
-  for (const auto& r : recoveries_) {
-    json x = {{"epoch", r.epoch}, {"reason", r.reason}};
-    x["detect_to_start_ms"] = r.started ? json(Ms(*r.started - r.detected)) : json(nullptr);
-    x["detected_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
-    if (r.started) {
-      x["started_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.started->time_since_epoch()).count();
-    }
-    j["recoveries"].push_back(x);
-  }
-  if (done_) {
-    j["exit_code"] = exit_code_;
-    j["exit_message"] = exit_message_;
-  }
-  (void)now;
-  return j;
+  v.recoveries = recoveries_;
+  v.done = done_;
+  v.exit_code = exit_code_;
+  v.exit_message = exit_message_;
+  return v;
 }
 
 }  // namespace ftrun

@@ -26,7 +26,7 @@
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_output.h"
-#include "launcher/agent/replicator.h"
+#include "plugin/replication/replicator.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/supervisor.h"
 #include "recovery/early_failure.h"

@@ -23,6 +23,7 @@
 #include "launcher/agent/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
+#include "recovery/coordinator_json.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/common/proc_start.h"
@@ -81,7 +82,7 @@ void Runner::CheckAdopted() {
 
 void Runner::WriteStatus() {
   last_status_ = Clock::now();
-  nlohmann::json j = coord_->StatusJson(Clock::now());
+  nlohmann::json j = StatusJson(coord_->View());
   j["job_id"] = job_id_;
   j["persist_dir"] = config_.persist.dir;
   j["job_dir"] = job_dir_;

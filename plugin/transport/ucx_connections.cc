@@ -16,7 +16,9 @@ void UcxTransport::CheckDeadlines() {
   auto now = Clock::now();
   for (auto& c : conns_) {
     if (c->state == Conn::State::kUp || c->state == Conn::State::kClosed) continue;
-    if (now - c->started > o_.handshake_timeout) {
+    if (c->refused && now - c->started > kRefuseDelay) {
+      CloseConn(c.get(), Status::Unavailable("too many connections in their handshake"));
+    } else if (now - c->started > o_.handshake_timeout) {
       CloseConn(c.get(), Status::Timeout("no handshake with " + c->remote + " within " +
                                          std::to_string(o_.handshake_timeout.count()) + " ms"));
     }
@@ -98,9 +100,10 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   std::string remote = "?";
   if (ucp_conn_request_query(req, &attr) == UCS_OK) remote = FormatAddress(attr.client_address);
-  // Over the cap the connection is accepted and closed at once (UCX 1.13's
-  // ucp_listener_reject can trip an assertion in its TCP connection manager
-  // when the client goes away meanwhile); the Conn is freed once closed.
+  // Over the cap the connection is accepted, never challenged, and closed
+  // after kRefuseDelay (UCX 1.13's ucp_listener_reject, and a close right
+  // here, can each trip an assertion in its TCP connection manager); the
+  // Conn is freed once closed.
   const bool over_cap = self->handshaking_in_ >= kMaxHandshaking;
   Conn* c = self->NewConn(nullptr, false, 0, remote);
   ucp_ep_params_t ep{};
@@ -123,7 +126,8 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
       FTRUN_LOG_WARN("refused a connection from {}: {} connections are already in their handshake", remote,
                      kMaxHandshaking);
     }
-    return self->CloseConn(c, Status::Unavailable("too many connections in their handshake"));
+    c->refused = true;
+    return;
   }
   c->nonce = NewNonce();
   self->SendOnConn(c, kChallenge, c->nonce);

@@ -43,6 +43,7 @@ void UcxTransport::Message(Conn* c, const WireHeader& h, std::string payload) {
 }
 
 void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload) {
+  if (c->refused) return;  // never challenged: it closes soon, whatever it sends
   ByteReader r(payload);
   if (c->outgoing && c->state == Conn::State::kAwaitChallenge && type == kChallenge &&
       payload.size() == kNonceBytes) {

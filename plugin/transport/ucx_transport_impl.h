@@ -47,9 +47,14 @@ inline constexpr auto kSpinAfterBusy = std::chrono::microseconds(500);
 inline constexpr unsigned kAmId = 1;      // control messages
 inline constexpr unsigned kBulkAmId = 2;  // bulk data
 // Incoming connections still in their handshake (from peers not yet known):
-// beyond this many, new ones are accepted and closed at once, so a flood of
+// beyond this many, new ones are accepted and closed soon (kRefuseDelay), so a flood of
 // connects that never authenticate cannot grow memory or the deadline scan.
 inline constexpr size_t kMaxHandshaking = 64;
+// A connection over that cap is closed this long after it was accepted, not
+// at once: closing a server endpoint from its connection request, before
+// UCX's TCP connection manager finished creating it, trips an assertion
+// there (tcp_sockcm_ep.c, seen under ASan with connect/close churn).
+inline constexpr std::chrono::milliseconds kRefuseDelay{200};
 
 inline Status UcsError(const std::string& what, ucs_status_t st) {
   return Status::Unavailable(what + ": " + ucs_status_string(st));
@@ -66,6 +71,7 @@ struct Conn {
   ucp_ep_h ep = nullptr;
   State state = State::kAwaitChallenge;
   bool outgoing = false;
+  bool refused = false;  // over kMaxHandshaking: closed after kRefuseDelay (CheckDeadlines)
   PeerId peer = 0;     // expected (outgoing) or proven (incoming, once up)
   std::string nonce;   // ours: the challenge (incoming) or hello nonce (outgoing)
   std::string transcript;  // the handshake's (handshake.h), once both nonces are known

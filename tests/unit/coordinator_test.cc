@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "recovery/coordinator.h"
+#include "recovery/coordinator_json.h"
 
 namespace ftrun {
 namespace {
@@ -629,7 +630,7 @@ TEST_CASE("coordinator: a node's agent that registers again as a spare leaves th
   m.slot = -1;
   m.address = "127.0.0.1:5001";
   f.Msg(1, ClusterMsg::kRegister, Encode(m));
-  nlohmann::json st = f.c->StatusJson(f.now);
+  nlohmann::json st = StatusJson(f.c->View());
   INFO(st.dump());
   // Never both a node's agent and a spare.
   for (const auto& n : st["nodes"]) {

@@ -8,7 +8,7 @@
 #include <tuple>
 #include <utility>
 
-#include "launcher/agent/replicator.h"
+#include "plugin/replication/replicator.h"
 
 namespace ftrun {
 namespace {

@@ -1,4 +1,4 @@
-#include "launcher/agent/peer_roles.h"
+#include "plugin/replication/peer_roles.h"
 
 namespace ftrun {
 

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/agent/peer_roles.h"
+#include "plugin/replication/peer_roles.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
 

@@ -1,11 +1,11 @@
-#include "launcher/agent/replicator.h"
+#include "plugin/replication/replicator.h"
 
 #include <algorithm>
 
 #include "plugin/common/bytes.h"
 #include "plugin/common/hash.h"
 #include "plugin/common/log.h"
-#include "launcher/agent/replicator_wire.h"
+#include "plugin/replication/replicator_wire.h"
 #include "recovery/cluster_messages.h"
 
 namespace ftrun {

@@ -4,8 +4,8 @@
 // (PeerRoles).
 #include <algorithm>
 
-#include "launcher/agent/replicator.h"
-#include "launcher/agent/replicator_wire.h"
+#include "plugin/replication/replicator.h"
+#include "plugin/replication/replicator_wire.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/hash.h"
 #include "plugin/common/log.h"
