@@ -3,9 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,14 +25,6 @@ namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(20);
 
-Status EpollAdd(int epfd, int fd, uint64_t tag, uint32_t events = EPOLLIN) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = tag;
-  if (::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return Status::FromErrno("epoll_ctl", errno);
-  return Status::Ok();
-}
-
 }  // namespace
 
 Agent::Agent(AgentOptions options) : o_(std::move(options)) {}
@@ -45,12 +35,9 @@ Agent::~Agent() {
 
 Status Agent::Setup() {
   const Config& c = o_.config;
-  // Block first: every thread started later inherits the mask, so these
-  // signals only ever arrive through the signalfd.
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
-  if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return Status::FromErrno("sigprocmask", errno);
+  // First: every thread started later inherits the signal mask, so these
+  // signals only ever arrive through the loop.
+  FTRUN_RETURN_IF_ERROR(loop_.Open({SIGCHLD, SIGTERM, SIGINT, SIGHUP}, kTick));
   if (o_.each_rank_log_dir.empty()) {
     rank_output_ = std::make_unique<RankOutput>(STDERR_FILENO);
     FTRUN_RETURN_IF_ERROR(rank_output_->Start());
@@ -101,21 +88,9 @@ Status Agent::Setup() {
 
   FTRUN_RETURN_IF_ERROR(BecomeSubreaper());
   ::signal(SIGPIPE, SIG_IGN);
-  signal_fd_.Reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!signal_fd_.valid()) return Status::FromErrno("signalfd", errno);
-  timer_fd_.Reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-  if (!timer_fd_.valid()) return Status::FromErrno("timerfd_create", errno);
-  itimerspec its{};
-  its.it_interval.tv_nsec = std::chrono::nanoseconds(kTick).count();
-  its.it_value = its.it_interval;
-  ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr);
   FTRUN_RETURN_IF_ERROR(ListenUnix(lock_.socket_path(), &listen_));
   spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll_.valid()) return Status::FromErrno("epoll_create1", errno);
-  FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), listen_.get(), kListenTag));
-  FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), signal_fd_.get(), kSignalTag));
-  FTRUN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), timer_fd_.get(), kTimerTag));
+  FTRUN_RETURN_IF_ERROR(loop_.Add(listen_.get(), kListenTag));
   if (cluster()) FTRUN_RETURN_IF_ERROR(SetupCluster());
   if (o_.save_pid > 0) {
     // /tmp is shared: created new, never through a link (safe_dir.h).
@@ -149,26 +124,24 @@ int Agent::Run() {
 }
 
 void Agent::Loop() {
-  epoll_event events[64];
+  std::vector<EventLoop::Ready> ready;
   while (state_ != State::kDone) {
-    int n = ::epoll_wait(epoll_.get(), events, 64, -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      FTRUN_LOG_ERROR("epoll_wait failed: {}", std::strerror(errno));
+    if (Status s = loop_.Wait(&ready); !s.ok()) {
+      FTRUN_LOG_ERROR("{}", s.message());
       exit_code_ = 2;
       return;
     }
-    for (int i = 0; i < n && state_ != State::kDone; ++i) {
-      uint64_t tag = events[i].data.u64;
+    for (size_t i = 0; i < ready.size() && state_ != State::kDone; ++i) {
+      const uint64_t tag = ready[i].tag;
       if (tag == kListenTag) Accept();
-      else if (tag == kSignalTag) Signals();
-      else if (tag == kTimerTag) Tick();
+      else if (tag == EventLoop::kSignalTag) Signals();
+      else if (tag == EventLoop::kTickTag) Tick();
       else if (tag == kTransportTag) TransportEvents();
       else if (tag == kFlushTag) flusher_->OnEvent(Clock::now());
       else if (tag == kDiskTag) disk_worker_->RunCompleted();
       else {
-        if (events[i].events & EPOLLOUT) Writable(tag);
-        if (events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) Readable(tag);
+        if (ready[i].events & EPOLLOUT) Writable(tag);
+        if (ready[i].events & ~static_cast<uint32_t>(EPOLLOUT)) Readable(tag);
       }
     }
     SyncConnections();
@@ -193,7 +166,7 @@ void Agent::Accept() {
       } else if (errno == EMFILE || errno == ENFILE) {
         // No spare either: stop listening for a while (Tick resumes it).
         FTRUN_LOG_ERROR("out of file descriptors: not accepting connections for 1 s");
-        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listen_.get(), nullptr);
+        loop_.Remove(listen_.get());
         listen_paused_until_ = Clock::now() + std::chrono::seconds(1);
       }
       return;  // EAGAIN, or a transient error such as ECONNABORTED
@@ -222,7 +195,7 @@ void Agent::Accept() {
     conn->fd = std::move(fd);
     conn->pid = cred.pid;
     conn->accepted = Clock::now();
-    if (!EpollAdd(epoll_.get(), conn->fd.get(), conn->id, EPOLLIN | EPOLLRDHUP).ok()) continue;
+    if (!loop_.Add(conn->fd.get(), conn->id, EPOLLIN | EPOLLRDHUP).ok()) continue;
     conns_[conn->id] = std::move(conn);
   }
 }
@@ -274,10 +247,8 @@ void Agent::SyncConnections() {
       continue;
     }
     if (conn->want_write == conn->polling_write) continue;
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | (conn->want_write ? EPOLLOUT : 0u);
-    ev.data.u64 = id;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn->fd.get(), &ev) == 0) conn->polling_write = conn->want_write;
+    const uint32_t events = EPOLLIN | EPOLLRDHUP | (conn->want_write ? EPOLLOUT : 0u);
+    if (loop_.Modify(conn->fd.get(), id, events).ok()) conn->polling_write = conn->want_write;
   }
   for (uint64_t id : broken) Close(id, "a send to it failed");
 }
@@ -342,7 +313,7 @@ void Agent::Close(uint64_t conn_id, const std::string& why) {
   if (RankSlot* slot = conn.rank >= 0 ? SlotByRank(conn.rank) : nullptr; slot && slot->conn_id == conn_id) {
     slot->conn_id = 0;
   }
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn.fd.get(), nullptr);
+  loop_.Remove(conn.fd.get());
   conns_.erase(it);
 }
 

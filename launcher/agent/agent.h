@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "launcher/agent/connection.h"
+#include "launcher/common/event_loop.h"
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/options.h"
@@ -209,7 +210,8 @@ class Agent {
   std::unique_ptr<CommitTracker> tracker_;
   LocalCommitTracker* local_tracker_ = nullptr;  // one node
   std::unique_ptr<StoreService> service_;
-  UniqueFd epoll_, listen_, signal_fd_, timer_fd_;
+  EventLoop loop_;  // epoll, signals, the tick
+  UniqueFd listen_;
   UniqueFd spare_fd_;  // given up to refuse a connection when out of fds
   std::optional<Clock::time_point> listen_paused_until_;
   std::map<uint64_t, std::unique_ptr<Connection>> conns_;
@@ -230,8 +232,6 @@ class Agent {
   static constexpr std::chrono::seconds kDrainBound{10};
   static constexpr std::chrono::seconds kHelloDeadline{10};
   static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
-  static constexpr uint64_t kSignalTag = 2;
-  static constexpr uint64_t kTimerTag = 3;
   static constexpr uint64_t kFlushTag = 5;  // (4: the transport's)
   std::unique_ptr<Flusher> flusher_;  // created at the first commit with persist.dir set
   static constexpr uint64_t kDiskTag = 6;

@@ -2,7 +2,6 @@
 // held manifests, replicates saves to its holders, obeys halt/start/commit/
 // stop, pulls a lost node's shards when it replaces it, and fences its own
 // ranks when it loses the coordinator.
-#include <sys/epoll.h>
 
 #include <algorithm>
 
@@ -37,12 +36,7 @@ Status Agent::SetupCluster() {
     auto it = members_.find(peer);
     if (it != members_.end()) transport_->Connect(peer, it->second);
   };
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kTransportTag;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, transport_->event_fd(), &ev) != 0) {
-    return Status::FromErrno("epoll_ctl", errno);
-  }
+  FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
   coord_lost_since_ = Clock::now();
   last_connect_try_ = Clock::now();
   transport_->Connect(kCoordinatorPeer, o_.coordinator);

@@ -3,8 +3,6 @@
 // committed version or end the job.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/epoll.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,14 +79,13 @@ void Agent::RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field) {
 }
 
 void Agent::Signals() {
-  signalfd_siginfo si;
-  while (::read(signal_fd_.get(), &si, sizeof(si)) == sizeof(si)) {
-    if (si.ssi_signo == SIGCHLD) {
+  for (int sig : loop_.TakeSignals()) {
+    if (sig == SIGCHLD) {
       pid_t pid;
       ExitInfo info;
       while (ReapOne(&pid, &info)) ChildExited(pid, info);
     } else if (state_ != State::kDone && !(state_ == State::kStopping && stop_cause_ == StopCause::kShutdown)) {
-      shutdown_signal_ = static_cast<int>(si.ssi_signo);
+      shutdown_signal_ = sig;
       FTRUN_LOG_WARN("received signal {}: stopping the job", shutdown_signal_);
       BeginStop(StopCause::kShutdown, "agent received signal " + std::to_string(shutdown_signal_), std::nullopt);
     }
@@ -281,18 +278,13 @@ void Agent::KillFinishedGroup(RankSlot& slot) {
 }
 
 void Agent::Tick() {
-  uint64_t expirations;
-  while (::read(timer_fd_.get(), &expirations, sizeof(expirations)) > 0) {
-  }
+  loop_.TakeTicks();
   auto now = Clock::now();
   service_->Tick(now);
   if (flusher_) flusher_->Tick(now);
   if (listen_paused_until_ && now >= *listen_paused_until_) {
     listen_paused_until_.reset();
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kListenTag;
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &ev);
+    (void)loop_.Add(listen_.get(), kListenTag);
   }
   // A connection that never says hello (not a rank, or a stuck one) must
   // not hold a descriptor forever.

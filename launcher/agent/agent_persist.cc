@@ -3,7 +3,6 @@
 // that is complete on disk, before its ranks start (one node) or before it
 // registers with the coordinator (a cluster: the coordinator then learns the
 // version from every node's catalog and starts the job from it).
-#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,12 +58,7 @@ void Agent::PersistCommitted(uint64_t version) {
     };
     auto fl = std::make_unique<Flusher>(std::move(f), store_.get());
     Status s = fl->Start();
-    if (s.ok()) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = kFlushTag;
-      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fl->event_fd(), &ev) != 0) s = Status::FromErrno("epoll_ctl", errno);
-    }
+    if (s.ok()) s = loop_.Add(fl->event_fd(), kFlushTag);
     if (!s.ok()) {
       FTRUN_LOG_ERROR("persist: cannot start the flusher: {}; versions stay in RAM only", s.message());
       o_.config.persist.dir.clear();

@@ -9,7 +9,6 @@
 // file tells the coordinator the version is bad (kDiskFailed: the job goes
 // back to an older one, and keeps this one's files until it commits a newer
 // version); anything else stops the job with the error and deletes nothing.
-#include <sys/epoll.h>
 
 #include <cerrno>
 #include <memory>
@@ -35,12 +34,7 @@ void Agent::BeginDiskRestore(const PullMsg& m) {
   if (!disk_worker_) {
     auto w = std::make_unique<DiskWorker>();
     Status s = w->Start();
-    if (s.ok()) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = kDiskTag;
-      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, w->event_fd(), &ev) != 0) s = Status::FromErrno("epoll_ctl", errno);
-    }
+    if (s.ok()) s = loop_.Add(w->event_fd(), kDiskTag);
     if (!s.ok()) return DiskRestoreEnd(s);
     disk_worker_ = std::move(w);
   }

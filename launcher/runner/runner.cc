@@ -2,10 +2,7 @@
 #include "launcher/runner/runner_impl.h"
 
 #include <signal.h>
-#include <sys/epoll.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -56,12 +53,9 @@ Status Runner::SelectJobNodes() {
 }
 
 Status Runner::Setup() {
-  // Block first: the transport's thread (started below) inherits the mask,
-  // so these signals only ever arrive through the signalfd.
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
-  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  // First: the transport's thread (started below) inherits the signal mask,
+  // so these signals only ever arrive through the loop.
+  FTRUN_RETURN_IF_ERROR(loop_.Open({SIGCHLD, SIGTERM, SIGINT, SIGHUP}, std::chrono::milliseconds(20)));
   if (o_.config.empty()) config_ = DefaultConfig();
   else FTRUN_RETURN_IF_ERROR(LoadConfigFile(o_.config, &config_));
   FTRUN_RETURN_IF_ERROR(SelectJobNodes());
@@ -167,21 +161,8 @@ Status Runner::Setup() {
   }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
 
-  signal_fd_.Reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
-  timer_fd_.Reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-  itimerspec its{};
-  its.it_interval.tv_nsec = 20'000'000;
-  its.it_value = its.it_interval;
-  ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr);
-  epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
-  int i = 0;
-  for (int fd : {signal_fd_.get(), timer_fd_.get(), transport_->event_fd(), disk_worker_.event_fd()}) {
-    if (fd < 0) continue;  // no disk worker without a persist directory
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = static_cast<uint64_t>(i++);
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return Status::FromErrno("epoll_ctl", errno);
-  }
+  FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
+  if (disk_worker_.event_fd() >= 0) FTRUN_RETURN_IF_ERROR(loop_.Add(disk_worker_.event_fd(), kDiskTag));
   FTRUN_LOG_INFO("job {}: {} nodes + {} spares, {} ranks, replicas {}; coordinator at {}", job_id_, nodes_.size(),
                  spares_, TotalSlots(nodes_), config_.cluster.replicas, transport_->address());
   if (!o_.attach_job.empty()) return AdoptAgents(before.dump());
@@ -282,31 +263,32 @@ void Runner::Reaped(pid_t pid, const ExitInfo& info) {
 }
 
 void Runner::Loop() {
-  epoll_event evs[8];
+  std::vector<EventLoop::Ready> ready;
   while (true) {
-    int n = ::epoll_wait(epoll_.get(), evs, 8, -1);
+    if (Status s = loop_.Wait(&ready); !s.ok()) {
+      FTRUN_LOG_ERROR("{}", s.message());
+      if (!coord_->done()) coord_->Shutdown(1, s.message());
+      return;
+    }
     auto now = Clock::now();
-    for (int i = 0; i < n; ++i) {
-      if (evs[i].data.u64 == 0) {
-        signalfd_siginfo si;
-        while (::read(signal_fd_.get(), &si, sizeof(si)) == sizeof(si)) {
-          if (si.ssi_signo == SIGCHLD) {
+    for (const EventLoop::Ready& r : ready) {
+      if (r.tag == EventLoop::kSignalTag) {
+        for (int sig : loop_.TakeSignals()) {
+          if (sig == SIGCHLD) {
             pid_t pid;
             ExitInfo info;
             while (ReapOne(&pid, &info)) Reaped(pid, info);
           } else if (signal_ == 0) {
-            signal_ = static_cast<int>(si.ssi_signo);
+            signal_ = sig;
             FTRUN_LOG_WARN("received signal {}: stopping the job", signal_);
             coord_->Shutdown(128 + signal_, "the runner received signal " + std::to_string(signal_));
           }
         }
-      } else if (evs[i].data.u64 == 1) {
-        uint64_t x;
-        while (::read(timer_fd_.get(), &x, sizeof(x)) > 0) {
-        }
+      } else if (r.tag == EventLoop::kTickTag) {
+        loop_.TakeTicks();
         coord_->Tick(now);
         CheckAdopted();
-      } else if (evs[i].data.u64 == 3) {
+      } else if (r.tag == kDiskTag) {
         disk_worker_.RunCompleted();  // a scan's answer: the coordinator goes on
       } else {
         for (TransportEvent& e : transport_->Poll()) {

@@ -3,10 +3,7 @@
 #include "launcher/runner/runner_impl.h"
 
 #include <signal.h>
-#include <sys/epoll.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

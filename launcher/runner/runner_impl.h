@@ -13,6 +13,7 @@
 
 #include "launcher/agent/disk_worker.h"
 #include "launcher/agent/supervisor.h"
+#include "launcher/common/event_loop.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/runner_options.h"
 #include "plugin/common/fd.h"
@@ -76,7 +77,9 @@ class Runner {
   std::unique_ptr<Coordinator> coord_;
   DiskWorker disk_worker_;  // scans the persist directory for the coordinator, off the loop
   std::vector<AgentProc> agents_;
-  UniqueFd epoll_, signal_fd_, timer_fd_;
+  EventLoop loop_;  // epoll, signals, the tick
+  static constexpr uint64_t kTransportTag = 1;
+  static constexpr uint64_t kDiskTag = 2;
   int signal_ = 0;
   std::optional<Clock::time_point> ending_since_;
   Clock::time_point last_status_;
