@@ -12,8 +12,9 @@ namespace ftrun {
 
 using namespace replicator_wire;
 
-Replicator::Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size)
-    : t_(transport), store_(store), base_(arena_base), chunk_size_(chunk_size) {}
+Replicator::Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size,
+                       const Clock& clock)
+    : t_(transport), clock_(clock), store_(store), base_(arena_base), chunk_size_(chunk_size) {}
 
 void Replicator::SetEpoch(uint64_t epoch) {
   if (epoch <= epoch_) return;
@@ -71,7 +72,7 @@ void Replicator::StartNext(PeerId to) {
     }
     store_->Pin(job.version);
     out.state_bytes = m->state_bytes();
-    out.started = out.progress = std::chrono::steady_clock::now();
+    out.started = out.progress = clock_.Now();
     ByteWriter w;
     w.Put<uint64_t>(job.xfer);
     w.Put<uint64_t>(job.epoch);
@@ -122,7 +123,7 @@ void Replicator::FinishOut(PeerId to, const Status& s) {
     }
   } else {
     history_.push_back({to, out.job.rank, out.job.version, out.state_bytes, out.bytes_sent,
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - out.started).count()});
+                        std::chrono::duration<double>(clock_.Now() - out.started).count()});
     if (history_.size() > 32) history_.pop_front();
   }
   store_->Unpin(it->second.job.version);
@@ -157,7 +158,7 @@ void Replicator::Want(PeerId from, ByteReader* r) {
   auto it = out_.find(from);
   if (it == out_.end() || it->second.job.xfer != xfer) return;  // a transfer we gave up
   Out& out = it->second;
-  out.progress = std::chrono::steady_clock::now();
+  out.progress = clock_.Now();
   uint32_t n = r->GetCount(16);
   for (uint32_t k = 0; k < n; ++k) {
     uint64_t index = r->Get<uint64_t>();
@@ -183,7 +184,7 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
     o->second.inflight--;
     o->second.inflight_bytes -= length;
     o->second.bytes_sent += length;
-    o->second.progress = std::chrono::steady_clock::now();
+    o->second.progress = clock_.Now();
     Pump(o->second);
     return true;
   }
@@ -194,7 +195,7 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
   auto in = in_.find(key);
   if (in == in_.end()) return true;
   In& x = in->second;
-  x.progress = std::chrono::steady_clock::now();
+  x.progress = clock_.Now();
   if (!status.ok() && x.error.ok()) x.error = status;
   // Verified as each chunk lands, while the next ones are on the wire.
   if (status.ok() && x.error.ok() && HashBytes(base_ + c->offset, c->length) != c->hash) {

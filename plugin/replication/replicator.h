@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/common/clock.h"
 #include "plugin/replication/peer_roles.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
@@ -46,7 +47,9 @@ class Replicator {
   // large enough to keep the link busy.
   static constexpr uint64_t kWindowBytes = 32ull << 20;
 
-  Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size);
+  // `clock`: where progress times are read (a ManualClock in tests).
+  Replicator(Transport* transport, SnapshotStore* store, char* arena_base, uint64_t chunk_size,
+             const Clock& clock = Clock::Steady());
 
   // Transfers of older epochs stop (their reservations go once their
   // receives end); offers from older epochs are refused.
@@ -165,6 +168,7 @@ class Replicator {
   void Reply(PeerId to, uint16_t type, uint64_t xfer, const std::string& message = {});
 
   Transport* t_;
+  const Clock& clock_;
   SnapshotStore* store_;
   char* base_;
   uint64_t chunk_size_;

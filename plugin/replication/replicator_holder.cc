@@ -61,7 +61,7 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
   in.epoch = epoch;
   in.manifest = std::move(m);
   in.owner = kOwnerBase + next_owner_++;
-  in.progress = std::chrono::steady_clock::now();
+  in.progress = clock_.Now();
   // Which chunks do we lack? Each distinct missing hash is received once.
   std::vector<ChunkRef*> want;
   std::vector<uint64_t> lengths;
@@ -172,7 +172,7 @@ void Replicator::PullRequest(PeerId from, ByteReader* r) {
   int32_t rank = r->Get<int32_t>();
   uint64_t version = r->Get<uint64_t>();
   if (!r->ok() || !(xfer & kPullBit)) return;
-  DeferredPull pull{from, xfer, epoch, rank, version, std::chrono::steady_clock::now()};
+  DeferredPull pull{from, xfer, epoch, rank, version, clock_.Now()};
   Status s = roles_.MayPull(from, rank);
   if (s.ok()) return ServePull(pull);
   // The membership that names the puller may still be on its way (it left

@@ -24,6 +24,7 @@ struct FakeNet {
     uint64_t length;
     uint64_t token;
   };
+  ManualClock clock;  // every replicator's: time moves only when a test says so
   std::map<PeerId, std::vector<TransportEvent>> events;
   std::map<std::tuple<PeerId, PeerId, uint64_t>, Recv> recvs;  // (receiver, sender, tag) ->
   bool swallow_bulk = false;  // bulk sends vanish: neither side's request ever ends (a wedged rendezvous)
@@ -85,7 +86,7 @@ class FakeTransport : public Transport {
 struct Node {
   Node(FakeNet* net, PeerId id)
       : arena(kBase + kData), store(kBase, kData, "x"), transport(net, id),
-        replicator(&transport, &store, arena.data(), 4096) {}
+        replicator(&transport, &store, arena.data(), 4096, net->clock) {}
   std::vector<char> arena;
   SnapshotStore store;
   FakeTransport transport;
@@ -207,7 +208,7 @@ TEST_CASE("replicator: a copy that stalls is cancelled on both sides, and the ne
   Run({&source, &holder});
   REQUIRE(net.recvs.size() == 2);  // the holder waits for both chunks
   CHECK(holder.store.Stats().reserved_bytes == 8192);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = net.clock.Now();
   source.replicator.Tick(t0);  // within the bound: nothing happens
   holder.replicator.Tick(t0);
   Run({&source, &holder});
@@ -337,7 +338,8 @@ TEST_CASE("replicator: copies and pulls only from the peers the membership names
     outsider.replicator.Pull(2, 0, 1);
     Run({&outsider, &holder});
     CHECK(pulled.empty());
-    holder.replicator.Tick(std::chrono::steady_clock::now() + seconds(60));
+    net.clock.Advance(seconds(60));
+    holder.replicator.Tick(net.clock.Now());
     Run({&outsider, &holder});
     REQUIRE(pulled.size() == 1);
     CHECK(pulled[0].message().find("not a member") != std::string::npos);
