@@ -147,7 +147,6 @@ struct RankVersionsMsg {
   std::vector<RankVersion> items;
 };
 using HeldMsg = RankVersionsMsg<ClusterMsg::kHeld>;        // complete in its store
-using DroppedMsg = RankVersionsMsg<ClusterMsg::kDropped>;  // no longer held (a chunk was corrupted)
 using MissingMsg = RankVersionsMsg<ClusterMsg::kMissing>;  // told to start from them, it lacks them
 
 // An epoch and a version.
@@ -168,10 +167,21 @@ struct RankFailedMsg {
   bool early = false;  // before the rank's first save (EarlyFailureRule)
 };
 
+// No longer held: a chunk they use was corrupted in the sender's shared
+// memory and could not be repaired there.
+struct DroppedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kDropped;
+  uint64_t epoch = 0;
+  std::vector<RankVersion> items;
+  std::string why;  // the chunk, and what its bytes hash to: for the error if no good copy is left
+};
+
+// The sender cannot go on for a reason no restart cures: the job stops.
 struct FatalMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kFatal;
   uint64_t epoch = 0;
   std::string message;
+  int32_t code = 1;  // the job's exit code: 2 for a start that cannot be made (another job's files on disk)
 };
 
 struct PullFailedMsg {
@@ -257,6 +267,7 @@ Status Decode(const std::string& payload, EpochVersionMsg<T>* m) {
 
 std::string Encode(const RankFailedMsg& m);
 std::string Encode(const FatalMsg& m);
+std::string Encode(const DroppedMsg& m);
 std::string Encode(const PullFailedMsg& m);
 std::string Encode(const DiskFailedMsg& m);
 std::string Encode(const CommitMsg& m);
@@ -265,6 +276,7 @@ std::string Encode(const FencedMsg& m);
 std::string Encode(const DropAboveMsg& m);
 Status Decode(const std::string& payload, RankFailedMsg* m);
 Status Decode(const std::string& payload, FatalMsg* m);
+Status Decode(const std::string& payload, DroppedMsg* m);
 Status Decode(const std::string& payload, PullFailedMsg* m);
 Status Decode(const std::string& payload, DiskFailedMsg* m);
 Status Decode(const std::string& payload, CommitMsg* m);

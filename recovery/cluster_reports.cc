@@ -31,6 +31,7 @@ std::string Encode(const FatalMsg& m) {
   ByteWriter w;
   w.Put<uint64_t>(m.epoch);
   w.PutString(m.message);
+  w.Put<int32_t>(m.code);
   return w.data();
 }
 
@@ -38,7 +39,24 @@ Status Decode(const std::string& payload, FatalMsg* m) {
   ByteReader r(payload);
   m->epoch = r.Get<uint64_t>();
   m->message = r.GetString();
+  m->code = r.Get<int32_t>();
   return CheckRead(r, FatalMsg::kType, payload.size());
+}
+
+std::string Encode(const DroppedMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  PutRankVersions(m.items, &w);
+  w.PutString(m.why);
+  return w.data();
+}
+
+Status Decode(const std::string& payload, DroppedMsg* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  m->items = GetRankVersions(&r);
+  m->why = r.GetString();
+  return CheckRead(r, DroppedMsg::kType, payload.size());
 }
 
 std::string Encode(const PullFailedMsg& m) {

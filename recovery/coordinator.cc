@@ -26,12 +26,14 @@ Coordinator::Coordinator(Options options, Outbox* out)
 }
 
 int Coordinator::FirstRank(int slot) const {
-  int r = 0;
+  int r = o_.first_rank;
   for (int i = 0; i < slot; ++i) r += o_.ranks_per_slot[static_cast<size_t>(i)];
   return r;
 }
 
-int Coordinator::WorldSize() const { return FirstRank(static_cast<int>(o_.ranks_per_slot.size())); }
+int Coordinator::EndRank() const { return FirstRank(static_cast<int>(o_.ranks_per_slot.size())); }
+int Coordinator::RankCount() const { return EndRank() - o_.first_rank; }
+int Coordinator::WorldSize() const { return o_.world_size > 0 ? o_.world_size : RankCount(); }
 
 std::vector<int> Coordinator::SlotRanks(int slot) const {
   std::vector<int> v;
@@ -94,12 +96,11 @@ void Coordinator::MaybeTarget(Time now) {
   // that hears nothing still gives way.
   const auto patience = std::min<std::chrono::milliseconds>(kRoundTimeout, 3 * o_.copy_timeout);
   if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < patience) return;
-  const int world = WorldSize();
   std::optional<uint64_t> newest;
   for (auto it = held_.rbegin(); it != held_.rend() && !newest; ++it) {
-    if ((committed_ && it->first <= *committed_) || static_cast<int>(it->second.size()) < world) continue;
+    if ((committed_ && it->first <= *committed_) || static_cast<int>(it->second.size()) < RankCount()) continue;
     bool all = true;
-    for (int r = 0; r < world && all; ++r) all = !HoldersAlive(r, it->first).empty();
+    for (int r = FirstRank(0); r < EndRank() && all; ++r) all = !HoldersAlive(r, it->first).empty();
     if (all) newest = it->first;
   }
   if (!newest && ahead_ && !held_.empty() && (!committed_ || held_.rbegin()->first > *committed_)) {
@@ -115,13 +116,12 @@ void Coordinator::MaybeTarget(Time now) {
 
 void Coordinator::MaybeCommit(Time now) {
   const int need = 1 + o_.replicas;
-  const int world = WorldSize();
   std::optional<uint64_t> newest;
   for (auto& [version, ranks] : held_) {
     if (committed_ && version <= *committed_) continue;
-    if (static_cast<int>(ranks.size()) < world) continue;
+    if (static_cast<int>(ranks.size()) < RankCount()) continue;
     bool all = true;
-    for (int r = 0; r < world && all; ++r) all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
+    for (int r = FirstRank(0); r < EndRank() && all; ++r) all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
     if (all) newest = version;
   }
   if (!newest) return;
@@ -129,6 +129,7 @@ void Coordinator::MaybeCommit(Time now) {
   last_commit_ = now;
   held_.erase(held_.begin(), held_.lower_bound(*newest));
   missing_.clear();
+  dropped_why_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);
   if (void_above_ && *newest > *void_above_) {
     // The job has a newer version than the one it went back to: the old
@@ -155,7 +156,7 @@ void Coordinator::Tick(Time now) {
   const auto limit = o_.heartbeat_interval * o_.heartbeat_misses;
   std::vector<PeerId> silent;
   for (auto& [id, a] : agents_) {
-    if (a.alive && now - a.last_heard > limit) silent.push_back(id);
+    if (a.alive && o_.heartbeat_misses > 0 && now - a.last_heard > limit) silent.push_back(id);
   }
   for (PeerId p : silent) {
     Lost(p, "no heartbeat for " + std::to_string(static_cast<long>(Ms(limit))) +

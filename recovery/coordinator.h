@@ -46,10 +46,17 @@ class Coordinator {
 
   struct Options {
     std::vector<int> ranks_per_slot;  // one entry per slot (node)
+    // The job's ranks are first_rank .. first_rank + the sum of
+    // ranks_per_slot - 1, in a world of world_size ranks (0: that sum).
+    // Both are 0 for a whole job; an agent started alone as one node of a
+    // bigger world (DeepSpeed's launcher, no coordinator) hosts one of its
+    // own ranks only.
+    int first_rank = 0;
+    int world_size = 0;
     std::vector<std::string> racks;   // per slot; "" = none
     int replicas = 1;
     std::chrono::milliseconds heartbeat_interval{200};
-    int heartbeat_misses = 10;
+    int heartbeat_misses = 10;  // 0: no agent is ever declared lost by its silence
     std::chrono::milliseconds lost_node_timeout{60000};
     // No commit for 3 x this while ranks save newer versions: a WARN naming
     // the ranks and holders that lag (again every 3 x this).
@@ -90,8 +97,10 @@ class Coordinator {
   // What it knows, as plain data (StatusJson in coordinator_json.h formats it).
   CoordinatorView View() const;
   // The answer to Options::scan_disk: the versions complete on disk, newest
-  // first. The recovery that asked goes on.
-  void DiskScanned(std::vector<uint64_t> newest_first, Time now);
+  // first. The recovery that asked goes on. A scan that failed (the
+  // persist directory cannot be listed) stops the job with exit 2: starting
+  // from scratch would write over the versions it cannot see.
+  void DiskScanned(const Status& scan, std::vector<uint64_t> newest_first, Time now);
 
  private:
   // For messages: "1, 2, 3".
@@ -126,7 +135,7 @@ class Coordinator {
   void OnRankFailed(const RankFailedMsg& m, Time now);
   void OnNodeDone(AgentInfo& a, const NodeDoneMsg& m);
   void OnPullFailed(AgentInfo& a, const PullFailedMsg& m, Time now);
-  void Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Time now);
+  void Dropped(AgentInfo& a, const DroppedMsg& m, Time now);
   // An agent told to start lacks its own ranks of the committed version.
   void Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVersion>& lost, Time now);
   void BeginRecovery(const std::string& reason, int exit_code, Time now);
@@ -155,7 +164,9 @@ class Coordinator {
   void Stop(int code, const std::string& message);
   void BroadcastMembership();
   int FirstRank(int slot) const;
-  int WorldSize() const;
+  int EndRank() const;    // one past the job's last rank
+  int RankCount() const;  // the job's ranks: FirstRank(0) .. EndRank() - 1
+  int WorldSize() const;  // what the ranks are told
   std::vector<int> SlotRanks(int slot) const;
   AgentInfo* SlotAgent(int slot);
   std::vector<PeerId> HoldersAlive(int rank, uint64_t version) const;
@@ -207,6 +218,9 @@ class Coordinator {
   // (agent, rank, version) an agent lacked at a start, and a recovery had it
   // pulled since; cleared by each commit.
   std::set<std::tuple<PeerId, int, uint64_t>> missing_;
+  // rank -> why an agent dropped its copy (kDropped), for the error if no
+  // good copy is left; cleared by each commit.
+  std::map<int, std::string> dropped_why_;
   int exit_code_ = 0;
   std::string exit_message_;
 };

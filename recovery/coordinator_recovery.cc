@@ -68,9 +68,10 @@ void Coordinator::ScanDisk(DiskNeed need, std::string detail) {
   disk_detail_ = std::move(detail);
 }
 
-void Coordinator::DiskScanned(std::vector<uint64_t> newest_first, Time now) {
+void Coordinator::DiskScanned(const Status& scan, std::vector<uint64_t> newest_first, Time now) {
   const DiskNeed need = std::exchange(disk_need_, DiskNeed::kNone);
   if (need == DiskNeed::kNone || phase_ == Phase::kStopped) return;
+  if (!scan.ok()) return Stop(2, "cannot read the persist directory: " + scan.message() + "; nothing was deleted");
   disk_scan_ = std::move(newest_first);
   switch (need) {
     case DiskNeed::kStart:
@@ -159,7 +160,7 @@ PullMsg Coordinator::DiskPull(int slot) const {
 bool Coordinator::CheckCoverage(const std::string& detail) {
   if (!committed_) return true;
   std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
-  for (int rank = 0; rank < WorldSize(); ++rank) {
+  for (int rank = FirstRank(0); rank < EndRank(); ++rank) {
     if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
@@ -177,9 +178,18 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     disk_restore_ = true;
     return true;
   }
-  Stop(1, "ranks " + Join(uncovered) + " have no complete copy of committed version " + std::to_string(*committed_) +
-              " on any live node (cluster.replicas: " + std::to_string(o_.replicas) +
-              "; more nodes were lost than that covers)" + detail);
+  const std::string lost = "ranks " + Join(uncovered) + " have no complete copy of committed version " +
+                           std::to_string(*committed_) + " on any live node (cluster.replicas: " +
+                           std::to_string(o_.replicas);
+  auto why = dropped_why_.find(uncovered.front());
+  if (why != dropped_why_.end()) {
+    // A copy corrupted in shared memory was the last: name it.
+    Stop(1, "cannot restart: " + why->second + ", and no good copy of it is left: " + lost + ", " +
+                (o_.scan_disk ? "none on disk" : "no persist.dir") + ")" + detail +
+                "; the job stops rather than restore wrong bytes");
+    return false;
+  }
+  Stop(1, lost + "; more nodes were lost than that covers)" + detail);
   return false;
 }
 
@@ -187,8 +197,10 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
 // memory). They no longer count; if a restart is being planned and the agent
 // lacks its own ranks of the committed version now, it pulls them first
 // (a restart not planned yet does that in BeginRecovery).
-void Coordinator::Dropped(AgentInfo& a, const std::vector<RankVersion>& lost, Time now) {
+void Coordinator::Dropped(AgentInfo& a, const DroppedMsg& m, Time now) {
+  const std::vector<RankVersion>& lost = m.items;
   for (const auto& [rank, version] : lost) {
+    if (!m.why.empty()) dropped_why_[rank] = m.why;
     auto v = held_.find(version);
     if (v == held_.end()) continue;
     auto h = v->second.find(rank);

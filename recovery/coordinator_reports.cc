@@ -77,7 +77,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
     }
     case ClusterMsg::kDropped: {
       DroppedMsg m;  // whatever the epoch: those copies are gone
-      if (decoded(&m)) Dropped(a, m.items, now);
+      if (decoded(&m)) Dropped(a, m, now);
       return;
     }
     case ClusterMsg::kMissing: {
@@ -87,7 +87,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
     }
     case ClusterMsg::kFatal: {
       FatalMsg m;
-      if (decoded(&m)) Stop(1, "agent " + std::to_string(from) + ": " + m.message);
+      if (decoded(&m)) Stop(m.code == 0 ? 1 : m.code, "agent " + std::to_string(from) + ": " + m.message);
       return;
     }
     default: FTRUN_LOG_WARN("agent {} sent an unexpected {}", from, ClusterMsgName(type));
@@ -107,9 +107,10 @@ void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
 void Coordinator::OnRankFailed(const RankFailedMsg& m, Time now) {
   if (m.epoch != epoch_ || phase_ != Phase::kRunning) return;
   if (early_failures_.Record(epoch_, m.early, m.code)) {
-    return Stop(m.code == 0 ? 1 : m.code, "not restarting: the same failure before the first save in two epochs in a "
-                                          "row (exit code " + std::to_string(m.code) + "), so every restart would "
-                                          "end the same way: " + m.reason);
+    // (A generation of ranks is an epoch: one node's jobs say generations.)
+    return Stop(m.code == 0 ? 1 : m.code, "not restarting: the same failure before the first save in two generations "
+                                          "in a row (two epochs in a row, exit code " + std::to_string(m.code) +
+                                          "), so every restart would end the same way: " + m.reason);
   }
   BeginRecovery(m.reason, m.code, now);
 }

@@ -68,7 +68,7 @@ CoordinatorView Coordinator::View() const {
   }
   if (committed_) {
     auto held = held_.find(*committed_);
-    for (int r = 0; r < WorldSize(); ++r) {
+    for (int r = FirstRank(0); r < EndRank(); ++r) {
       int live = 0;
       if (held != held_.end() && held->second.count(r)) {
         for (PeerId a : held->second.at(r)) live += agents_.count(a) && agents_.at(a).alive ? 1 : 0;

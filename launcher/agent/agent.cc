@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "launcher/agent/disk_worker.h"
+#include "launcher/common/disk_worker.h"
 #include "launcher/agent/rank_env.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/duration.h"
@@ -59,27 +59,16 @@ Status Agent::Setup() {
   }
   store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
                                            FormatLoc(c.store.memory_budget_loc, "store.memory_budget"));
-  std::vector<int> ranks;
   for (int i = 0; i < (o_.spare ? 0 : o_.local_ranks); ++i) {
     RankSlot s;
     s.local_rank = i;
     s.global_rank = o_.first_global_rank + i;
     slots_.push_back(s);
-    ranks.push_back(s.global_rank);
   }
-  if (cluster()) {
-    auto t = std::make_unique<ClusterCommitTracker>();
-    cluster_tracker_ = t.get();
-    tracker_ = std::move(t);
-  } else {
-    auto t = std::make_unique<LocalCommitTracker>(ranks);
-    local_tracker_ = t.get();
-    tracker_ = std::move(t);
-  }
-  service_ = std::make_unique<StoreService>(store_.get(), tracker_.get(), c.store.chunk_size);
+  service_ = std::make_unique<StoreService>(store_.get(), &tracker_, c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = SlotByRank(rank)) RankEvent(*s, &RankSlot::first_step);
-    if (cluster()) ClusterRankSaved(rank, version);
+    ClusterRankSaved(rank, version);
   };
   service_->on_committed = [this](uint64_t version) {
     status_dirty_ = true;
@@ -91,7 +80,7 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(ListenUnix(lock_.socket_path(), &listen_));
   spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   FTRUN_RETURN_IF_ERROR(loop_.Add(listen_.get(), kListenTag));
-  if (cluster()) FTRUN_RETURN_IF_ERROR(SetupCluster());
+  FTRUN_RETURN_IF_ERROR(remote() ? SetupCluster() : SetupLocalCoordinator());
   if (o_.save_pid > 0) {
     // /tmp is shared: created new, never through a link (safe_dir.h).
     FTRUN_RETURN_IF_ERROR(CreateNewFile("/tmp/" + std::to_string(o_.save_pid) + ".deepspeed",
@@ -110,13 +99,8 @@ int Agent::Run() {
                  o_.node_rank, o_.local_ranks, o_.first_global_rank, o_.first_global_rank + o_.local_ranks - 1,
                  o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
                  lock_.socket_path());
-  s = RestoreFromDisk();
-  if (!s.ok()) {
-    FTRUN_LOG_ERROR("cannot restore from the persist directory: {}", s.message());
-    return 2;
-  }
-  if (cluster()) state_ = State::kIdle;  // the coordinator says when to start
-  else SpawnGeneration();
+  state_ = State::kIdle;  // the coordinator says when to start (or what to restore from disk first)
+  PumpCoordinator();
   Loop();
   DrainPersist();
   WriteStatus();
@@ -145,6 +129,7 @@ void Agent::Loop() {
       }
     }
     SyncConnections();
+    PumpCoordinator();
   }
 }
 

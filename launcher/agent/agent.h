@@ -1,13 +1,16 @@
 // Agent: ftrun-agent's core. Owns the node's store (arena, catalog, commit
 // tracker), serves the ranks over a unix socket, spawns and supervises the
-// ranks, and on a rank's death or hang stops them all and restarts them from
-// the last committed version, up to job.max_restarts times.
+// ranks, reports their saves and failures to the job's coordinator, and
+// obeys it: it commits versions, halts the ranks and starts them again from
+// the committed version, up to job.max_restarts times. The coordinator is
+// the runner's, over UCX (--coordinator: a multi-node job, where the agent
+// also replicates), or for a one-node job one the agent hosts itself
+// (local_coordinator.h): one recovery policy for every job.
 //
 // One thread runs everything: an epoll loop over the listening socket, the
 // rank connections, a signalfd (SIGCHLD, SIGTERM, SIGINT, SIGHUP), a timer
-// for hang detection, stop grace periods and commit waits, and in a
-// multi-node job the transport's event fd (agent_cluster.cc): there the
-// coordinator decides restarts and commits, and the agent replicates.
+// for hang detection, stop grace periods and commit waits, the disk worker,
+// and in a multi-node job the transport's event fd (agent_cluster.cc).
 #pragma once
 
 #include <sys/types.h>
@@ -25,6 +28,7 @@
 #include "launcher/common/event_loop.h"
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
+#include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_output.h"
 #include "plugin/replication/replicator.h"
@@ -34,7 +38,6 @@
 #include "plugin/store/arena.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
-#include "recovery/cluster_commit_tracker.h"
 #include "recovery/cluster_messages.h"
 #include "recovery/commit_tracker.h"
 
@@ -53,7 +56,7 @@ class Agent {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // kIdle: no ranks running, waiting for the coordinator (multi-node only).
+  // kIdle: no ranks running, waiting for the coordinator.
   enum class State { kRunning, kStopping, kIdle, kDone };
   enum class StopCause { kFailure, kShutdown };
 
@@ -95,10 +98,10 @@ class Agent {
   void Tick();
   void SpawnGeneration();
   // `early`: the rank died before its first save of this generation (see
-  // EarlyFailureRule).
+  // EarlyFailureRule, which the coordinator applies).
   void FailRank(const std::string& reason, const ExitInfo& info, bool early = false);
   std::string LastWords(const RankSlot& s);
-  void BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit, bool early = false);
+  void BeginStop(StopCause cause, const std::string& reason);
   // All rank processes are gone: kill what is left of their groups, then
   // (ContinueStop, once the groups are empty) restart or end the job.
   void FinishStop();
@@ -113,7 +116,7 @@ class Agent {
   // when the generation stops (Settle), repairs it in place from the persist
   // directory or drops it with every manifest that references it, so that
   // the restart restores it from a good copy (a holder's, by the pull the
-  // coordinator orders; on one node: EnsureRestorable).
+  // coordinator orders, or the disk's, or the job stops naming it).
   struct CorruptChunk {
     int rank = 0;
     uint64_t version = 0;
@@ -128,26 +131,17 @@ class Agent {
   void CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chunk);
   void SettleCorruptChunks();
   void CorruptRepaired(const CorruptChunk& c, const std::string& from);
-  // One node, before a restart: every local rank has the committed version,
-  // or the node goes back to an older whole one (RAM, then disk); else an
-  // error naming the corrupted chunk.
-  Status EnsureRestorable();
-  Status GoBackTo(uint64_t version);
   bool RepairChunkFromDisk(const CorruptChunk& c);
 
   // The persist directory (agent_persist.cc).
   bool persist() const;
   void PersistCommitted(uint64_t version);
   void DrainPersist();
-  Status RestoreFromDisk();
-  Status LoadFromDisk(const class PersistReader& reader, uint64_t version, const std::vector<int>& ranks,
-                      uint64_t* bytes);
-  Status LoadRankFromDisk(const class PersistReader& reader, Manifest* m, uint64_t* bytes, class Progress* progress);
   Status ReserveForDisk(Manifest* m, std::vector<ChunkRef*>* want);
   void PullFromDisk(const PullMsg& m);
   void DropFilesAbove(uint64_t version, const std::vector<int>& ranks);
 
-  // A cluster's restore from the persist directory (agent_restore.cc): the
+  // A restore from the persist directory (agent_restore.cc): the
   // reads run on disk_worker_, one rank's chunks at a time, so the loop keeps
   // heartbeating; the loop reserves the extents, adds the manifests and
   // reports. A newer pull or a halt makes it stale (pull_seq_ moves): its
@@ -168,9 +162,15 @@ class Agent {
   void DiskRestoreEnd(Status s);
   bool DiskRestoreStale();
 
-  // Multi-node (agent_cluster.cc).
-  bool cluster() const { return !o_.coordinator.empty(); }
+  // The coordinator: the runner's over UCX (agent_cluster.cc), or the
+  // agent's own for a one-node job (local_coordinator.h).
+  bool remote() const { return !o_.coordinator.empty(); }
   Status SetupCluster();
+  Status SetupLocalCoordinator();
+  // Delivers a hosted coordinator's messages, both ways (after each batch
+  // of events).
+  void PumpCoordinator();
+  void JoinEpoch(uint64_t epoch);  // a newer epoch the coordinator named
   void TransportEvents();
   void CoordinatorMessage(uint16_t type, const std::string& payload);
   void RegisterWithCoordinator();
@@ -180,7 +180,7 @@ class Agent {
   void Report(const M& m) {
     SendToCoordinator(M::kType, Encode(m));
   }
-  void ClusterTick(Clock::time_point now);
+  void CoordinatorTick(Clock::time_point now);
   void ClusterRankSaved(int rank, uint64_t version);
   void ApplyAssign(const AssignMsg& m);
   void Replicate(uint64_t version);
@@ -191,7 +191,7 @@ class Agent {
   void PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s);
   void Halt(uint64_t epoch);
   void Start(const StartMsg& m);
-  void StoppedInCluster();
+  void Stopped();  // the stopped ranks' groups are empty: halted, or started again
   void CoordinatorLost(const std::string& why);
   void RoundFailed(uint64_t version);
 
@@ -207,8 +207,7 @@ class Agent {
   std::atomic<bool> prefaulted_{false};
   bool reported_prefaulted_ = false;
   std::unique_ptr<SnapshotStore> store_;
-  std::unique_ptr<CommitTracker> tracker_;
-  LocalCommitTracker* local_tracker_ = nullptr;  // one node
+  CommitTracker tracker_;
   std::unique_ptr<StoreService> service_;
   EventLoop loop_;  // epoll, signals, the tick
   UniqueFd listen_;
@@ -222,9 +221,6 @@ class Agent {
   int generation_ = 0;
   std::optional<uint64_t> restore_version_;
   StopCause stop_cause_ = StopCause::kFailure;
-  std::optional<ExitInfo> failure_;  // the exit that caused the current stop
-  bool failure_early_ = false;       // ... before the failing rank's first save
-  EarlyFailureRule early_failures_;  // one node; a cluster's is the coordinator's
   std::unique_ptr<RankOutput> rank_output_;  // the ranks' stderr (none with each-rank logs)
   int shutdown_signal_ = 0;
   bool killed_hard_ = false;
@@ -237,7 +233,8 @@ class Agent {
   static constexpr uint64_t kDiskTag = 6;
   static constexpr uint64_t kDiskOwner = ~0ull - 7;  // the store reservation owner of a disk restore
   // Declared after arena_: joined (its reads into the arena cancelled) first.
-  std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore in a cluster
+  std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore or disk scan
+  Status StartDiskWorker();
   std::optional<DiskRestore> restore_;             // in flight
   std::optional<PullMsg> next_restore_;            // arrived while one was in flight
   uint64_t pull_seq_ = 0;                          // each pull plan and each halt
@@ -254,7 +251,8 @@ class Agent {
   Clock::time_point last_status_write_;
   std::string status_error_;  // the last status write error logged (logged once)
 
-  // Multi-node state.
+  // The coordinator and the cluster.
+  std::unique_ptr<LocalCoordinator> local_coord_;  // a one-node job's
   static constexpr uint64_t kTransportTag = 4;
   struct PullState {
     std::vector<uint32_t> holders;
@@ -264,7 +262,6 @@ class Agent {
   };
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Replicator> replicator_;
-  ClusterCommitTracker* cluster_tracker_ = nullptr;
   uint64_t epoch_ = 0;
   // Set only while a kCommit is applied: the epoch the coordinator committed
   // it in. Commits learned otherwise (a pull's or a start's restore point)

@@ -1,7 +1,7 @@
-// The agent in a multi-node job: registers with the coordinator, reports
-// held manifests, replicates saves to its holders, obeys halt/start/commit/
-// stop, pulls a lost node's shards when it replaces it, and fences its own
-// ranks when it loses the coordinator.
+// The agent in a multi-node job: connects to the runner's coordinator over
+// UCX, heartbeats, replicates saves to its holders, takes its place in the
+// job (assign, membership), and fences its own ranks when it loses the
+// coordinator. (Orders are decoded in agent_coordinator.cc.)
 
 #include <algorithm>
 
@@ -71,23 +71,6 @@ void Agent::CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chun
   SettleCorruptChunks();
 }
 
-void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
-  if (coord_up_) transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
-}
-
-void Agent::RegisterWithCoordinator() {
-  RegisterMsg m;
-  m.slot = assigned_ ? o_.node_rank : (o_.spare ? -1 : o_.node_rank);
-  m.address = transport_->address();
-  m.rack = o_.rack;
-  m.epoch = epoch_;
-  m.committed = service_->last_committed();
-  if (m.committed) {
-    for (int rank : store_->RanksAt(*m.committed)) m.catalog.push_back({rank, *m.committed});
-  }
-  transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(ClusterMsg::kRegister), Encode(m));
-}
-
 void Agent::TransportEvents() {
   auto now = Clock::now();
   for (TransportEvent& e : transport_->Poll()) {
@@ -129,84 +112,9 @@ void Agent::TransportEvents() {
   }
 }
 
-void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
-  // Each order decoded into its struct (cluster_messages.h); a malformed one
-  // is dropped with a WARN, nothing of it acted on.
-  auto decoded = [&](auto* m) {
-    Status s = Decode(payload, m);
-    if (!s.ok()) FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.message());
-    return s.ok();
-  };
-  switch (static_cast<ClusterMsg>(type)) {
-    case ClusterMsg::kCoordHeartbeat: {
-      CoordHeartbeatMsg m;
-      decoded(&m);
-      return;
-    }
-    case ClusterMsg::kAssign: {
-      AssignMsg m;
-      if (decoded(&m)) ApplyAssign(m);
-      return;
-    }
-    case ClusterMsg::kMembership: {
-      MembershipMsg m;
-      if (decoded(&m)) ApplyMembership(m);
-      return;
-    }
-    case ClusterMsg::kPull: {
-      PullMsg m;
-      if (decoded(&m)) StartPulls(m);
-      return;
-    }
-    case ClusterMsg::kStart: {
-      StartMsg m;
-      if (decoded(&m)) Start(m);
-      return;
-    }
-    case ClusterMsg::kHalt: {
-      HaltMsg m;
-      if (decoded(&m)) Halt(m.epoch);
-      return;
-    }
-    case ClusterMsg::kDropAbove: {
-      DropAboveMsg m;
-      if (!decoded(&m)) return;
-      std::vector<int> ranks;
-      for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
-      if (persist() && !ranks.empty()) DropFilesAbove(m.version, ranks);
-      return;
-    }
-    case ClusterMsg::kReplicate: {
-      ReplicateMsg m;
-      if (decoded(&m) && m.epoch == epoch_) Replicate(m.version);
-      return;
-    }
-    case ClusterMsg::kCommit: {
-      CommitMsg m;
-      if (!decoded(&m)) return;
-      cluster_tracker_->Committed(m.version);
-      commit_epoch_ = m.epoch;  // the timeline its disk markers record (PersistCommitted)
-      service_->OnCommitted(m.version);
-      commit_epoch_.reset();
-      status_dirty_ = true;
-      return;
-    }
-    case ClusterMsg::kStop: {
-      StopMsg m;
-      if (decoded(&m)) Ended(m.code, m.message, false);
-      return;
-    }
-    case ClusterMsg::kFenced: {
-      FencedMsg m;
-      if (decoded(&m)) Ended(1, m.message, true);
-      return;
-    }
-    default: FTRUN_LOG_WARN("coordinator sent an unexpected {}", ClusterMsgName(type));
-  }
-}
-
 // kReplicate: copy version v of this node's ranks to their holders.
 void Agent::Replicate(uint64_t v) {
+  if (!replicator_) return;  // (a one-node job's coordinator has no holders to order copies to)
   store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed (every rank has saved v)
   round_ = v;
   round_waiting_.clear();
@@ -227,20 +135,13 @@ void Agent::Replicate(uint64_t v) {
   }
 }
 
-// kStop (the job ends with `code`) or kFenced (this agent is out of it).
-void Agent::Ended(int code, const std::string& msg, bool fenced) {
-  if (fenced) fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
-  else stop_ordered_ = true;
-  if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
-  else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
-  else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
-  exit_code_ = code;
-  if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, msg, std::nullopt);
-  else if (state_ != State::kStopping) state_ = State::kDone;
-  else stop_cause_ = StopCause::kShutdown;
-}
-
 void Agent::ApplyAssign(const AssignMsg& m) {
+  if (local_coord_) {
+    // A one-node job's place in its world is its command line's
+    // (--world_info, --node_rank): its own coordinator knows its ranks only.
+    assigned_ = true;
+    return;
+  }
   if (state_ == State::kRunning || state_ == State::kStopping) {
     FTRUN_LOG_ERROR("coordinator assigned node {} while ranks run; ignored", m.slot);
     return;
@@ -270,6 +171,7 @@ void Agent::ApplyAssign(const AssignMsg& m) {
 void Agent::ApplyMembership(const MembershipMsg& m) {
   members_.clear();
   for (const MemberInfo& x : m.members) members_[x.agent] = x.address;
+  if (!replicator_) return;  // one node: nobody to copy to
   for (uint32_t h : m.my_holders) {
     auto it = members_.find(h);
     if (it != members_.end()) transport_->Connect(h, it->second);
@@ -279,7 +181,8 @@ void Agent::ApplyMembership(const MembershipMsg& m) {
   status_dirty_ = true;
 }
 
-void Agent::ClusterTick(Clock::time_point now) {
+void Agent::CoordinatorTick(Clock::time_point now) {
+  if (local_coord_) return local_coord_->Tick(now);
   const auto interval = o_.config.cluster.heartbeat_interval;
   if (!pulls_.empty() && !pull_failed_ && now - pull_started_ > o_.config.cluster.lost_node_timeout) {
     // A pull that never ends must not hang the job: the coordinator decides.
@@ -312,7 +215,7 @@ void Agent::ClusterTick(Clock::time_point now) {
     FTRUN_LOG_ERROR("no coordinator at {} for {} ms (cluster.lost_node_timeout): giving up", o_.coordinator,
                     o_.config.cluster.lost_node_timeout.count());
     exit_code_ = 1;
-    if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, "no coordinator", std::nullopt);
+    if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, "no coordinator");
     else if (state_ != State::kStopping) state_ = State::kDone;
     return;
   }
@@ -324,7 +227,7 @@ void Agent::ClusterTick(Clock::time_point now) {
 
 void Agent::ClusterRankSaved(int rank, uint64_t version) {
   Report(HeldMsg{epoch_, {{rank, version}}});  // replication waits for the round (kReplicate)
-  if (round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
+  if (replicator_ && round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
     if (round_ && version == *round_) {
       replicator_->Saved(rank, version);
     } else if (round_ && version > *round_ && !store_->Find(rank, *round_)) {

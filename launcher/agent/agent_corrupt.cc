@@ -15,7 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "launcher/agent/disk_worker.h"
+#include "launcher/common/disk_worker.h"
 #include "launcher/agent/rank_env.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/duration.h"
@@ -81,6 +81,7 @@ void Agent::CorruptChunkReported(Connection& conn, const std::string& payload) {
 // the coordinator learns before it plans the restart).
 void Agent::SettleCorruptChunks() {
   std::vector<std::pair<int, uint64_t>> dropped;
+  std::string why;  // the first chunk dropped: named in the job's error if no good copy is left
   for (auto it = corrupt_.begin(); it != corrupt_.end();) {
     CorruptChunk& c = *it;
     if (c.dropped) {
@@ -110,12 +111,16 @@ void Agent::SettleCorruptChunks() {
     FTRUN_LOG_WARN("{}: dropped from the store with the {} snapshot(s) that use it (rank@version: {})", c.Name(),
                    gone.size(), names);
     dropped.insert(dropped.end(), gone.begin(), gone.end());
+    if (why.empty()) {
+      why = c.Name() + " is corrupted in shared memory (its bytes hash to " + c.seen.ToHex() + ", expected " +
+            c.ref.hash.ToHex() + ")";
+    }
     c.dropped = true;
     ++it;
   }
   if (dropped.empty()) return;
   status_dirty_ = true;
-  if (cluster()) Report(DroppedMsg{epoch_, dropped});
+  Report(DroppedMsg{epoch_, dropped, why});
 }
 
 void Agent::CorruptRepaired(const CorruptChunk& c, const std::string& from) {

@@ -14,14 +14,13 @@ namespace ftrun {
 void Agent::Halt(uint64_t epoch) {
   ++pull_seq_;  // a restore from disk in flight is stale now
   next_restore_.reset();
-  epoch_ = std::max(epoch_, epoch);
-  replicator_->SetEpoch(epoch_);
+  JoinEpoch(epoch);
   round_waiting_.clear();
   round_.reset();  // the stopped generation's round is over
   pending_start_.reset();
   if (state_ == State::kRunning) {
     reply_halted_ = true;
-    BeginStop(StopCause::kFailure, "halted by the coordinator (epoch " + std::to_string(epoch) + ")", std::nullopt);
+    BeginStop(StopCause::kFailure, "halted by the coordinator (epoch " + std::to_string(epoch) + ")");
   } else if (state_ == State::kStopping) {
     reply_halted_ = true;
   } else if (state_ == State::kIdle) {
@@ -30,7 +29,7 @@ void Agent::Halt(uint64_t epoch) {
   }
 }
 
-void Agent::StoppedInCluster() {
+void Agent::Stopped() {
   state_ = State::kIdle;
   status_dirty_ = true;
   if (reply_halted_) {
@@ -50,12 +49,11 @@ void Agent::StoppedInCluster() {
 void Agent::Start(const StartMsg& m) {
   if (state_ == State::kRunning || state_ == State::kStopping) {
     pending_start_ = m;  // the coordinator restarted: stop first
-    if (state_ == State::kRunning) BeginStop(StopCause::kFailure, "restart ordered by the coordinator", std::nullopt);
+    if (state_ == State::kRunning) BeginStop(StopCause::kFailure, "restart ordered by the coordinator");
     return;
   }
   if (state_ != State::kIdle) return;
-  epoch_ = std::max(epoch_, m.epoch);
-  replicator_->SetEpoch(epoch_);
+  JoinEpoch(m.epoch);
   fenced_ = false;  // re-admitted
   round_.reset();
   // Above the version the job starts from: a stopped generation's saves and
@@ -87,14 +85,17 @@ void Agent::Start(const StartMsg& m) {
   generation_ = static_cast<int>(m.epoch);
   restore_version_ = m.version;
   if (m.version) {
-    cluster_tracker_->Committed(*m.version);
+    tracker_.Committed(*m.version);
     service_->OnCommitted(*m.version);
   }
   o_.master_addr = m.master_addr;
   o_.master_port = m.master_port;
   if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) {
-    recoveries_.back().restart = generation_;
-    recoveries_.back().version = m.version;
+    Recovery& r = recoveries_.back();
+    r.restart = generation_;
+    r.version = m.version;
+    FTRUN_LOG_WARN("restart {} of {}: {}; restoring {}", generation_, o_.config.job.max_restarts, r.reason,
+                   r.version ? "version " + std::to_string(*r.version) : std::string("nothing (no committed version)"));
   } else if (generation_ > 0 && !slots_.empty()) {
     // A replacement (or a node back from a loss): its ranks are part of the
     // recovery too; its record starts when it is told to start.
@@ -124,7 +125,7 @@ void Agent::CoordinatorLost(const std::string& why) {
   reply_halted_ = false;
   pending_start_.reset();
   if (state_ == State::kRunning) {
-    BeginStop(StopCause::kFailure, "lost the coordinator: " + why, std::nullopt);
+    BeginStop(StopCause::kFailure, "lost the coordinator: " + why);
   }
 }
 

@@ -24,7 +24,6 @@ namespace ftrun {
 
 void Agent::SpawnGeneration() {
   auto now = Clock::now();
-  if (!cluster()) restore_version_ = service_->last_committed();  // else the coordinator's start says
   for (RankSlot& s : slots_) {
     RankIdentity id{s.local_rank, s.global_rank, generation_, lock_.socket_path()};
     SpawnSpec spec;
@@ -42,7 +41,7 @@ void Agent::SpawnGeneration() {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
       s.pid = 0;
       exit_code_ = 2;
-      BeginStop(StopCause::kShutdown, "a rank could not be started", std::nullopt);
+      BeginStop(StopCause::kShutdown, "a rank could not be started");
       return;
     }
     s.pgid = s.pid;
@@ -87,7 +86,7 @@ void Agent::Signals() {
     } else if (state_ != State::kDone && !(state_ == State::kStopping && stop_cause_ == StopCause::kShutdown)) {
       shutdown_signal_ = sig;
       FTRUN_LOG_WARN("received signal {}: stopping the job", shutdown_signal_);
-      BeginStop(StopCause::kShutdown, "agent received signal " + std::to_string(shutdown_signal_), std::nullopt);
+      BeginStop(StopCause::kShutdown, "agent received signal " + std::to_string(shutdown_signal_));
     }
   }
 }
@@ -114,12 +113,8 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
       FTRUN_LOG_INFO("all {} ranks finished; last committed version {}", slots_.size(),
                      service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
       exit_code_ = 0;
-      if (cluster()) {  // the job ends when the coordinator says every node is done
-        state_ = State::kIdle;
-        Report(NodeDoneMsg{epoch_});
-      } else {
-        state_ = State::kDone;
-      }
+      state_ = State::kIdle;  // the job ends when the coordinator says every node is done
+      Report(NodeDoneMsg{epoch_});
     }
     return;
   }
@@ -141,13 +136,14 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
   }
 }
 
-// A rank died or hung: every rank of the job restarts. In a cluster the
-// coordinator orders it (every node), after this node settled the chunks
-// its ranks found corrupted.
+// A rank died or hung: this node's ranks stop at once, and the coordinator
+// decides what follows (a restart of every node's ranks from the committed
+// version, or the job's end), after this node settled the chunks its ranks
+// found corrupted.
 void Agent::FailRank(const std::string& reason, const ExitInfo& info, bool early) {
   SettleCorruptChunks();
-  if (cluster()) Report(RankFailedMsg{epoch_, info.ShellCode(), reason, early});
-  BeginStop(StopCause::kFailure, reason, info, early);
+  Report(RankFailedMsg{epoch_, info.ShellCode(), reason, early});
+  BeginStop(StopCause::kFailure, reason);
 }
 
 // What a rank said last: its stderr pipe's tail, or its own log file's.
@@ -167,11 +163,9 @@ std::string Agent::LastWords(const RankSlot& s) {
   return t.substr(start);
 }
 
-void Agent::BeginStop(StopCause cause, const std::string& reason, std::optional<ExitInfo> exit, bool early) {
+void Agent::BeginStop(StopCause cause, const std::string& reason) {
   auto now = Clock::now();
   stop_cause_ = cause;
-  failure_ = exit;
-  failure_early_ = early;
   SettleCorruptChunks();
   state_ = State::kStopping;
   killed_hard_ = false;
@@ -223,51 +217,19 @@ void Agent::ContinueStop() {
     }
   }
   draining_ = false;
-  auto now = Clock::now();
-  // One node: the saves above the last commit are void. In a cluster the
-  // coordinator may have committed one of them already (it counted this
-  // node's save, and the commit is still on its way here): they go once the
-  // coordinator's halt, sent after any such commit, has arrived
-  // (StoppedInCluster, Halt), or at the next start.
-  if (!cluster() || stop_cause_ == StopCause::kShutdown) service_->DiscardUncommitted();
+  // The saves above the last commit are void, but the coordinator may have
+  // committed one of them already (it counted this node's save, and the
+  // commit is still on its way here): they go once the coordinator's halt,
+  // sent after any such commit, has arrived (Stopped, Halt), or at the next
+  // start.
   if (stop_cause_ == StopCause::kShutdown) {
+    service_->DiscardUncommitted();
     if (shutdown_signal_ != 0) exit_code_ = 128 + shutdown_signal_;
     state_ = State::kDone;
     return;
   }
-  Recovery& r = recoveries_.back();
-  r.stopped = now;
-  if (cluster()) return StoppedInCluster();  // restarts are the coordinator's call
-  const int code = failure_ ? failure_->ShellCode() : 1;
-  if (early_failures_.Record(static_cast<uint64_t>(generation_), failure_early_, code)) {
-    FTRUN_LOG_ERROR("not restarting: the same failure before the first save in two generations in a row "
-                    "(exit code {}), so every restart would end the same way: {}", code, r.reason);
-    recoveries_.pop_back();
-    exit_code_ = code;
-    state_ = State::kDone;
-    return;
-  }
-  if (generation_ >= o_.config.job.max_restarts) {
-    FTRUN_LOG_ERROR("giving up after {} restarts (job.max_restarts): {}", generation_, r.reason);
-    recoveries_.pop_back();
-    exit_code_ = failure_ ? failure_->ShellCode() : 1;
-    if (exit_code_ == 0) exit_code_ = 1;
-    state_ = State::kDone;
-    return;
-  }
-  if (Status s = EnsureRestorable(); !s.ok()) {
-    FTRUN_LOG_ERROR("cannot restart: {}", s.message());
-    recoveries_.pop_back();
-    exit_code_ = 1;
-    state_ = State::kDone;
-    return;
-  }
-  generation_++;
-  r.version = service_->last_committed();
-  FTRUN_LOG_WARN("restart {} of {}: {}; restoring {}", generation_, o_.config.job.max_restarts, r.reason,
-                 r.version ? "version " + std::to_string(*r.version) : std::string("nothing (no committed version)"));
-  state_ = State::kRunning;
-  SpawnGeneration();
+  recoveries_.back().stopped = Clock::now();
+  Stopped();  // restarts are the coordinator's call
 }
 
 void Agent::KillFinishedGroup(RankSlot& slot) {
@@ -322,7 +284,7 @@ void Agent::Tick() {
       SignalGroup(s.pgid, SIGKILL);
     }
   }
-  if (cluster()) ClusterTick(now);
+  CoordinatorTick(now);
   if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
   if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
 }

@@ -1,32 +1,20 @@
 // The agent and the persist directory: the lazy flusher (flusher.h) is fed
-// every commit, and at start the agent restores its ranks' newest version
-// that is complete on disk, before its ranks start (one node) or before it
-// registers with the coordinator (a cluster: the coordinator then learns the
-// version from every node's catalog and starts the job from it).
+// every commit; the coordinator's orders to go back to a version on disk
+// (a job started again after it was killed whole, more nodes lost than the
+// replicas cover, a copy corrupted with no good one left) drop what lies
+// above it and read it on the disk worker (agent_restore.cc).
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <unordered_set>
 
 #include "launcher/agent/agent.h"
-#include "launcher/agent/test_faults.h"
 #include "plugin/common/log.h"
-#include "plugin/common/progress.h"
-#include "plugin/persist/disk_errors.h"
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/version_scan.h"
 
 namespace ftrun {
-
-namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 bool Agent::persist() const { return !o_.config.persist.dir.empty(); }
 
@@ -39,7 +27,7 @@ void Agent::PersistCommitted(uint64_t version) {
     f.world_size = o_.world_size;
     f.node = o_.node_rank;
     f.arena_base = arena_.base();
-    if (cluster()) {
+    if (remote()) {
       // The lease (agent_cluster.cc): a marker only while the coordinator was
       // heard lately and has not fenced this agent. Checked on the writer
       // thread right before the rename, so a write in flight while this
@@ -66,14 +54,12 @@ void Agent::PersistCommitted(uint64_t version) {
     }
     flusher_ = std::move(fl);
   }
-  // One node (no coordinator): one marker per version, and its epoch is 0.
-  std::optional<uint64_t> epoch = cluster() ? commit_epoch_ : std::optional<uint64_t>(epoch_);
-  flusher_->OnCommitted(version, epoch, Clock::now());
+  flusher_->OnCommitted(version, commit_epoch_, Clock::now());
 }
 
 void Agent::DrainPersist() {
   if (!flusher_) return;
-  if (cluster() && fenced_) {
+  if (fenced_) {
     // Its node may belong to a replacement now, which went back below this
     // version and dropped this node's files above it: writing the old
     // committed version would put a marker of the old timeline there.
@@ -89,83 +75,6 @@ void Agent::DrainPersist() {
   flusher_->Drain(o_.config.persist.drain_timeout);
 }
 
-Status Agent::RestoreFromDisk() {
-  // In a cluster the coordinator decides (PullFromDisk), once it knows every
-  // node's place in the job.
-  if (!persist() || slots_.empty() || cluster()) return Status::Ok();
-  auto t0 = Clock::now();
-  const std::string& dir = o_.config.persist.dir;
-  PersistReader reader(RestoreReadEnv(), dir, o_.job_id, o_.world_size);
-  std::vector<uint64_t> versions;
-  std::vector<std::string> skipped;
-  FTRUN_RETURN_IF_ERROR(reader.ListComplete(&versions, &skipped));
-  for (const auto& why : skipped) FTRUN_LOG_WARN("persist: {} ignored: {}", reader.job_dir(), why);
-  std::vector<int> ranks;
-  for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
-  for (uint64_t v : versions) {
-    uint64_t bytes = 0;
-    Status s = LoadFromDisk(reader, v, ranks, &bytes);
-    // Another job's, another world size's: an error that names the difference.
-    if (s.code() == Code::kFailedPrecondition) return s;
-    // A disk that keeps failing (the reader retried), no permission: an
-    // older version is no answer, and nothing is deleted.
-    if (!s.ok() && ClassifyDiskError(s) != DiskErrorClass::kVersionBad) {
-      return s.Annotate("persist: version " + std::to_string(v) + " cannot be read now (" +
-                        DiskErrorClassName(ClassifyDiskError(s)) + " error; nothing was deleted)");
-    }
-    if (!s.ok()) {
-      FTRUN_LOG_WARN("persist: version {} on disk cannot be restored ({}); trying the next older one", v,
-                     s.message());
-      store_->DiscardAbove(std::nullopt);
-      continue;
-    }
-    for (const RankSlot& slot : slots_) {
-      if (cluster()) cluster_tracker_->Committed(v);
-      else tracker_->OnRankHeld(slot.global_rank, v);
-    }
-    FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
-                   "{:.0f} ms; training resumes after step {}",
-                   v, slots_.front().global_rank, slots_.back().global_rank, reader.job_dir(), bytes / 1048576.0,
-                   MsSince(t0), v);
-    status_dirty_ = true;
-    return Status::Ok();
-  }
-  if (!versions.empty()) {
-    return Status::Corruption("persist dir " + reader.job_dir() + ": no complete version could be read back");
-  }
-  FTRUN_LOG_INFO("persist: nothing of job {} in {} yet: a fresh start", o_.job_id, dir);
-  return Status::Ok();
-}
-
-Status Agent::LoadFromDisk(const PersistReader& reader, uint64_t version, const std::vector<int>& ranks,
-                           uint64_t* bytes) {
-  std::vector<Manifest> all;
-  FTRUN_RETURN_IF_ERROR(reader.LoadVersion(version, nullptr, &all));
-  auto mine = [&](const Manifest& m) {
-    return std::find(ranks.begin(), ranks.end(), m.rank) != ranks.end() && !store_->Find(m.rank, version);
-  };
-  uint64_t total = 0;
-  for (const Manifest& m : all) total += mine(m) ? m.state_bytes() : 0;
-  Progress progress("restoring version " + std::to_string(version) + " from disk", total,
-                    total >= (256ull << 20) && ::isatty(STDERR_FILENO) == 1);
-  for (Manifest& m : all) {
-    if (!mine(m)) continue;
-    Status s = LoadRankFromDisk(reader, &m, bytes, &progress);
-    if (!s.ok()) {
-      progress.End();
-      return s;
-    }
-  }
-  progress.End();
-  for (int rank : ranks) {
-    if (store_->Find(rank, version) == nullptr) {
-      return Status::NotFound("rank " + std::to_string(rank) + " is not in version " + std::to_string(version) +
-                              " on disk");
-    }
-  }
-  return Status::Ok();
-}
-
 // The coordinator found no committed version in RAM and restores `version`
 // from disk: read this node's ranks of it.
 void Agent::PullFromDisk(const PullMsg& m) {
@@ -175,7 +84,7 @@ void Agent::PullFromDisk(const PullMsg& m) {
     // newest version on disk. Newer versions are void, here and on disk.
     FTRUN_LOG_WARN("persist: going back from committed version {} to version {} on disk", *committed, m.version);
     if (flusher_) flusher_->Rewind(m.version);
-    cluster_tracker_->Rewind(m.version);
+    tracker_.Rewind(m.version);
   }
   // Whatever this node has above that version is of another timeline too,
   // even on an agent that never saw its commit (a replacement, whose pull of
@@ -223,24 +132,6 @@ bool Agent::RepairChunkFromDisk(const CorruptChunk& c) {
   return false;
 }
 
-// One node goes back to `version`: newer versions are void, in RAM and on
-// disk, and the version is read from disk unless RAM holds it whole.
-Status Agent::GoBackTo(uint64_t version) {
-  std::vector<int> ranks;
-  for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
-  store_->DiscardAbove(version);
-  local_tracker_->Rewind(version);
-  if (flusher_) flusher_->Rewind(version);
-  if (persist()) DropFilesAbove(version, ranks);
-  bool whole = true;
-  for (int rank : ranks) whole &= store_->Find(rank, version) != nullptr;
-  if (whole) return Status::Ok();
-  if (!persist()) return Status::NotFound("version " + std::to_string(version) + " is not whole in RAM");
-  PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
-  uint64_t bytes = 0;
-  return LoadFromDisk(reader, version, ranks, &bytes);
-}
-
 // For a manifest read from disk: holds the chunks the store has already and
 // reserves an extent for each distinct one it lacks (`want`, offsets set).
 // The caller releases kDiskOwner's reservations once done.
@@ -259,21 +150,6 @@ Status Agent::ReserveForDisk(Manifest* m, std::vector<ChunkRef*>* want) {
   FTRUN_RETURN_IF_ERROR(store_->Reserve(kDiskOwner, lengths, &offsets));
   for (size_t i = 0; i < want->size(); ++i) (*want)[i]->offset = offsets[i];
   return Status::Ok();
-}
-
-// Reads one rank's chunks into the store (each checked against its hash by
-// the reader) and adds its manifest.
-Status Agent::LoadRankFromDisk(const PersistReader& reader, Manifest* m, uint64_t* bytes, Progress* progress) {
-  std::vector<ChunkRef*> want;
-  Status s = ReserveForDisk(m, &want);
-  for (size_t i = 0; s.ok() && i < want.size(); ++i) {
-    s = reader.ReadChunk(*want[i], arena_.base() + want[i]->offset);
-    *bytes += want[i]->length;
-    progress->Add(want[i]->length);
-  }
-  if (s.ok()) s = store_->AddManifest(kDiskOwner, *m);
-  store_->ReleaseReservations(kDiskOwner);
-  return s;
 }
 
 }  // namespace ftrun

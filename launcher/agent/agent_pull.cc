@@ -12,8 +12,7 @@
 namespace ftrun {
 
 void Agent::StartPulls(const PullMsg& m) {
-  epoch_ = std::max(epoch_, m.epoch);
-  replicator_->SetEpoch(epoch_);
+  JoinEpoch(m.epoch);
   fenced_ = false;  // re-admitted
   pulls_.clear();
   pull_failed_ = false;
@@ -31,7 +30,7 @@ void Agent::StartPulls(const PullMsg& m) {
   if (!m.ranks.empty()) {
     // The committed version (a replacement may never have seen its commit):
     // a halt before the start must not drop it as uncommitted.
-    cluster_tracker_->Committed(m.version);
+    tracker_.Committed(m.version);
     service_->OnCommitted(m.version);
   }
   for (const auto& [rank, holders] : m.ranks) {
@@ -39,7 +38,7 @@ void Agent::StartPulls(const PullMsg& m) {
       Report(HeldMsg{m.epoch, {{rank, m.version}}});
       continue;
     }
-    if (holders.empty()) {
+    if (holders.empty() || !replicator_) {  // (a one-node job has no holders)
       return Report(FatalMsg{m.epoch, "rank " + std::to_string(rank) + " version " + std::to_string(m.version) +
                                           ": no live holder"});
     }

@@ -1,4 +1,4 @@
-// A cluster node's restore from the persist directory, off the event loop.
+// A node's restore from the persist directory, off the event loop.
 // Reading a multi-GiB version takes longer than the coordinator waits for a
 // heartbeat; so the reads run on the disk worker (disk_worker.h), a rank's
 // chunks at a time, and the loop only reserves the store extents they go to,
@@ -15,7 +15,7 @@
 #include <unordered_set>
 
 #include "launcher/agent/agent.h"
-#include "launcher/agent/disk_worker.h"
+#include "launcher/common/disk_worker.h"
 #include "launcher/agent/test_faults.h"
 #include "plugin/common/log.h"
 #include "plugin/persist/disk_errors.h"
@@ -31,13 +31,7 @@ void Agent::BeginDiskRestore(const PullMsg& m) {
   for (const auto& [rank, holders] : m.ranks) r.ranks.push_back(rank);
   restore_ = std::move(r);
   if (!persist()) return DiskRestoreEnd(Status::FailedPrecondition("this agent has no persist.dir"));
-  if (!disk_worker_) {
-    auto w = std::make_unique<DiskWorker>();
-    Status s = w->Start();
-    if (s.ok()) s = loop_.Add(w->event_fd(), kDiskTag);
-    if (!s.ok()) return DiskRestoreEnd(s);
-    disk_worker_ = std::move(w);
-  }
+  if (Status s = StartDiskWorker(); !s.ok()) return DiskRestoreEnd(s);
   auto reader = std::make_shared<PersistReader>(RestoreReadEnv(), o_.config.persist.dir, o_.job_id, o_.world_size);
   const uint64_t version = m.version;
   disk_worker_->Submit([this, reader, version]() -> DiskWorker::Completion {
@@ -129,82 +123,28 @@ void Agent::DiskRestoreEnd(Status s) {
     const DiskErrorClass c = ClassifyDiskError(s);
     if (c == DiskErrorClass::kVersionBad) {  // the coordinator picks an older version
       return Report(DiskFailedMsg{r.pull.epoch, v,
-                                  node + " cannot restore version " + std::to_string(v) + " from disk: " + s.message()});
+                                  node + ": version " + std::to_string(v) + " on disk cannot be restored: " + s.message()});
     }
     // Another job's or world size's files, a disk that keeps failing, no
-    // permission: an older version is no answer. Nothing was deleted.
+    // permission: an older version is no answer. Nothing was deleted, and
+    // the job stops with exit 2, as a start that cannot be made.
     std::string msg = s.code() == Code::kFailedPrecondition
                           ? node + ": " + s.message()
                           : node + " cannot restore version " + std::to_string(v) + " from disk (" +
                                 DiskErrorClassName(c) + " error): " + s.message() + "; nothing was deleted: start " +
                                 "the job again once the persist directory reads";
-    return Report(FatalMsg{r.pull.epoch, msg});
+    return Report(FatalMsg{r.pull.epoch, msg, 2});
   }
   FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
                  "{:.0f} ms on the disk worker; training resumes after step {}",
                  v, r.ranks.front(), r.ranks.back(), PersistJobDir(o_.config.persist.dir, o_.job_id),
                  r.bytes / 1048576.0, std::chrono::duration<double, std::milli>(Clock::now() - r.t0).count(), v);
-  cluster_tracker_->Committed(v);
+  tracker_.Committed(v);
   service_->OnCommitted(v);
   HeldMsg held{r.pull.epoch, {}};
   for (int rank : r.ranks) held.items.push_back({rank, v});
   Report(held);
   Report(ReadyMsg{r.pull.epoch});
-}
-
-Status Agent::EnsureRestorable() {
-  std::vector<CorruptChunk> lost;
-  for (const CorruptChunk& c : corrupt_) {
-    if (c.dropped) lost.push_back(c);
-  }
-  corrupt_.clear();
-  auto v = service_->last_committed();
-  std::vector<int> ranks, missing;
-  for (const RankSlot& s : slots_) {
-    ranks.push_back(s.global_rank);
-    if (v && !store_->Find(s.global_rank, *v)) missing.push_back(s.global_rank);
-  }
-  if (missing.empty()) return Status::Ok();
-  const std::string what =
-      lost.empty() ? "rank " + std::to_string(missing.front()) + "'s snapshot of committed version " + std::to_string(*v)
-                   : lost.front().Name();
-  // The committed version itself, from the persist directory.
-  std::vector<uint64_t> on_disk;
-  if (persist()) {
-    PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
-    uint64_t bytes = 0;
-    Status s = reader.ListComplete(&on_disk);
-    if (s.ok()) s = LoadFromDisk(reader, *v, ranks, &bytes);
-    if (s.ok()) {
-      for (const CorruptChunk& c : lost) CorruptRepaired(c, "the persist directory (" + o_.config.persist.dir + ")");
-      return Status::Ok();
-    }
-    FTRUN_LOG_WARN("{}: version {} cannot be read from the persist directory ({})", what, *v, s.message());
-  }
-  // Else an older version: whole in this node's RAM, or complete on disk.
-  std::set<uint64_t> older(on_disk.begin(), on_disk.end());
-  for (uint64_t x : store_->Versions()) {
-    bool whole = true;
-    for (int rank : ranks) whole &= store_->Find(rank, x) != nullptr;
-    if (whole) older.insert(x);
-  }
-  for (auto it = older.rbegin(); it != older.rend(); ++it) {
-    if (*it >= *v) continue;
-    Status s = GoBackTo(*it);
-    if (s.ok()) {
-      FTRUN_LOG_WARN("{} is lost (corrupted in shared memory, no good copy of it): going back to version {} ({} "
-                     "steps lost)", what, *it, *v - *it);
-      return Status::Ok();
-    }
-    FTRUN_LOG_WARN("cannot go back to version {}: {}", *it, s.message());
-  }
-  std::string detail = lost.empty() ? std::string()
-                                    : " (its bytes hash to " + lost.front().seen.ToHex() + ", expected " +
-                                          lost.front().ref.hash.ToHex() + ")";
-  return Status::Corruption(what + " is corrupted in shared memory" + detail +
-                            ", and this node has no good copy of it: no holder (one node), " +
-                            (persist() ? "none in the persist directory" : "no persist.dir") +
-                            ", no older version whole; the job stops rather than restore wrong bytes");
 }
 
 }  // namespace ftrun

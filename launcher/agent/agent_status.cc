@@ -57,7 +57,7 @@ void Agent::WriteStatus() {
   j["node"] = o_.node_rank;
   const char* states[] = {"running", "stopping", "idle", "done"};
   j["state"] = states[static_cast<int>(state_)];
-  if (cluster()) {
+  if (remote()) {
     j["agent"] = o_.agent_id;
     j["epoch"] = epoch_;
     j["coordinator_connected"] = coord_up_;

@@ -98,8 +98,7 @@ void StoreService::HandleSave(Connection& conn, const std::string& payload) {
     (void)conn.SendError(s);
     return;
   }
-  if (on_saved) on_saved(conn.rank, version);
-  if (auto committed = tracker_->OnRankHeld(conn.rank, version)) Committed(*committed);
+  if (on_saved) on_saved(conn.rank, version);  // reported to the coordinator, which commits
   ByteWriter w;
   w.Put<uint64_t>(version);
   auto last = tracker_->last_committed();
@@ -217,7 +216,6 @@ void StoreService::Disconnected(Connection& conn) {
 
 void StoreService::DiscardUncommitted() {
   store_->DiscardAbove(tracker_->last_committed());
-  tracker_->DiscardPending();
 }
 
 }  // namespace ftrun

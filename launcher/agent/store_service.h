@@ -1,6 +1,7 @@
 // StoreService: answers the ranks' store requests (reserve, save, load,
-// list, wait for commit) against the node's SnapshotStore, and feeds held
-// manifests to the CommitTracker.
+// list, wait for commit) against the node's SnapshotStore. Each accepted
+// save is reported (on_saved) for the coordinator, whose word the
+// CommitTracker holds: what was committed.
 //
 // Not thread-safe: called from the agent's event loop only.
 #pragma once
@@ -38,8 +39,8 @@ class StoreService {
   bool Waiting(const Connection& conn) const;
 
   std::optional<uint64_t> last_committed() const { return tracker_->last_committed(); }
-  // A version committed elsewhere (the cluster coordinator): release older
-  // versions and wake the ranks waiting for it.
+  // The coordinator committed a version: release older versions and wake
+  // the ranks waiting for it.
   void OnCommitted(uint64_t version) { Committed(version); }
   // Called after each accepted save: (rank, version).
   std::function<void(int, uint64_t)> on_saved;

@@ -27,6 +27,7 @@
 #include "plugin/config/config.h"
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
+#include "launcher/common/disk_scan.h"
 #include "recovery/coordinator.h"
 
 extern char** environ;
@@ -154,8 +155,9 @@ Status Runner::Setup() {
     FTRUN_RETURN_IF_ERROR(disk_worker_.Start());
     co.scan_disk = [this, dir = config_.persist.dir, job = job_id_, world] {
       disk_worker_.Submit([this, dir, job, world]() -> DiskWorker::Completion {
-        std::vector<uint64_t> versions = ScanDiskVersions(dir, job, world);
-        return [this, versions]() { coord_->DiskScanned(versions, Clock::now()); };
+        std::vector<uint64_t> versions;
+        Status s = ScanDiskVersions(dir, job, world, &versions);
+        return [this, s, versions]() { coord_->DiskScanned(s, versions, Clock::now()); };
       });
     };
   }

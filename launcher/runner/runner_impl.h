@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/agent/disk_worker.h"
+#include "launcher/common/disk_worker.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/common/event_loop.h"
 #include "launcher/runner/hostfile.h"
@@ -88,10 +88,6 @@ class Runner {
 // The first IPv4 address of `host`, for agents and the coordinator that
 // remote launchers start elsewhere.
 Status ResolveIpv4(const std::string& host, const std::string& what, std::string* out);
-// The versions complete in the persist directory `dir` for `job` (world
-// ranks), newest first; what it skipped or could not read is logged. Runs
-// on the disk worker: it reads every version's markers.
-std::vector<uint64_t> ScanDiskVersions(const std::string& dir, const std::string& job, int world);
 // The directory of this executable.
 std::string SelfDir();
 // --agent_addr: a template ("10.0.0.{node}") or one address per agent,

@@ -37,7 +37,8 @@ TEST_CASE("cluster messages: each decodes what its encoder wrote, and refuses a 
   RoundTrip(CoordHeartbeatMsg{12}, [](auto& a, auto& b) { return a.epoch == b.epoch; });
   auto rv = [](auto& a, auto& b) { return a.epoch == b.epoch && a.items == b.items; };
   RoundTrip(HeldMsg{3, {{0, 5}, {1, 5}}}, rv);
-  RoundTrip(DroppedMsg{3, {{2, 9}}}, rv);
+  RoundTrip(DroppedMsg{3, {{2, 9}}, "rank 2 tensor 'w' chunk #0 of version 9 is corrupted"},
+            [](auto& a, auto& b) { return a.epoch == b.epoch && a.items == b.items && a.why == b.why; });
   RoundTrip(MissingMsg{4, {}}, rv);
   auto ev = [](auto& a, auto& b) { return a.epoch == b.epoch && a.version == b.version; };
   RoundTrip(RoundFailedMsg{2, 77}, ev);
@@ -45,7 +46,8 @@ TEST_CASE("cluster messages: each decodes what its encoder wrote, and refuses a 
   RoundTrip(RankFailedMsg{5, 137, "rank 3 killed by signal 9 (SIGKILL)", true}, [](auto& a, auto& b) {
     return a.epoch == b.epoch && a.code == b.code && a.reason == b.reason && a.early == b.early;
   });
-  RoundTrip(FatalMsg{6, "no live holder"}, [](auto& a, auto& b) { return a.epoch == b.epoch && a.message == b.message; });
+  RoundTrip(FatalMsg{6, "another job's files", 2},
+            [](auto& a, auto& b) { return a.epoch == b.epoch && a.message == b.message && a.code == b.code; });
   RoundTrip(PullFailedMsg{6, 3, 40, "agent 2 is down"}, [](auto& a, auto& b) {
     return a.epoch == b.epoch && a.rank == b.rank && a.version == b.version && a.message == b.message;
   });

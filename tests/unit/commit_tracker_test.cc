@@ -2,31 +2,16 @@
 
 #include "recovery/commit_tracker.h"
 
-using ftrun::LocalCommitTracker;
+using ftrun::CommitTracker;
 
-TEST_CASE("a version commits only when every local rank holds it", "[commit]") {
-  LocalCommitTracker t({4, 5, 6});
-  CHECK_FALSE(t.OnRankHeld(4, 1));
-  CHECK_FALSE(t.OnRankHeld(5, 1));
+TEST_CASE("the committed version only moves forward, except when the job goes back", "[commit]") {
+  CommitTracker t;
   CHECK_FALSE(t.last_committed());
-  CHECK(t.OnRankHeld(6, 1) == 1u);
-  CHECK(t.last_committed() == 1u);
-  // Ranks running ahead: version 3 completes before 2 ever does.
-  CHECK_FALSE(t.OnRankHeld(4, 2));
-  CHECK_FALSE(t.OnRankHeld(4, 3));
-  CHECK_FALSE(t.OnRankHeld(5, 3));
-  CHECK(t.OnRankHeld(6, 3) == 3u);
-  CHECK_FALSE(t.OnRankHeld(5, 2));  // older than committed: ignored
+  t.Committed(3);
+  t.Committed(2);  // a stale commit (a pull's restore point older than a commit seen since)
   CHECK(t.last_committed() == 3u);
-}
-
-TEST_CASE("unknown ranks and discarded pending versions never commit", "[commit]") {
-  LocalCommitTracker t({0, 1});
-  CHECK_FALSE(t.OnRankHeld(7, 1));
-  CHECK_FALSE(t.OnRankHeld(0, 1));
-  t.DiscardPending();  // rank 1 died; its generation's pending saves are void
-  CHECK_FALSE(t.OnRankHeld(1, 1));
-  CHECK_FALSE(t.last_committed());
-  CHECK_FALSE(t.OnRankHeld(0, 2));
-  CHECK(t.OnRankHeld(1, 2) == 2u);
+  t.Committed(5);
+  CHECK(t.last_committed() == 5u);
+  t.Rewind(4);  // the job went back to version 4 on disk
+  CHECK(t.last_committed() == 4u);
 }

@@ -36,6 +36,11 @@ std::string HeldMsg(uint64_t epoch, std::vector<RankVersion> v) {
   return w.data();
 }
 
+// kDropped: the held-shaped pairs, then why they were dropped.
+std::string DroppedMsg(uint64_t epoch, std::vector<RankVersion> v, const std::string& why = "") {
+  return Encode(ftrun::DroppedMsg{epoch, std::move(v), why});
+}
+
 struct Fixture {
   Recorder out;
   Time now{};
@@ -71,7 +76,7 @@ struct Fixture {
   void AnswerScans() {
     while (!hold_scans && scans_answered < scans_asked) {
       scans_answered++;
-      c->DiskScanned(disk(), now);
+      c->DiskScanned(ftrun::Status::Ok(), disk(), now);
     }
   }
   void Msg(PeerId from, ClusterMsg t, const std::string& p) {
@@ -298,7 +303,7 @@ TEST_CASE("coordinator: a node that dropped a corrupted copy pulls it from its h
   f.SaveEverywhere(3, 0);
   REQUIRE(f.c->committed() == 3u);
   // Node 1's copy of rank 1 had a corrupted chunk: dropped, then the rank fails.
-  f.Msg(1, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));
+  f.Msg(1, ClusterMsg::kDropped, DroppedMsg(0, {{1, 3}}));
   f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(0));
   REQUIRE(f.c->epoch() == 1);
   REQUIRE(f.out.Count(0, ClusterMsg::kPull) == 0);
@@ -324,7 +329,7 @@ TEST_CASE("coordinator: a copy dropped while a restart is planned is pulled befo
   f.SaveEverywhere(3, 0);
   f.Msg(0, ClusterMsg::kRankFailed, RankFailedMsg(0));  // another node's rank failed first
   REQUIRE(f.out.Count(1, ClusterMsg::kPull) == 0);
-  f.Msg(1, ClusterMsg::kDropped, HeldMsg(1, {{1, 3}}));  // found while its ranks stopped
+  f.Msg(1, ClusterMsg::kDropped, DroppedMsg(1, {{1, 3}}));  // found while its ranks stopped
   PullMsg pull;
   REQUIRE(Decode(f.out.Last(1, ClusterMsg::kPull), &pull).ok());
   REQUIRE(pull.ranks.size() == 1);
@@ -339,12 +344,14 @@ TEST_CASE("coordinator: when every copy of a shard was dropped as corrupted the 
           "[coordinator][corrupt]") {
   Fixture f(0);
   f.SaveEverywhere(3, 0);
-  f.Msg(2, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));  // the holder's copy
-  f.Msg(1, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));  // and the node's own
+  f.Msg(2, ClusterMsg::kDropped, DroppedMsg(0, {{1, 3}}, "rank 1 tensor 'w' chunk #2 of version 3 is corrupted"));
+  f.Msg(1, ClusterMsg::kDropped, DroppedMsg(0, {{1, 3}}));  // and the node's own
   f.Msg(1, ClusterMsg::kRankFailed, RankFailedMsg(0));
   REQUIRE(f.c->done());
   INFO(f.c->exit_message());
   REQUIRE(f.c->exit_message().find("ranks 1 have no complete copy of committed version 3") != std::string::npos);
+  // The error names the chunk whose corruption took the last copy.
+  REQUIRE(f.c->exit_message().find("cannot restart: rank 1 tensor 'w' chunk #2 of version 3 is corrupted") == 0);
 }
 
 TEST_CASE("coordinator: ranks far apart: after a failed round the target is the fastest rank's newest version",
@@ -447,7 +454,7 @@ TEST_CASE("coordinator: a node lacking a copy no other node holds goes back to t
           "[coordinator][missing]") {
   Fixture f(0);
   f.SaveEverywhere(3, 0);
-  f.Msg(2, ClusterMsg::kDropped, HeldMsg(0, {{1, 3}}));  // the holder's copy went
+  f.Msg(2, ClusterMsg::kDropped, DroppedMsg(0, {{1, 3}}));  // the holder's copy went
   f.Msg(0, ClusterMsg::kRankFailed, RankFailedMsg(0));
   for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kHalted, EncodeU64(1));
   REQUIRE(f.out.Count(1, ClusterMsg::kStart) == 2);
@@ -510,9 +517,9 @@ TEST_CASE("coordinator: a version given up on disk is kept there until a newer v
     CHECK(IndexOf(f.out, a, ClusterMsg::kDropAbove) < IndexOf(f.out, a, ClusterMsg::kCommit));
   }
   // Version 5 on disk is the new timeline's now: a later go-back may use it.
-  f.Msg(0, ClusterMsg::kDropped, HeldMsg(1, {{1, 5}}));
-  f.Msg(1, ClusterMsg::kDropped, HeldMsg(1, {{1, 5}}));
-  f.Msg(2, ClusterMsg::kDropped, HeldMsg(1, {{1, 5}}));
+  f.Msg(0, ClusterMsg::kDropped, DroppedMsg(1, {{1, 5}}));
+  f.Msg(1, ClusterMsg::kDropped, DroppedMsg(1, {{1, 5}}));
+  f.Msg(2, ClusterMsg::kDropped, DroppedMsg(1, {{1, 5}}));
   f.Msg(0, ClusterMsg::kRankFailed, RankFailedMsg(1));
   REQUIRE(!f.c->done());
   CHECK(LastPull(f, 1).version == 5);

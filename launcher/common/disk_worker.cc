@@ -1,4 +1,4 @@
-#include "launcher/agent/disk_worker.h"
+#include "launcher/common/disk_worker.h"
 
 #include <sys/eventfd.h>
 

@@ -1,0 +1,178 @@
+// The agent and its coordinator: the orders it obeys (decoded here, carried
+// out in agent_epoch.cc, agent_pull.cc, agent_cluster.cc), the reports it
+// sends, and for a one-node job the coordinator it hosts itself
+// (local_coordinator.h), so that every job commits and recovers through the
+// same policy (recovery/coordinator.h).
+#include <algorithm>
+
+#include "launcher/agent/agent.h"
+#include "launcher/common/disk_scan.h"
+#include "launcher/common/disk_worker.h"
+#include "plugin/common/log.h"
+
+namespace ftrun {
+
+Status Agent::SetupLocalCoordinator() {
+  const Config& c = o_.config;
+  Coordinator::Options co;
+  co.ranks_per_slot = {o_.local_ranks};
+  co.first_rank = o_.first_global_rank;
+  co.world_size = o_.world_size;
+  co.replicas = 0;  // no other node to copy to
+  co.heartbeat_interval = c.cluster.heartbeat_interval;
+  co.lost_node_timeout = c.cluster.lost_node_timeout;
+  co.copy_timeout = c.cluster.copy_timeout;
+  co.max_restarts = c.job.max_restarts;
+  co.master_port = o_.master_port;
+  if (persist()) {
+    // Scanned on the disk worker, as the runner does: the loop goes on.
+    co.scan_disk = [this] {
+      if (Status s = StartDiskWorker(); !s.ok()) {
+        return local_coord_->DiskScanned(s, {}, Clock::now());
+      }
+      disk_worker_->Submit([this, dir = o_.config.persist.dir, job = o_.job_id, world = o_.world_size] {
+        std::vector<uint64_t> versions;
+        Status s = ScanDiskVersions(dir, job, world, &versions);
+        return DiskWorker::Completion([this, s, versions] { local_coord_->DiskScanned(s, versions, Clock::now()); });
+      });
+    };
+  }
+  local_coord_ = std::make_unique<LocalCoordinator>(std::move(co), static_cast<PeerId>(o_.agent_id));
+  coord_up_ = true;
+  RegisterWithCoordinator();
+  return Status::Ok();
+}
+
+void Agent::PumpCoordinator() {
+  if (!local_coord_) return;
+  local_coord_->Pump([this](uint16_t type, const std::string& payload) { CoordinatorMessage(type, payload); },
+                     Clock::now());
+}
+
+Status Agent::StartDiskWorker() {
+  if (disk_worker_) return Status::Ok();
+  auto w = std::make_unique<DiskWorker>();
+  FTRUN_RETURN_IF_ERROR(w->Start());
+  FTRUN_RETURN_IF_ERROR(loop_.Add(w->event_fd(), kDiskTag));
+  disk_worker_ = std::move(w);
+  return Status::Ok();
+}
+
+void Agent::JoinEpoch(uint64_t epoch) {
+  epoch_ = std::max(epoch_, epoch);
+  if (replicator_) replicator_->SetEpoch(epoch_);
+}
+
+void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
+  if (local_coord_) local_coord_->Report(type, payload);
+  else if (coord_up_) transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
+}
+
+void Agent::RegisterWithCoordinator() {
+  RegisterMsg m;
+  // A one-node job's coordinator knows one node: its own ranks.
+  m.slot = local_coord_ ? 0 : assigned_ ? o_.node_rank : (o_.spare ? -1 : o_.node_rank);
+  // The host part is the rendezvous address the coordinator's start names.
+  m.address = local_coord_ ? o_.master_addr + ":0" : transport_->address();
+  m.rack = o_.rack;
+  m.epoch = epoch_;
+  m.committed = service_->last_committed();
+  if (m.committed) {
+    for (int rank : store_->RanksAt(*m.committed)) m.catalog.push_back({rank, *m.committed});
+  }
+  Report(m);
+}
+
+void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
+  // Each order decoded into its struct (cluster_messages.h); a malformed one
+  // is dropped with a WARN, nothing of it acted on.
+  auto decoded = [&](auto* m) {
+    Status s = Decode(payload, m);
+    if (!s.ok()) FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.message());
+    return s.ok();
+  };
+  switch (static_cast<ClusterMsg>(type)) {
+    case ClusterMsg::kCoordHeartbeat: {
+      CoordHeartbeatMsg m;
+      decoded(&m);
+      return;
+    }
+    case ClusterMsg::kAssign: {
+      AssignMsg m;
+      if (decoded(&m)) ApplyAssign(m);
+      return;
+    }
+    case ClusterMsg::kMembership: {
+      MembershipMsg m;
+      if (decoded(&m)) ApplyMembership(m);
+      return;
+    }
+    case ClusterMsg::kPull: {
+      PullMsg m;
+      if (decoded(&m)) StartPulls(m);
+      return;
+    }
+    case ClusterMsg::kStart: {
+      StartMsg m;
+      if (decoded(&m)) Start(m);
+      return;
+    }
+    case ClusterMsg::kHalt: {
+      HaltMsg m;
+      if (decoded(&m)) Halt(m.epoch);
+      return;
+    }
+    case ClusterMsg::kDropAbove: {
+      DropAboveMsg m;
+      if (!decoded(&m)) return;
+      std::vector<int> ranks;
+      for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
+      if (persist() && !ranks.empty()) DropFilesAbove(m.version, ranks);
+      return;
+    }
+    case ClusterMsg::kReplicate: {
+      ReplicateMsg m;
+      if (decoded(&m) && m.epoch == epoch_) Replicate(m.version);
+      return;
+    }
+    case ClusterMsg::kCommit: {
+      CommitMsg m;
+      if (!decoded(&m)) return;
+      tracker_.Committed(m.version);
+      commit_epoch_ = m.epoch;  // the timeline its disk markers record (PersistCommitted)
+      service_->OnCommitted(m.version);
+      commit_epoch_.reset();
+      status_dirty_ = true;
+      return;
+    }
+    case ClusterMsg::kStop: {
+      StopMsg m;
+      if (decoded(&m)) Ended(m.code, m.message, false);
+      return;
+    }
+    case ClusterMsg::kFenced: {
+      FencedMsg m;
+      if (decoded(&m)) Ended(1, m.message, true);
+      return;
+    }
+    default: FTRUN_LOG_WARN("coordinator sent an unexpected {}", ClusterMsgName(type));
+  }
+}
+
+// kStop (the job ends with `code`) or kFenced (this agent is out of it).
+void Agent::Ended(int code, const std::string& msg, bool fenced) {
+  if (fenced) fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
+  else stop_ordered_ = true;
+  if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
+  else if (local_coord_) {}  // the coordinator's own log line said it
+  else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
+  else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
+  exit_code_ = code;
+  // A restart that never came is no recovery (the status lists recoveries).
+  if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) recoveries_.pop_back();
+  if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, msg);
+  else if (state_ != State::kStopping) state_ = State::kDone;
+  else stop_cause_ = StopCause::kShutdown;
+}
+
+}  // namespace ftrun
