@@ -65,7 +65,8 @@ Status Agent::Setup() {
     s.global_rank = o_.first_global_rank + i;
     slots_.push_back(s);
   }
-  service_ = std::make_unique<StoreService>(store_.get(), &tracker_, c.store.chunk_size);
+  retention_ = std::make_unique<VersionRetention>(store_.get(), &tracker_);
+  service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = SlotByRank(rank)) RankEvent(*s, &RankSlot::first_step);
     ClusterRankSaved(rank, version);

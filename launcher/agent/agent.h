@@ -33,6 +33,7 @@
 #include "launcher/agent/rank_output.h"
 #include "plugin/replication/replicator.h"
 #include "launcher/agent/store_service.h"
+#include "launcher/agent/version_retention.h"
 #include "launcher/agent/supervisor.h"
 #include "recovery/early_failure.h"
 #include "plugin/store/arena.h"
@@ -208,6 +209,7 @@ class Agent {
   bool reported_prefaulted_ = false;
   std::unique_ptr<SnapshotStore> store_;
   CommitTracker tracker_;
+  std::unique_ptr<VersionRetention> retention_;  // which versions of store_ may go
   std::unique_ptr<StoreService> service_;
   EventLoop loop_;  // epoll, signals, the tick
   UniqueFd listen_;
@@ -288,7 +290,6 @@ class Agent {
   bool pull_failed_ = false;
   std::optional<uint64_t> round_;  // the version the current commit round copies
   std::set<int> round_waiting_;    // local ranks that have not saved round_ yet: copied when they do
-  static constexpr uint64_t kKeepVersions = 4;
   static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };
 

@@ -115,7 +115,7 @@ void Agent::TransportEvents() {
 // kReplicate: copy version v of this node's ranks to their holders.
 void Agent::Replicate(uint64_t v) {
   if (!replicator_) return;  // (a one-node job's coordinator has no holders to order copies to)
-  store_->ReleaseBetween(service_->last_committed(), v);  // never to be committed (every rank has saved v)
+  retention_->RoundTargets(v);
   round_ = v;
   round_waiting_.clear();
   // A rank that has not saved v yet (the round may target the newest
@@ -237,18 +237,9 @@ void Agent::ClusterRankSaved(int rank, uint64_t version) {
       round_waiting_.insert(rank);
     }
   }
-  // Bounded memory while a round runs: keep the committed version, the
-  // round's, and the newest kKeepVersions saves (slack for ranks a few
-  // steps apart); the rest can never be committed.
-  // Never a rank's last save: its next save references that one's chunks.
-  uint64_t high = version > kKeepVersions ? version - kKeepVersions + 1 : 0;
-  for (const RankSlot& slot : slots_) {
-    auto last = store_->LastSaved(slot.global_rank);
-    high = std::min(high, last.value_or(0));
-  }
-  auto low = service_->last_committed();
-  if (round_ && (!low || *round_ > *low)) low = round_;
-  if (high > 0) store_->ReleaseBetween(low, high);
+  std::vector<int> ranks;
+  for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
+  retention_->Saved(version, ranks, round_);  // bounded memory while a round runs
 }
 
 void Agent::RoundFailed(uint64_t version) {

@@ -24,7 +24,7 @@ void Agent::Halt(uint64_t epoch) {
   } else if (state_ == State::kStopping) {
     reply_halted_ = true;
   } else if (state_ == State::kIdle) {
-    service_->DiscardUncommitted();
+    retention_->Halted();
     Report(HaltedMsg{epoch_});
   }
 }
@@ -36,7 +36,7 @@ void Agent::Stopped() {
     // The halt came after every commit the coordinator made before it: what
     // is above the last of them is void now (never before: see ContinueStop).
     reply_halted_ = false;
-    service_->DiscardUncommitted();
+    retention_->Halted();
     Report(HaltedMsg{epoch_});
   }
   if (pending_start_) {
@@ -59,7 +59,7 @@ void Agent::Start(const StartMsg& m) {
   // Above the version the job starts from: a stopped generation's saves and
   // copies, or a timeline the job went back from. Never restored, never
   // acknowledged as a copy of the new timeline's.
-  store_->DiscardAbove(m.version);
+  retention_->StartsFrom(m.version);
   // Every rank of this node must restore from this node's store: a rank
   // started without its snapshot fails, and the restart that follows would
   // fail the same way, forever. The coordinator learns what is missing and

@@ -223,7 +223,7 @@ void Agent::ContinueStop() {
   // sent after any such commit, has arrived (Stopped, Halt), or at the next
   // start.
   if (stop_cause_ == StopCause::kShutdown) {
-    service_->DiscardUncommitted();
+    retention_->Halted();
     if (shutdown_signal_ != 0) exit_code_ = 128 + shutdown_signal_;
     state_ = State::kDone;
     return;

@@ -94,7 +94,7 @@ void Agent::PullFromDisk(const PullMsg& m) {
   // manifests) it stays until the job commits a newer version (kDropAbove):
   // a version given up on a read error must not be lost before the job has
   // a newer one, and nothing newer is written before that commit.
-  store_->DiscardAbove(m.version);
+  retention_->StartsFrom(m.version);
   BeginDiskRestore(m);
 }
 

@@ -119,7 +119,7 @@ void Agent::DiskRestoreEnd(Status s) {
     }
   }
   if (!s.ok()) {
-    store_->DiscardAbove(v > 0 ? std::optional<uint64_t>(v - 1) : std::nullopt);  // what was read of it goes
+    retention_->RestoreFailed(v);
     const DiskErrorClass c = ClassifyDiskError(s);
     if (c == DiskErrorClass::kVersionBad) {  // the coordinator picks an older version
       return Report(DiskFailedMsg{r.pull.epoch, v,

@@ -16,8 +16,9 @@ void SendCommitted(Connection& conn, uint64_t version) {
 
 }  // namespace
 
-StoreService::StoreService(SnapshotStore* store, CommitTracker* tracker, uint64_t chunk_size)
-    : store_(store), tracker_(tracker), chunk_size_(chunk_size) {}
+StoreService::StoreService(SnapshotStore* store, const CommitTracker* tracker, VersionRetention* retention,
+                           uint64_t chunk_size)
+    : store_(store), tracker_(tracker), retention_(retention), chunk_size_(chunk_size) {}
 
 bool StoreService::Waiting(const Connection& conn) const {
   for (const Waiter& w : waiters_) {
@@ -109,7 +110,7 @@ void StoreService::HandleSave(Connection& conn, const std::string& payload) {
 
 void StoreService::Committed(uint64_t version) {
   FTRUN_LOG_DEBUG("version {} committed", version);
-  store_->ReleaseBelow(version);
+  retention_->Committed(version);
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->version <= version) {
       SendCommitted(*it->conn, version);
@@ -212,10 +213,6 @@ void StoreService::Disconnected(Connection& conn) {
   for (uint64_t v : conn.pins) store_->Unpin(v);
   conn.pins.clear();
   waiters_.remove_if([&](const Waiter& w) { return w.conn == &conn; });
-}
-
-void StoreService::DiscardUncommitted() {
-  store_->DiscardAbove(tracker_->last_committed());
 }
 
 }  // namespace ftrun

@@ -15,6 +15,7 @@
 
 #include "launcher/agent/connection.h"
 #include "plugin/store/snapshot_store.h"
+#include "launcher/agent/version_retention.h"
 #include "recovery/commit_tracker.h"
 
 namespace ftrun {
@@ -24,7 +25,7 @@ class StoreService {
   using Clock = std::chrono::steady_clock;
 
   // chunk_size: the largest chunk a rank may reserve or reference.
-  StoreService(SnapshotStore* store, CommitTracker* tracker, uint64_t chunk_size);
+  StoreService(SnapshotStore* store, const CommitTracker* tracker, VersionRetention* retention, uint64_t chunk_size);
 
   // Handles one store request; false for a message type it does not own.
   // Replies (or errors) are sent on conn.
@@ -33,8 +34,6 @@ class StoreService {
   void Disconnected(Connection& conn);
   // Expires commit waits past their deadline.
   void Tick(Clock::time_point now);
-  // A generation failed: drop every uncommitted version.
-  void DiscardUncommitted();
   // The rank behind conn is blocked waiting for a commit (not hung).
   bool Waiting(const Connection& conn) const;
 
@@ -63,7 +62,8 @@ class StoreService {
   void Committed(uint64_t version);
 
   SnapshotStore* store_;
-  CommitTracker* tracker_;
+  const CommitTracker* tracker_;
+  VersionRetention* retention_;
   const uint64_t chunk_size_;
   std::list<Waiter> waiters_;
 };

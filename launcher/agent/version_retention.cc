@@ -1,0 +1,31 @@
+#include "launcher/agent/version_retention.h"
+
+#include <algorithm>
+
+namespace ftrun {
+
+void VersionRetention::Committed(uint64_t version) { store_->ReleaseBelow(version); }
+
+void VersionRetention::Halted() { store_->DiscardAbove(tracker_->last_committed()); }
+
+void VersionRetention::StartsFrom(std::optional<uint64_t> version) { store_->DiscardAbove(version); }
+
+void VersionRetention::RestoreFailed(uint64_t version) {
+  store_->DiscardAbove(version > 0 ? std::optional<uint64_t>(version - 1) : std::nullopt);
+}
+
+void VersionRetention::RoundTargets(uint64_t version) {
+  // Every rank of the job saved `version`: what lies between it and the
+  // commit can never be committed.
+  store_->ReleaseBetween(tracker_->last_committed(), version);
+}
+
+void VersionRetention::Saved(uint64_t version, const std::vector<int>& node_ranks, std::optional<uint64_t> round) {
+  uint64_t high = version > kKeepVersions ? version - kKeepVersions + 1 : 0;
+  for (int rank : node_ranks) high = std::min(high, store_->LastSaved(rank).value_or(0));
+  auto low = tracker_->last_committed();
+  if (round && (!low || *round > *low)) low = round;
+  if (high > 0) store_->ReleaseBetween(low, high);
+}
+
+}  // namespace ftrun
