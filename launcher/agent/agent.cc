@@ -59,16 +59,15 @@ Status Agent::Setup() {
   }
   store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
                                            FormatLoc(c.store.memory_budget_loc, "store.memory_budget"));
-  for (int i = 0; i < (o_.spare ? 0 : o_.local_ranks); ++i) {
-    RankSlot s;
-    s.local_rank = i;
-    s.global_rank = o_.first_global_rank + i;
-    slots_.push_back(s);
-  }
+  RankProcesses::Options ro;
+  ro.stop_grace = c.job.stop_grace;
+  ro.hang_timeout = c.job.hang_timeout;
+  ranks_ = std::make_unique<RankProcesses>(ftrun::Clock::Steady(), ro);
+  ranks_->Assign(o_.first_global_rank, o_.spare ? 0 : o_.local_ranks);
   retention_ = std::make_unique<VersionRetention>(store_.get(), &tracker_);
   service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t version) {
-    if (RankSlot* s = SlotByRank(rank)) RankEvent(*s, &RankSlot::first_step);
+    if (RankSlot* s = ranks_->ByRank(rank)) RankEvent(*s, &RankSlot::first_step);
     ClusterRankSaved(rank, version);
   };
   service_->on_committed = [this](uint64_t version) {
@@ -218,7 +217,7 @@ void Agent::Drop(Connection& conn, const Status& why) {
   Close(conn.id, why.message());
 }
 
-size_t Agent::MaxPendingHello() const { return std::max<size_t>(64, 2 * slots_.size()); }
+size_t Agent::MaxPendingHello() const { return std::max<size_t>(64, 2 * ranks_->slots().size()); }
 
 void Agent::Writable(uint64_t conn_id) {
   auto it = conns_.find(conn_id);
@@ -241,7 +240,7 @@ void Agent::SyncConnections() {
 
 void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload) {
   if (type == MsgType::kHello) return Hello(conn, payload);
-  RankSlot* slot = conn.rank >= 0 ? SlotByRank(conn.rank) : nullptr;
+  RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr;
   if (slot == nullptr || conn.generation != generation_ || state_ != State::kRunning) {
     (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
     return Close(conn.id, "request before hello or from a stopped generation");
@@ -262,7 +261,7 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
   (void)r.Get<int32_t>();  // the client's pid; SO_PEERCRED is what we trust
   std::string job = r.GetString();
   Status s;
-  RankSlot* slot = SlotByRank(rank);
+  RankSlot* slot = ranks_->ByRank(rank);
   if (!r.ok()) s = Status::Corruption("malformed hello");
   else if (protocol != kProtocolVersion) s = Status::FailedPrecondition("client speaks protocol " + std::to_string(protocol) + ", agent " + std::to_string(kProtocolVersion));
   else if (!job.empty() && job != o_.job_id) s = Status::FailedPrecondition("client is in job '" + job + "', this agent serves job '" + o_.job_id + "'");
@@ -296,17 +295,11 @@ void Agent::Close(uint64_t conn_id, const std::string& why) {
   Connection& conn = *it->second;
   FTRUN_LOG_DEBUG("connection {} (rank {}) closed: {}", conn_id, conn.rank, why);
   service_->Disconnected(conn);
-  if (RankSlot* slot = conn.rank >= 0 ? SlotByRank(conn.rank) : nullptr; slot && slot->conn_id == conn_id) {
+  if (RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr; slot && slot->conn_id == conn_id) {
     slot->conn_id = 0;
   }
   loop_.Remove(conn.fd.get());
   conns_.erase(it);
-}
-
-Agent::RankSlot* Agent::SlotByRank(int global_rank) {
-  int i = global_rank - o_.first_global_rank;
-  if (i < 0 || i >= static_cast<int>(slots_.size())) return nullptr;
-  return &slots_[static_cast<size_t>(i)];
 }
 
 }  // namespace ftrun

@@ -30,6 +30,7 @@
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/options.h"
+#include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_output.h"
 #include "plugin/replication/replicator.h"
 #include "launcher/agent/store_service.h"
@@ -61,16 +62,7 @@ class Agent {
   enum class State { kRunning, kStopping, kIdle, kDone };
   enum class StopCause { kFailure, kShutdown };
 
-  struct RankSlot {
-    int local_rank = 0;
-    int global_rank = 0;
-    pid_t pid = 0;   // the rank's process; 0 once it exited
-    pid_t pgid = 0;  // its process group: may outlive it (its children)
-    bool finished = false;  // exited 0
-    uint64_t conn_id = 0;   // live connection, 0 if none
-    Clock::time_point last_progress;
-    Clock::time_point connected, restored, first_step;  // this generation
-  };
+  using RankSlot = RankProcesses::Slot;
 
   // One restart, measured by the agent (see docs/benchmarks.md).
   struct Recovery {
@@ -103,14 +95,11 @@ class Agent {
   void FailRank(const std::string& reason, const ExitInfo& info, bool early = false);
   std::string LastWords(const RankSlot& s);
   void BeginStop(StopCause cause, const std::string& reason);
-  // All rank processes are gone: kill what is left of their groups, then
-  // (ContinueStop, once the groups are empty) restart or end the job.
-  void FinishStop();
-  void ContinueStop();
-  void KillFinishedGroup(RankSlot& slot);
+  // Every rank process and group is gone (ranks_' Stop): the job ends, or
+  // the coordinator is told the node halted.
+  void RanksStopped();
   void RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field);
   void WriteStatus();
-  RankSlot* SlotByRank(int global_rank);
 
   // Corrupted chunks (agent.cc): a rank's load found a chunk whose bytes do
   // not match its hash and said so; the agent checks its copy at once and,
@@ -218,16 +207,13 @@ class Agent {
   std::map<uint64_t, std::unique_ptr<Connection>> conns_;
   uint64_t refused_pending_ = 0;  // connections refused: too many without a hello
   uint64_t next_conn_id_ = 16;  // ids below are the fixed event sources
-  std::vector<RankSlot> slots_;
+  std::unique_ptr<RankProcesses> ranks_;  // this node's rank processes
   State state_ = State::kRunning;
   int generation_ = 0;
   std::optional<uint64_t> restore_version_;
   StopCause stop_cause_ = StopCause::kFailure;
   std::unique_ptr<RankOutput> rank_output_;  // the ranks' stderr (none with each-rank logs)
   int shutdown_signal_ = 0;
-  bool killed_hard_ = false;
-  // Waiting for the stopped ranks' process groups to empty.
-  static constexpr std::chrono::seconds kDrainBound{10};
   static constexpr std::chrono::seconds kHelloDeadline{10};
   static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
   static constexpr uint64_t kFlushTag = 5;  // (4: the transport's)
@@ -240,10 +226,6 @@ class Agent {
   std::optional<DiskRestore> restore_;             // in flight
   std::optional<PullMsg> next_restore_;            // arrived while one was in flight
   uint64_t pull_seq_ = 0;                          // each pull plan and each halt
-  bool draining_ = false;
-  Clock::time_point drain_deadline_;
-  std::vector<pid_t> stragglers_;  // groups that outlived kDrainBound
-  Clock::time_point stop_deadline_;
   int exit_code_ = 0;
   std::vector<Recovery> recoveries_;
   std::vector<CorruptChunk> corrupt_;

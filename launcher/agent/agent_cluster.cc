@@ -121,7 +121,7 @@ void Agent::Replicate(uint64_t v) {
   // A rank that has not saved v yet (the round may target the newest
   // version of the job's fastest rank: ranks that run more than
   // kKeepVersions steps apart share no other) is copied when it does.
-  for (const RankSlot& slot : slots_) {
+  for (const RankSlot& slot : ranks_->slots()) {
     if (store_->Find(slot.global_rank, v)) continue;
     auto last = store_->LastSaved(slot.global_rank);
     if (last && *last >= v) {  // released meanwhile
@@ -130,7 +130,7 @@ void Agent::Replicate(uint64_t v) {
     }
     round_waiting_.insert(slot.global_rank);
   }
-  for (const RankSlot& slot : slots_) {
+  for (const RankSlot& slot : ranks_->slots()) {
     if (!round_waiting_.count(slot.global_rank)) replicator_->Saved(slot.global_rank, v);
   }
 }
@@ -156,13 +156,7 @@ void Agent::ApplyAssign(const AssignMsg& m) {
     o_.slots.clear();
     for (int i = 0; i < m.local_ranks; ++i) o_.slots.push_back(i);
   }
-  slots_.clear();
-  for (int i = 0; i < m.local_ranks; ++i) {
-    RankSlot s;
-    s.local_rank = i;
-    s.global_rank = m.first_rank + i;
-    slots_.push_back(s);
-  }
+  ranks_->Assign(m.first_rank, m.local_ranks);
   FTRUN_LOG_INFO("this agent is node {}: ranks {}..{} of {}", m.slot, m.first_rank, m.first_rank + m.local_ranks - 1,
                  m.world_size);
   status_dirty_ = true;
@@ -237,9 +231,7 @@ void Agent::ClusterRankSaved(int rank, uint64_t version) {
       round_waiting_.insert(rank);
     }
   }
-  std::vector<int> ranks;
-  for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
-  retention_->Saved(version, ranks, round_);  // bounded memory while a round runs
+  retention_->Saved(version, ranks_->Ranks(), round_);  // bounded memory while a round runs
 }
 
 void Agent::RoundFailed(uint64_t version) {

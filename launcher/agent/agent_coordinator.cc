@@ -125,8 +125,7 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
     case ClusterMsg::kDropAbove: {
       DropAboveMsg m;
       if (!decoded(&m)) return;
-      std::vector<int> ranks;
-      for (const RankSlot& slot : slots_) ranks.push_back(slot.global_rank);
+      std::vector<int> ranks = ranks_->Ranks();
       if (persist() && !ranks.empty()) DropFilesAbove(m.version, ranks);
       return;
     }

@@ -65,7 +65,7 @@ void Agent::Start(const StartMsg& m) {
   // fail the same way, forever. The coordinator learns what is missing and
   // has it pulled from the holders (or goes back to the disk, or stops).
   std::vector<RankVersion> missing;
-  for (const RankSlot& slot : slots_) {
+  for (const RankSlot& slot : ranks_->slots()) {
     if (m.version && !store_->Find(slot.global_rank, *m.version)) missing.push_back({slot.global_rank, *m.version});
   }
   if (!missing.empty()) {
@@ -76,7 +76,7 @@ void Agent::Start(const StartMsg& m) {
     return Report(MissingMsg{m.epoch, missing});
   }
   for (const CorruptChunk& c : corrupt_) {
-    if (c.dropped && SlotByRank(c.rank) != nullptr) {
+    if (c.dropped && ranks_->ByRank(c.rank) != nullptr) {
       FTRUN_LOG_WARN("{}: not repaired; the job goes on from version {}", c.Name(), m.version.value_or(0));
     }
   }
@@ -96,7 +96,7 @@ void Agent::Start(const StartMsg& m) {
     r.version = m.version;
     FTRUN_LOG_WARN("restart {} of {}: {}; restoring {}", generation_, o_.config.job.max_restarts, r.reason,
                    r.version ? "version " + std::to_string(*r.version) : std::string("nothing (no committed version)"));
-  } else if (generation_ > 0 && !slots_.empty()) {
+  } else if (generation_ > 0 && !ranks_->slots().empty()) {
     // A replacement (or a node back from a loss): its ranks are part of the
     // recovery too; its record starts when it is told to start.
     Recovery r;
@@ -107,7 +107,7 @@ void Agent::Start(const StartMsg& m) {
     recoveries_.push_back(r);
   }
   state_ = State::kRunning;
-  if (!slots_.empty()) SpawnGeneration();
+  if (!ranks_->slots().empty()) SpawnGeneration();
 }
 
 void Agent::CoordinatorLost(const std::string& why) {

@@ -1,6 +1,6 @@
-// The agent's rank lifecycle: spawn a generation, notice a death or a hang,
-// stop every rank (SIGTERM, grace, SIGKILL), and restart from the last
-// committed version or end the job.
+// The agent's rank lifecycle: spawn a generation, notice a death or a hang
+// (the processes themselves are rank_processes.h's), report it to the
+// coordinator and stop this node's ranks; end the job on a signal.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -24,29 +24,24 @@ namespace ftrun {
 
 void Agent::SpawnGeneration() {
   auto now = Clock::now();
-  for (RankSlot& s : slots_) {
+  for (RankSlot& s : ranks_->slots()) {
     RankIdentity id{s.local_rank, s.global_rank, generation_, lock_.socket_path()};
     SpawnSpec spec;
     spec.argv = BuildRankCommand(o_, s.local_rank);
     spec.env = BuildRankEnv(o_, id);
     if (!o_.each_rank_log_dir.empty()) spec.log_file = o_.each_rank_log_dir + "/rank" + std::to_string(s.global_rank) + ".log";
-    s.finished = false;
-    s.last_progress = now;
-    s.connected = s.restored = s.first_step = Clock::time_point{};
     UniqueFd stderr_pipe;
     Status st = rank_output_ ? rank_output_->NewPipe(s.global_rank, &stderr_pipe) : Status::Ok();
     spec.stderr_fd = stderr_pipe.get();
-    if (st.ok()) st = SpawnProcess(spec, &s.pid);
+    if (st.ok()) st = ranks_->Spawn(s, spec);
     if (!st.ok()) {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
-      s.pid = 0;
       exit_code_ = 2;
       BeginStop(StopCause::kShutdown, "a rank could not be started");
       return;
     }
-    s.pgid = s.pid;
   }
-  FTRUN_LOG_INFO("generation {}: started {} ranks{}", generation_, slots_.size(),
+  FTRUN_LOG_INFO("generation {}: started {} ranks{}", generation_, ranks_->slots().size(),
                  restore_version_ ? ", restoring version " + std::to_string(*restore_version_) : std::string(""));
   if (!recoveries_.empty() && generation_ == recoveries_.back().restart) recoveries_.back().spawned = now;
   status_dirty_ = true;
@@ -58,7 +53,7 @@ void Agent::RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field) {
   if (recoveries_.empty() || recoveries_.back().restart != generation_) return;
   Recovery& r = recoveries_.back();
   Clock::time_point latest{};
-  for (const RankSlot& s : slots_) {
+  for (const RankSlot& s : ranks_->slots()) {
     if (s.*field == Clock::time_point{}) return;
     latest = std::max(latest, s.*field);
   }
@@ -92,25 +87,18 @@ void Agent::Signals() {
 }
 
 void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
-  RankSlot* slot = nullptr;
-  for (RankSlot& s : slots_) {
-    if (s.pid == pid) slot = &s;
-  }
-  if (slot == nullptr) {  // an orphaned grandchild, reaped as subreaper
-    if (draining_) ContinueStop();
-    return;
-  }
-  slot->pid = 0;
+  RankSlot* slot = ranks_->Exited(pid);  // (while stopping, the last one begins the drain)
+  if (slot == nullptr) return;
   // Its socket may still hold frames; nothing of this generation may count
   // after the rank is gone, unless it finished cleanly.
   if (state_ == State::kRunning && info.signaled == false && info.code == 0) {
     slot->finished = true;
     FTRUN_LOG_INFO("rank {} finished", slot->global_rank);
     bool all = true;
-    for (const RankSlot& s : slots_) all &= s.finished;
-    KillFinishedGroup(*slot);
+    for (const RankSlot& s : ranks_->slots()) all &= s.finished;
+    ranks_->KillFinishedGroup(*slot);
     if (all) {
-      FTRUN_LOG_INFO("all {} ranks finished; last committed version {}", slots_.size(),
+      FTRUN_LOG_INFO("all {} ranks finished; last committed version {}", ranks_->slots().size(),
                      service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
       exit_code_ = 0;
       state_ = State::kIdle;  // the job ends when the coordinator says every node is done
@@ -127,12 +115,6 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
       reason += " before its first save" + (words.empty() ? std::string() : "; its last lines:\n" + words);
     }
     FailRank(reason, info, early);
-    return;
-  }
-  if (state_ == State::kStopping) {
-    bool any = false;
-    for (const RankSlot& s : slots_) any |= s.pid != 0;
-    if (!any) FinishStop();
   }
 }
 
@@ -164,59 +146,25 @@ std::string Agent::LastWords(const RankSlot& s) {
 }
 
 void Agent::BeginStop(StopCause cause, const std::string& reason) {
-  auto now = Clock::now();
   stop_cause_ = cause;
   SettleCorruptChunks();
   state_ = State::kStopping;
-  killed_hard_ = false;
-  stop_deadline_ = now + o_.config.job.stop_grace;
   if (cause == StopCause::kFailure) {
     Recovery r;
     r.restart = generation_ + 1;
     r.reason = reason;
-    r.detected = now;
+    r.detected = Clock::now();
     recoveries_.push_back(r);
   }
   // Fence the failed generation: nothing it still has in flight may land.
   std::vector<uint64_t> ids;
   for (const auto& [id, conn] : conns_) ids.push_back(id);
   for (uint64_t id : ids) Close(id, "generation stopped");
-  bool any = false;
-  for (RankSlot& s : slots_) {
-    SignalGroup(s.pgid, SIGTERM);  // the group even when its leader is gone
-    any |= s.pid != 0;
-  }
   status_dirty_ = true;
-  if (!any) FinishStop();
+  ranks_->Stop([this] { RanksStopped(); });
 }
 
-void Agent::FinishStop() {
-  // Every rank process is gone; what is left of their process groups (their
-  // children, reparented to us as subreaper) is killed, and the next
-  // generation starts only once the groups are empty: old processes hold the
-  // old rendezvous, GPU memory and the store mapping.
-  for (RankSlot& s : slots_) SignalGroup(s.pgid, SIGKILL);
-  draining_ = true;
-  drain_deadline_ = Clock::now() + kDrainBound;
-  ContinueStop();
-}
-
-void Agent::ContinueStop() {
-  bool left = false;
-  for (RankSlot& s : slots_) {
-    if (s.pgid != 0 && ::kill(-s.pgid, 0) == 0) left = true;
-    else s.pgid = 0;
-  }
-  if (left && Clock::now() < drain_deadline_) return;  // SIGCHLD or the next tick
-  if (left) {
-    FTRUN_LOG_ERROR("processes of stopped ranks survive SIGKILL after {} s (uninterruptible I/O?); going on "
-                    "and killing them as they can be", std::chrono::duration_cast<std::chrono::seconds>(kDrainBound).count());
-    for (RankSlot& s : slots_) {
-      if (s.pgid != 0) stragglers_.push_back(s.pgid);
-      s.pgid = 0;
-    }
-  }
-  draining_ = false;
+void Agent::RanksStopped() {
   // The saves above the last commit are void, but the coordinator may have
   // committed one of them already (it counted this node's save, and the
   // commit is still on its way here): they go once the coordinator's halt,
@@ -230,13 +178,6 @@ void Agent::ContinueStop() {
   }
   recoveries_.back().stopped = Clock::now();
   Stopped();  // restarts are the coordinator's call
-}
-
-void Agent::KillFinishedGroup(RankSlot& slot) {
-  // A finished rank's leftovers (a data-loader worker, say) go now, and the
-  // group id is forgotten: once empty, it may be reused by anyone.
-  SignalGroup(slot.pgid, SIGKILL);
-  slot.pgid = 0;
 }
 
 void Agent::Tick() {
@@ -255,33 +196,16 @@ void Agent::Tick() {
     if (conn->rank < 0 && now - conn->accepted > kHelloDeadline) silent.push_back(id);
   }
   for (uint64_t id : silent) Close(id, "no hello within 10 s");
-  for (auto it = stragglers_.begin(); it != stragglers_.end();) {
-    SignalGroup(*it, SIGKILL);
-    it = ::kill(-*it, 0) == 0 ? std::next(it) : stragglers_.erase(it);
-  }
-  if (draining_) ContinueStop();
+  ranks_->Tick();  // a stop past its grace, the drain
   if (state_ == State::kRunning) {
     // A rank blocked in WaitCommitted is waiting, not hanging, as long as
     // some other rank is still working towards the commit.
-    auto waiting = [&](const RankSlot& s) { return s.conn_id != 0 && service_->Waiting(*conns_.at(s.conn_id)); };
-    bool working = false;
-    for (const RankSlot& s : slots_) working |= s.pid != 0 && !s.finished && !waiting(s);
-    for (RankSlot& s : slots_) {
-      if (working && waiting(s)) s.last_progress = now;
-    }
-    for (RankSlot& s : slots_) {
-      if (s.pid == 0 || s.finished || now - s.last_progress <= o_.config.job.hang_timeout) continue;
-      std::string reason = "rank " + std::to_string(s.global_rank) + " hung: no progress for " +
+    auto waiting = [&](const RankSlot& s) { return service_->Waiting(*conns_.at(s.conn_id)); };
+    if (RankSlot* s = ranks_->Hung(waiting)) {
+      std::string reason = "rank " + std::to_string(s->global_rank) + " hung: no progress for " +
                            std::to_string(o_.config.job.hang_timeout.count()) + " ms (job.hang_timeout)";
       FTRUN_LOG_ERROR("{}", reason);
       FailRank(reason, ExitInfo{true, SIGKILL});
-      break;
-    }
-  } else if (state_ == State::kStopping && !draining_ && !killed_hard_ && now >= stop_deadline_) {
-    killed_hard_ = true;
-    for (RankSlot& s : slots_) {
-      if (s.pid != 0) FTRUN_LOG_WARN("rank {} did not stop within job.stop_grace: SIGKILL", s.global_rank);
-      SignalGroup(s.pgid, SIGKILL);
     }
   }
   CoordinatorTick(now);

@@ -19,7 +19,7 @@ namespace ftrun {
 bool Agent::persist() const { return !o_.config.persist.dir.empty(); }
 
 void Agent::PersistCommitted(uint64_t version) {
-  if (!persist() || slots_.empty()) return;
+  if (!persist() || ranks_->slots().empty()) return;
   if (!flusher_) {
     Flusher::Options f;
     f.config = o_.config.persist;
@@ -39,11 +39,7 @@ void Agent::PersistCommitted(uint64_t version) {
                                    "have been replaced)");
       };
     }
-    f.ranks = [this] {
-      std::vector<int> r;
-      for (const RankSlot& s : slots_) r.push_back(s.global_rank);
-      return r;
-    };
+    f.ranks = [this] { return ranks_->Ranks(); };
     auto fl = std::make_unique<Flusher>(std::move(f), store_.get());
     Status s = fl->Start();
     if (s.ok()) s = loop_.Add(fl->event_fd(), kFlushTag);

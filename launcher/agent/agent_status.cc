@@ -84,7 +84,7 @@ void Agent::WriteStatus() {
                 {"store_fd", arena_.fd()}, {"chunks_corrupt_found", chunks_corrupt_found_},
                 {"chunks_corrupt_repaired", chunks_corrupt_repaired_}};
   json sample = json::array();
-  for (const RankSlot& s : slots_) {
+  for (const RankSlot& s : ranks_->slots()) {
     const Manifest* m = committed ? store_->Find(s.global_rank, *committed) : nullptr;
     if (m != nullptr) {
       for (auto& c : SampleChunks(*m, kSampledChunks)) sample.push_back(std::move(c));
@@ -93,7 +93,7 @@ void Agent::WriteStatus() {
   j["store"]["committed_chunks"] = std::move(sample);
   if (flusher_) j["persist"] = flusher_->StatusJson();
   j["ranks"] = json::array();
-  for (const RankSlot& s : slots_) {
+  for (const RankSlot& s : ranks_->slots()) {
     j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"start_time", ProcessStartTime(s.pid)},
                           {"finished", s.finished},
                           {"connected", s.conn_id != 0}});
