@@ -77,9 +77,12 @@ Status Agent::Setup() {
 
   FTRUN_RETURN_IF_ERROR(BecomeSubreaper());
   ::signal(SIGPIPE, SIG_IGN);
-  FTRUN_RETURN_IF_ERROR(ListenUnix(lock_.socket_path(), &listen_));
-  spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  FTRUN_RETURN_IF_ERROR(loop_.Add(listen_.get(), kListenTag));
+  RankServer::Handler h;
+  h.on_frame = [this](Connection& conn, MsgType type, const std::string& payload) { Dispatch(conn, type, payload); };
+  h.on_close = [this](Connection& conn) { Disconnected(conn); };
+  server_ = std::make_unique<RankServer>(&loop_, ftrun::Clock::Steady(), std::move(h));
+  server_->set_max_pending_hello(2 * ranks_->slots().size());
+  FTRUN_RETURN_IF_ERROR(server_->Listen(lock_.socket_path(), kListenTag));
   FTRUN_RETURN_IF_ERROR(remote() ? SetupCluster() : SetupLocalCoordinator());
   if (o_.save_pid > 0) {
     // /tmp is shared: created new, never through a link (safe_dir.h).
@@ -117,125 +120,17 @@ void Agent::Loop() {
     }
     for (size_t i = 0; i < ready.size() && state_ != State::kDone; ++i) {
       const uint64_t tag = ready[i].tag;
-      if (tag == kListenTag) Accept();
+      if (tag == kListenTag) server_->Accept();
       else if (tag == EventLoop::kSignalTag) Signals();
       else if (tag == EventLoop::kTickTag) Tick();
       else if (tag == kTransportTag) TransportEvents();
       else if (tag == kFlushTag) flusher_->OnEvent(Clock::now());
       else if (tag == kDiskTag) disk_worker_->RunCompleted();
-      else {
-        if (ready[i].events & EPOLLOUT) Writable(tag);
-        if (ready[i].events & ~static_cast<uint32_t>(EPOLLOUT)) Readable(tag);
-      }
+      else if (server_->Owns(tag)) server_->Ready(tag, ready[i].events);
     }
-    SyncConnections();
+    server_->Sync();
     PumpCoordinator();
   }
-}
-
-void Agent::Accept() {
-  while (true) {
-    UniqueFd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!fd.valid()) {
-      if ((errno == EMFILE || errno == ENFILE) && spare_fd_.valid()) {
-        // Out of descriptors: refuse one pending connection (free the spare
-        // fd, accept, close, take the spare back) rather than spin on a
-        // listen socket that stays readable.
-        spare_fd_.Reset();
-        bool dropped = UniqueFd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC)).valid();
-        spare_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-        if (dropped) {
-          FTRUN_LOG_ERROR("out of file descriptors: refused a connection");
-          continue;
-        }
-      } else if (errno == EMFILE || errno == ENFILE) {
-        // No spare either: stop listening for a while (Tick resumes it).
-        FTRUN_LOG_ERROR("out of file descriptors: not accepting connections for 1 s");
-        loop_.Remove(listen_.get());
-        listen_paused_until_ = Clock::now() + std::chrono::seconds(1);
-      }
-      return;  // EAGAIN, or a transient error such as ECONNABORTED
-    }
-    PeerCredentials cred{};
-    Status s = GetPeerCredentials(fd.get(), &cred);
-    if (!s.ok() || cred.uid != ::getuid()) {
-      FTRUN_LOG_WARN("refused a connection from pid {} uid {}: only uid {} may use this agent", cred.pid, cred.uid,
-                     ::getuid());
-      continue;
-    }
-    // Connections that have not said hello cost a descriptor and a buffer
-    // each, and any process of our uid can open them: bounded.
-    size_t pending = 0;
-    for (const auto& [id, c] : conns_) pending += c->rank < 0;
-    if (pending >= MaxPendingHello()) {
-      if (refused_pending_++ % 100 == 0) {
-        FTRUN_LOG_WARN("refused a connection from pid {}: {} connections have not said hello yet (limit {}; "
-                       "{} refused so far)", cred.pid, pending, MaxPendingHello(), refused_pending_);
-      }
-      continue;
-    }
-    auto conn = std::make_unique<Connection>();
-    conn->reader.set_max_frame(Connection::kMaxHelloFrame);
-    conn->id = next_conn_id_++;
-    conn->fd = std::move(fd);
-    conn->pid = cred.pid;
-    conn->accepted = Clock::now();
-    if (!loop_.Add(conn->fd.get(), conn->id, EPOLLIN | EPOLLRDHUP).ok()) continue;
-    conns_[conn->id] = std::move(conn);
-  }
-}
-
-void Agent::Readable(uint64_t conn_id) {
-  auto it = conns_.find(conn_id);
-  if (it == conns_.end()) return;
-  Connection& conn = *it->second;
-  // At most kReadBudget bytes per wakeup: epoll is level-triggered, so the
-  // rest is read on a later round, after the other connections had theirs.
-  Status read = conn.reader.ReadFrom(conn.fd.get(), Connection::kReadBudget);
-  MsgType type;
-  std::string payload;
-  const auto now = Clock::now();
-  // Frames that arrived before a close still count (e.g. a last save).
-  while (conns_.count(conn_id) && conn.reader.Next(&type, &payload)) {
-    Status rate = conn.Received(now, payload.size());
-    if (!rate.ok()) return Drop(conn, rate);
-    Dispatch(conn, type, payload);
-  }
-  if (!conns_.count(conn_id)) return;
-  if (!conn.reader.status().ok()) return Drop(conn, conn.reader.status());
-  if (!read.ok() && read.code() != Code::kUnavailable) return Drop(conn, read);
-  if (!read.ok()) Close(conn_id, read.message());
-}
-
-// A peer that broke the protocol (a bad or oversized frame, a flood) is cut
-// off at once; the agent and the other connections go on.
-void Agent::Drop(Connection& conn, const Status& why) {
-  FTRUN_LOG_WARN("dropped the connection of {} (pid {}): {}",
-                 conn.rank >= 0 ? "rank " + std::to_string(conn.rank) : std::string("a client before hello"), conn.pid,
-                 why.message());
-  (void)conn.SendError(why);
-  Close(conn.id, why.message());
-}
-
-size_t Agent::MaxPendingHello() const { return std::max<size_t>(64, 2 * ranks_->slots().size()); }
-
-void Agent::Writable(uint64_t conn_id) {
-  auto it = conns_.find(conn_id);
-  if (it != conns_.end()) (void)it->second->Flush();
-}
-
-void Agent::SyncConnections() {
-  std::vector<uint64_t> broken;
-  for (auto& [id, conn] : conns_) {
-    if (conn->broken) {
-      broken.push_back(id);
-      continue;
-    }
-    if (conn->want_write == conn->polling_write) continue;
-    const uint32_t events = EPOLLIN | EPOLLRDHUP | (conn->want_write ? EPOLLOUT : 0u);
-    if (loop_.Modify(conn->fd.get(), id, events).ok()) conn->polling_write = conn->want_write;
-  }
-  for (uint64_t id : broken) Close(id, "a send to it failed");
 }
 
 void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload) {
@@ -243,7 +138,7 @@ void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload)
   RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr;
   if (slot == nullptr || conn.generation != generation_ || state_ != State::kRunning) {
     (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
-    return Close(conn.id, "request before hello or from a stopped generation");
+    return server_->Close(conn.id, "request before hello or from a stopped generation");
   }
   slot->last_progress = Clock::now();
   if (type == MsgType::kProgress) return;
@@ -272,7 +167,7 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
   if (!s.ok()) {
     FTRUN_LOG_WARN("refused hello from pid {}: {}", conn.pid, s.message());
     (void)conn.SendError(s);
-    return Close(conn.id, "hello refused");
+    return server_->Close(conn.id, "hello refused");
   }
   conn.rank = rank;
   conn.reader.set_max_frame(Connection::kMaxRankFrame);
@@ -289,17 +184,11 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
   RankEvent(*slot, &RankSlot::connected);
 }
 
-void Agent::Close(uint64_t conn_id, const std::string& why) {
-  auto it = conns_.find(conn_id);
-  if (it == conns_.end()) return;
-  Connection& conn = *it->second;
-  FTRUN_LOG_DEBUG("connection {} (rank {}) closed: {}", conn_id, conn.rank, why);
+void Agent::Disconnected(Connection& conn) {
   service_->Disconnected(conn);
-  if (RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr; slot && slot->conn_id == conn_id) {
+  if (RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr; slot && slot->conn_id == conn.id) {
     slot->conn_id = 0;
   }
-  loop_.Remove(conn.fd.get());
-  conns_.erase(it);
 }
 
 }  // namespace ftrun

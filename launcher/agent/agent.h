@@ -31,6 +31,7 @@
 #include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_processes.h"
+#include "launcher/agent/rank_server.h"
 #include "launcher/agent/rank_output.h"
 #include "plugin/replication/replicator.h"
 #include "launcher/agent/store_service.h"
@@ -75,17 +76,10 @@ class Agent {
 
   Status Setup();
   void Loop();
-  void Accept();
-  void Readable(uint64_t conn_id);
-  void Writable(uint64_t conn_id);
-  // After each batch of events: poll for EPOLLOUT where replies are queued,
-  // close connections whose writes failed.
-  void SyncConnections();
-  void Drop(Connection& conn, const Status& why);
-  size_t MaxPendingHello() const;
+  // A rank's frame (the socket is rank_server.h's).
   void Dispatch(Connection& conn, MsgType type, const std::string& payload);
   void Hello(Connection& conn, const std::string& payload);
-  void Close(uint64_t conn_id, const std::string& why);
+  void Disconnected(Connection& conn);  // before a rank's connection goes
   void Signals();
   void ChildExited(pid_t pid, const ExitInfo& info);
   void Tick();
@@ -201,12 +195,7 @@ class Agent {
   std::unique_ptr<VersionRetention> retention_;  // which versions of store_ may go
   std::unique_ptr<StoreService> service_;
   EventLoop loop_;  // epoll, signals, the tick
-  UniqueFd listen_;
-  UniqueFd spare_fd_;  // given up to refuse a connection when out of fds
-  std::optional<Clock::time_point> listen_paused_until_;
-  std::map<uint64_t, std::unique_ptr<Connection>> conns_;
-  uint64_t refused_pending_ = 0;  // connections refused: too many without a hello
-  uint64_t next_conn_id_ = 16;  // ids below are the fixed event sources
+  std::unique_ptr<RankServer> server_;  // the ranks' socket
   std::unique_ptr<RankProcesses> ranks_;  // this node's rank processes
   State state_ = State::kRunning;
   int generation_ = 0;
@@ -214,7 +203,6 @@ class Agent {
   StopCause stop_cause_ = StopCause::kFailure;
   std::unique_ptr<RankOutput> rank_output_;  // the ranks' stderr (none with each-rank logs)
   int shutdown_signal_ = 0;
-  static constexpr std::chrono::seconds kHelloDeadline{10};
   static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
   static constexpr uint64_t kFlushTag = 5;  // (4: the transport's)
   std::unique_ptr<Flusher> flusher_;  // created at the first commit with persist.dir set

@@ -157,9 +157,7 @@ void Agent::BeginStop(StopCause cause, const std::string& reason) {
     recoveries_.push_back(r);
   }
   // Fence the failed generation: nothing it still has in flight may land.
-  std::vector<uint64_t> ids;
-  for (const auto& [id, conn] : conns_) ids.push_back(id);
-  for (uint64_t id : ids) Close(id, "generation stopped");
+  server_->CloseAll("generation stopped");
   status_dirty_ = true;
   ranks_->Stop([this] { RanksStopped(); });
 }
@@ -185,22 +183,15 @@ void Agent::Tick() {
   auto now = Clock::now();
   service_->Tick(now);
   if (flusher_) flusher_->Tick(now);
-  if (listen_paused_until_ && now >= *listen_paused_until_) {
-    listen_paused_until_.reset();
-    (void)loop_.Add(listen_.get(), kListenTag);
-  }
-  // A connection that never says hello (not a rank, or a stuck one) must
-  // not hold a descriptor forever.
-  std::vector<uint64_t> silent;
-  for (const auto& [id, conn] : conns_) {
-    if (conn->rank < 0 && now - conn->accepted > kHelloDeadline) silent.push_back(id);
-  }
-  for (uint64_t id : silent) Close(id, "no hello within 10 s");
+  server_->Tick();  // silent connections, a paused listen
   ranks_->Tick();  // a stop past its grace, the drain
   if (state_ == State::kRunning) {
     // A rank blocked in WaitCommitted is waiting, not hanging, as long as
     // some other rank is still working towards the commit.
-    auto waiting = [&](const RankSlot& s) { return service_->Waiting(*conns_.at(s.conn_id)); };
+    auto waiting = [&](const RankSlot& s) {
+      const Connection* c = server_->Find(s.conn_id);
+      return c != nullptr && service_->Waiting(*c);
+    };
     if (RankSlot* s = ranks_->Hung(waiting)) {
       std::string reason = "rank " + std::to_string(s->global_rank) + " hung: no progress for " +
                            std::to_string(o_.config.job.hang_timeout.count()) + " ms (job.hang_timeout)";
