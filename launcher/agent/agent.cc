@@ -27,7 +27,7 @@ constexpr auto kTick = std::chrono::milliseconds(20);
 
 }  // namespace
 
-Agent::Agent(AgentOptions options) : o_(std::move(options)) {}
+Agent::Agent(AgentOptions options, const ftrun::Clock& clock) : o_(std::move(options)), clock_(clock) {}
 Agent::~Agent() {
   stop_prefault_ = true;
   if (prefault_.joinable()) prefault_.join();
@@ -51,10 +51,10 @@ Status Agent::Setup() {
   if (c.store.prefault) {
     // On a thread: ranks start meanwhile; it is joined before the arena goes.
     prefault_ = std::thread([this] {
-      auto t0 = Clock::now();
+      auto t0 = clock_.Now();
       if (!arena_.Prefault(&stop_prefault_)) return;
       prefaulted_ = true;
-      FTRUN_LOG_INFO("store of {} pre-faulted in {:.0f} ms", FormatSize(arena_.size()), Ms(Clock::now() - t0));
+      FTRUN_LOG_INFO("store of {} pre-faulted in {:.0f} ms", FormatSize(arena_.size()), Ms(clock_.Now() - t0));
     });
   }
   store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
@@ -62,7 +62,7 @@ Status Agent::Setup() {
   RankProcesses::Options ro;
   ro.stop_grace = c.job.stop_grace;
   ro.hang_timeout = c.job.hang_timeout;
-  ranks_ = std::make_unique<RankProcesses>(ftrun::Clock::Steady(), ro);
+  ranks_ = std::make_unique<RankProcesses>(clock_, ro);
   ranks_->Assign(o_.first_global_rank, o_.spare ? 0 : o_.local_ranks);
   retention_ = std::make_unique<VersionRetention>(store_.get(), &tracker_);
   service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
@@ -80,7 +80,7 @@ Status Agent::Setup() {
   RankServer::Handler h;
   h.on_frame = [this](Connection& conn, MsgType type, const std::string& payload) { Dispatch(conn, type, payload); };
   h.on_close = [this](Connection& conn) { Disconnected(conn); };
-  server_ = std::make_unique<RankServer>(&loop_, ftrun::Clock::Steady(), std::move(h));
+  server_ = std::make_unique<RankServer>(&loop_, clock_, std::move(h));
   server_->set_max_pending_hello(2 * ranks_->slots().size());
   FTRUN_RETURN_IF_ERROR(server_->Listen(lock_.socket_path(), kListenTag));
   FTRUN_RETURN_IF_ERROR(remote() ? SetupCluster() : SetupLocalCoordinator());
@@ -124,7 +124,7 @@ void Agent::Loop() {
       else if (tag == EventLoop::kSignalTag) Signals();
       else if (tag == EventLoop::kTickTag) Tick();
       else if (tag == kTransportTag) TransportEvents();
-      else if (tag == kFlushTag) flusher_->OnEvent(Clock::now());
+      else if (tag == kFlushTag) flusher_->OnEvent(clock_.Now());
       else if (tag == kDiskTag) disk_worker_->RunCompleted();
       else if (server_->Owns(tag)) server_->Ready(tag, ready[i].events);
     }
@@ -140,7 +140,7 @@ void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload)
     (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
     return server_->Close(conn.id, "request before hello or from a stopped generation");
   }
-  slot->last_progress = Clock::now();
+  slot->last_progress = clock_.Now();
   if (type == MsgType::kProgress) return;
   if (type == MsgType::kLoadDone) RankEvent(*slot, &RankSlot::restored);
   if (type == MsgType::kCorruptChunk) return CorruptChunkReported(conn, payload);
@@ -173,7 +173,7 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
   conn.reader.set_max_frame(Connection::kMaxRankFrame);
   conn.generation = generation_;
   slot->conn_id = conn.id;
-  slot->last_progress = Clock::now();
+  slot->last_progress = clock_.Now();
   ByteWriter w;
   w.PutString(o_.job_id);
   w.Put<int32_t>(o_.node_rank);

@@ -48,7 +48,9 @@ namespace ftrun {
 
 class Agent {
  public:
-  explicit Agent(AgentOptions options);
+  // `clock`: where every part of the agent reads the time (a ManualClock in
+  // tests of its parts).
+  explicit Agent(AgentOptions options, const ftrun::Clock& clock = ftrun::Clock::Steady());
   ~Agent();
 
   // Runs the job to its end and returns the exit code: 0 when every rank
@@ -182,6 +184,7 @@ class Agent {
   // Constant after construction, except the node's place in the job, which
   // the coordinator assigns in a multi-node job.
   AgentOptions o_;
+  const ftrun::Clock& clock_;
 
   // Guarded by the event loop (single thread).
   InstanceLock lock_;

@@ -18,7 +18,8 @@ Status Agent::SetupCluster() {
   t.listen_ip = o_.listen_ip;
   FTRUN_RETURN_IF_ERROR(ReadSecretFile(o_.secret_file, &t.secret));
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
-  replicator_ = std::make_unique<Replicator>(transport_.get(), store_.get(), arena_.base(), o_.config.store.chunk_size);
+  replicator_ =
+      std::make_unique<Replicator>(transport_.get(), store_.get(), arena_.base(), o_.config.store.chunk_size, clock_);
   replicator_->on_stored = [this](int rank, uint64_t version) {
     Report(HeldMsg{epoch_, {{rank, version}}});
   };
@@ -37,8 +38,8 @@ Status Agent::SetupCluster() {
     if (it != members_.end()) transport_->Connect(peer, it->second);
   };
   FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
-  coord_lost_since_ = Clock::now();
-  last_connect_try_ = Clock::now();
+  coord_lost_since_ = clock_.Now();
+  last_connect_try_ = clock_.Now();
   transport_->Connect(kCoordinatorPeer, o_.coordinator);
   FTRUN_LOG_INFO("agent {} listening for peers at {}; coordinator {}", o_.agent_id, transport_->address(),
                  o_.coordinator);
@@ -72,7 +73,7 @@ void Agent::CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chun
 }
 
 void Agent::TransportEvents() {
-  auto now = Clock::now();
+  auto now = clock_.Now();
   for (TransportEvent& e : transport_->Poll()) {
     const bool coord = e.peer == kCoordinatorPeer;
     switch (e.kind) {

@@ -28,12 +28,12 @@ Status Agent::SetupLocalCoordinator() {
     // Scanned on the disk worker, as the runner does: the loop goes on.
     co.scan_disk = [this] {
       if (Status s = StartDiskWorker(); !s.ok()) {
-        return local_coord_->DiskScanned(s, {}, Clock::now());
+        return local_coord_->DiskScanned(s, {}, clock_.Now());
       }
       disk_worker_->Submit([this, dir = o_.config.persist.dir, job = o_.job_id, world = o_.world_size] {
         std::vector<uint64_t> versions;
         Status s = ScanDiskVersions(dir, job, world, &versions);
-        return DiskWorker::Completion([this, s, versions] { local_coord_->DiskScanned(s, versions, Clock::now()); });
+        return DiskWorker::Completion([this, s, versions] { local_coord_->DiskScanned(s, versions, clock_.Now()); });
       });
     };
   }
@@ -46,7 +46,7 @@ Status Agent::SetupLocalCoordinator() {
 void Agent::PumpCoordinator() {
   if (!local_coord_) return;
   local_coord_->Pump([this](uint16_t type, const std::string& payload) { CoordinatorMessage(type, payload); },
-                     Clock::now());
+                     clock_.Now());
 }
 
 Status Agent::StartDiskWorker() {

@@ -103,7 +103,7 @@ void Agent::Start(const StartMsg& m) {
     r.restart = generation_;
     r.reason = "taking over node " + std::to_string(o_.node_rank);
     r.version = m.version;
-    r.detected = r.stopped = Clock::now();
+    r.detected = r.stopped = clock_.Now();
     recoveries_.push_back(r);
   }
   state_ = State::kRunning;
@@ -119,7 +119,7 @@ void Agent::CoordinatorLost(const std::string& why) {
     fenced_ = true;
     marker_lease_->store(0);
   }
-  coord_lost_since_ = Clock::now();
+  coord_lost_since_ = clock_.Now();
   transport_->Disconnect(kCoordinatorPeer);
   FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);
   reply_halted_ = false;

@@ -23,7 +23,7 @@
 namespace ftrun {
 
 void Agent::SpawnGeneration() {
-  auto now = Clock::now();
+  auto now = clock_.Now();
   for (RankSlot& s : ranks_->slots()) {
     RankIdentity id{s.local_rank, s.global_rank, generation_, lock_.socket_path()};
     SpawnSpec spec;
@@ -49,7 +49,7 @@ void Agent::SpawnGeneration() {
 
 void Agent::RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field) {
   if (slot.*field != Clock::time_point{}) return;
-  slot.*field = Clock::now();
+  slot.*field = clock_.Now();
   if (recoveries_.empty() || recoveries_.back().restart != generation_) return;
   Recovery& r = recoveries_.back();
   Clock::time_point latest{};
@@ -153,7 +153,7 @@ void Agent::BeginStop(StopCause cause, const std::string& reason) {
     Recovery r;
     r.restart = generation_ + 1;
     r.reason = reason;
-    r.detected = Clock::now();
+    r.detected = clock_.Now();
     recoveries_.push_back(r);
   }
   // Fence the failed generation: nothing it still has in flight may land.
@@ -174,13 +174,13 @@ void Agent::RanksStopped() {
     state_ = State::kDone;
     return;
   }
-  recoveries_.back().stopped = Clock::now();
+  recoveries_.back().stopped = clock_.Now();
   Stopped();  // restarts are the coordinator's call
 }
 
 void Agent::Tick() {
   loop_.TakeTicks();
-  auto now = Clock::now();
+  auto now = clock_.Now();
   service_->Tick(now);
   if (flusher_) flusher_->Tick(now);
   server_->Tick();  // silent connections, a paused listen

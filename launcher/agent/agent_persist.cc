@@ -32,8 +32,8 @@ void Agent::PersistCommitted(uint64_t version) {
       // heard lately and has not fenced this agent. Checked on the writer
       // thread right before the rename, so a write in flight while this
       // agent was frozen or cut off cannot complete after it was replaced.
-      f.marker_guard = [lease = marker_lease_] {
-        const int64_t now = Clock::now().time_since_epoch().count();
+      f.marker_guard = [lease = marker_lease_, &clock = clock_] {
+        const int64_t now = clock.Now().time_since_epoch().count();
         if (now < lease->load()) return Status::Ok();
         return Status::Unavailable("this agent has not heard from its coordinator lately, or was fenced (it may "
                                    "have been replaced)");
@@ -50,7 +50,7 @@ void Agent::PersistCommitted(uint64_t version) {
     }
     flusher_ = std::move(fl);
   }
-  flusher_->OnCommitted(version, commit_epoch_, Clock::now());
+  flusher_->OnCommitted(version, commit_epoch_, clock_.Now());
 }
 
 void Agent::DrainPersist() {

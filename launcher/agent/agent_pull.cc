@@ -17,7 +17,7 @@ void Agent::StartPulls(const PullMsg& m) {
   pulls_.clear();
   pull_failed_ = false;
   pull_epoch_ = m.epoch;
-  pull_started_ = Clock::now();
+  pull_started_ = clock_.Now();
   ++pull_seq_;  // a restore from disk in flight is stale now
   next_restore_.reset();
   if (m.from_disk) {
@@ -80,7 +80,7 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
   }
   if (pulls_.empty() && !pull_failed_) {
     FTRUN_LOG_INFO("pulled every shard of version {} in {:.0f} ms", version,
-                   std::chrono::duration<double, std::milli>(Clock::now() - pull_started_).count());
+                   std::chrono::duration<double, std::milli>(clock_.Now() - pull_started_).count());
     Report(ReadyMsg{pull_epoch_});
   }
 }

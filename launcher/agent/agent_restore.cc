@@ -27,7 +27,7 @@ void Agent::BeginDiskRestore(const PullMsg& m) {
   DiskRestore r;
   r.pull = m;
   r.seq = pull_seq_;
-  r.t0 = Clock::now();
+  r.t0 = clock_.Now();
   for (const auto& [rank, holders] : m.ranks) r.ranks.push_back(rank);
   restore_ = std::move(r);
   if (!persist()) return DiskRestoreEnd(Status::FailedPrecondition("this agent has no persist.dir"));
@@ -138,7 +138,7 @@ void Agent::DiskRestoreEnd(Status s) {
   FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
                  "{:.0f} ms on the disk worker; training resumes after step {}",
                  v, r.ranks.front(), r.ranks.back(), PersistJobDir(o_.config.persist.dir, o_.job_id),
-                 r.bytes / 1048576.0, std::chrono::duration<double, std::milli>(Clock::now() - r.t0).count(), v);
+                 r.bytes / 1048576.0, std::chrono::duration<double, std::milli>(clock_.Now() - r.t0).count(), v);
   tracker_.Committed(v);
   service_->OnCommitted(v);
   HeldMsg held{r.pull.epoch, {}};

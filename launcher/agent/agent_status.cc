@@ -47,7 +47,7 @@ nlohmann::json SampleChunks(const Manifest& m, size_t n) {
 
 void Agent::WriteStatus() {
   status_dirty_ = false;
-  last_status_write_ = Clock::now();
+  last_status_write_ = clock_.Now();
   if (o_.status_file.empty()) return;
   using nlohmann::json;
   json j;
