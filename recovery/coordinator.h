@@ -188,6 +188,8 @@ class Coordinator {
   int last_failure_code_ = 1;
   EarlyFailureRule early_failures_;
   std::optional<uint64_t> committed_;
+  // Versions above the committed one whose copies are counted, at most.
+  static constexpr size_t kMaxHeldVersions = 1024;
   std::map<uint64_t, std::map<int, std::set<PeerId>>> held_;  // version -> rank -> agents
   std::optional<Time> waiting_since_;  // for a lost slot's agent
   std::optional<uint64_t> target_;     // the version being replicated

@@ -100,6 +100,11 @@ void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
     if (!committed_ || version >= *committed_) held_[version][rank].insert(a.id);
     if (target_ == version) target_since_ = now;  // the round makes progress
   }
+  // Bounded while nothing commits: the oldest versions go first (a round's
+  // is kept).
+  for (auto it = held_.begin(); held_.size() > kMaxHeldVersions && it != held_.end();) {
+    it = it->first == target_ ? std::next(it) : held_.erase(it);
+  }
   MaybeCommit(now);
   MaybeTarget(now);
 }

@@ -129,6 +129,7 @@ void Agent::Loop() {
       else if (server_->Owns(tag)) server_->Ready(tag, ready[i].events);
     }
     server_->Sync();
+    FlushHeld();
     PumpCoordinator();
   }
 }

@@ -170,6 +170,7 @@ class Agent {
   void ClusterRankSaved(int rank, uint64_t version);
   void ApplyAssign(const AssignMsg& m);
   void Replicate(uint64_t version);
+  void FlushHeld();
   void Ended(int code, const std::string& message, bool fenced);
   void ApplyMembership(const MembershipMsg& m);
   void StartPulls(const PullMsg& m);
@@ -261,7 +262,8 @@ class Agent {
   std::map<int, PullState> pulls_;
   uint64_t pull_epoch_ = 0;
   bool pull_failed_ = false;
-  std::optional<uint64_t> round_;  // the version the current commit round copies
+  std::vector<std::pair<int, uint64_t>> held_pending_;  // (rank, version) held, not yet reported (FlushHeld)
+  std::optional<uint64_t> round_;  // the version the coordinator's fallback round copies
   std::set<int> round_waiting_;    // local ranks that have not saved round_ yet: copied when they do
   static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };

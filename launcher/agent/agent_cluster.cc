@@ -1,5 +1,5 @@
 // The agent in a multi-node job: connects to the runner's coordinator over
-// UCX, heartbeats, replicates saves to its holders, takes its place in the
+// UCX, heartbeats, replicates saves to its holders as they land, takes its place in the
 // job (assign, membership), and fences its own ranks when it loses the
 // coordinator. (Orders are decoded in agent_coordinator.cc.)
 
@@ -20,9 +20,7 @@ Status Agent::SetupCluster() {
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
   replicator_ =
       std::make_unique<Replicator>(transport_.get(), store_.get(), arena_.base(), o_.config.store.chunk_size, clock_);
-  replicator_->on_stored = [this](int rank, uint64_t version) {
-    Report(HeldMsg{epoch_, {{rank, version}}});
-  };
+  replicator_->on_stored = [this](int rank, uint64_t version) { held_pending_.push_back({rank, version}); };
   replicator_->on_pulled = [this](uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s) {
     PullEnded(pull, from, rank, version, s);
   };
@@ -113,7 +111,9 @@ void Agent::TransportEvents() {
   }
 }
 
-// kReplicate: copy version v of this node's ranks to their holders.
+// kReplicate, the coordinator's fallback round (no version committed for a
+// while: the nodes' copies did not meet): copy version v of this node's
+// ranks to their holders, whatever else waits.
 void Agent::Replicate(uint64_t v) {
   if (!replicator_) return;  // (a one-node job's coordinator has no holders to order copies to)
   retention_->RoundTargets(v);
@@ -132,7 +132,7 @@ void Agent::Replicate(uint64_t v) {
     round_waiting_.insert(slot.global_rank);
   }
   for (const RankSlot& slot : ranks_->slots()) {
-    if (!round_waiting_.count(slot.global_rank)) replicator_->Saved(slot.global_rank, v);
+    if (!round_waiting_.count(slot.global_rank)) replicator_->Target(slot.global_rank, v);
   }
 }
 
@@ -221,10 +221,12 @@ void Agent::CoordinatorTick(Clock::time_point now) {
 }
 
 void Agent::ClusterRankSaved(int rank, uint64_t version) {
-  Report(HeldMsg{epoch_, {{rank, version}}});  // replication waits for the round (kReplicate)
-  if (replicator_ && round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
+  held_pending_.push_back({rank, version});
+  if (!replicator_) return retention_->Saved(version, ranks_->Ranks(), round_);
+  replicator_->Saved(rank, version);  // replication starts now: no round trip to the coordinator first
+  if (round_waiting_.erase(rank)) {  // the fallback round's version was ahead of this rank
     if (round_ && version == *round_) {
-      replicator_->Saved(rank, version);
+      replicator_->Target(rank, version);
     } else if (round_ && version > *round_ && !store_->Find(rank, *round_)) {
       round_waiting_.clear();
       RoundFailed(*round_);  // the rank skipped it
@@ -233,6 +235,14 @@ void Agent::ClusterRankSaved(int rank, uint64_t version) {
     }
   }
   retention_->Saved(version, ranks_->Ranks(), round_);  // bounded memory while a round runs
+}
+
+// The held reports of one pass of the event loop (saves, copies stored
+// here) go in one message.
+void Agent::FlushHeld() {
+  if (held_pending_.empty()) return;
+  Report(HeldMsg{epoch_, std::move(held_pending_)});
+  held_pending_.clear();
 }
 
 void Agent::RoundFailed(uint64_t version) {

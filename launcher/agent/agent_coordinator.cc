@@ -59,6 +59,7 @@ Status Agent::StartDiskWorker() {
 }
 
 void Agent::JoinEpoch(uint64_t epoch) {
+  if (epoch > epoch_) FlushHeld();  // (the old epoch's: the coordinator ignores them)
   epoch_ = std::max(epoch_, epoch);
   if (replicator_) replicator_->SetEpoch(epoch_);
 }
@@ -138,6 +139,7 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       CommitMsg m;
       if (!decoded(&m)) return;
       tracker_.Committed(m.version);
+      if (replicator_) replicator_->Committed(m.version);
       commit_epoch_ = m.epoch;  // the timeline its disk markers record (PersistCommitted)
       service_->OnCommitted(m.version);
       commit_epoch_.reset();

@@ -346,5 +346,73 @@ TEST_CASE("replicator: copies and pulls only from the peers the membership names
   }
 }
 
+TEST_CASE("replicator: saves are copied as they land; while a copy runs one per rank waits, the highest level",
+          "[replicator][lattice]") {
+  FakeNet net;
+  Node source(&net, 1), holder(&net, 2);
+  source.replicator.SetHolders({2});
+  holder.replicator.SetRoles(Roles({{1, 0}, {2, 1}}, {0}));
+  std::vector<uint64_t> stored;
+  holder.replicator.on_stored = [&](int, uint64_t version) { stored.push_back(version); };
+  // Version 1 is offered at once; 2..7 are saved before its copy ends.
+  for (uint64_t v = 1; v <= 7; ++v) {
+    Save(source, v, static_cast<char>('a' + 2 * v));
+    source.replicator.Saved(0, v);
+  }
+  Run({&source, &holder});
+  // 4 outranks 2, 3, 5, 6 and 7 (two trailing zero bits): every node whose
+  // link was busy over 2..7 copies 4 too, so the commit meets there.
+  REQUIRE(stored == std::vector<uint64_t>{1, 4});
+  for (uint64_t v : {1, 4}) {
+    const Manifest* got = holder.store.Find(0, v);
+    REQUIRE(got != nullptr);
+    for (const auto& c : got->tensors[0].chunks) CHECK(HashBytes(holder.arena.data() + c.offset, c.length) == c.hash);
+  }
+  // Both stores keep the copied versions whatever else is let go, until a
+  // commit passes them.
+  source.store.ReleaseBetween(std::nullopt, 8);
+  holder.store.ReleaseBetween(std::nullopt, 8);
+  CHECK(source.store.Find(0, 2) == nullptr);
+  for (Node* n : {&source, &holder}) {
+    CHECK(n->store.Find(0, 1) != nullptr);
+    CHECK(n->store.Find(0, 4) != nullptr);
+    n->replicator.Committed(4);
+    n->store.ReleaseBelow(4);
+    CHECK(n->store.Find(0, 1) == nullptr);
+    CHECK(n->store.Find(0, 4) != nullptr);  // the committed one
+  }
+  source.store.ReleaseBetween(4, 8);
+  CHECK(source.store.Find(0, 7) == nullptr);
+}
+
+TEST_CASE("replicator: at most kMaxUncommittedCopies versions are copied ahead of a commit; a round always goes",
+          "[replicator][lattice]") {
+  FakeNet net;
+  Node source(&net, 1), holder(&net, 2);
+  source.replicator.SetHolders({2});
+  holder.replicator.SetRoles(Roles({{1, 0}, {2, 1}}, {0}));
+  std::vector<uint64_t> stored;
+  holder.replicator.on_stored = [&](int, uint64_t version) { stored.push_back(version); };
+  const uint64_t cap = Replicator::kMaxUncommittedCopies;
+  for (uint64_t v = 1; v <= cap + 1; ++v) {
+    Save(source, v, static_cast<char>('a' + 2 * v));
+    source.replicator.Saved(0, v);
+    Run({&source, &holder});
+  }
+  REQUIRE(stored.size() == cap);  // the last one waits
+  CHECK(holder.store.Find(0, cap + 1) == nullptr);
+  SECTION("a commit lets it go") {
+    source.replicator.Committed(cap);
+    Run({&source, &holder});
+  }
+  SECTION("the coordinator's round names it") {
+    source.replicator.Target(0, cap + 1);
+    Run({&source, &holder});
+  }
+  REQUIRE(stored.size() == cap + 1);
+  CHECK(stored.back() == cap + 1);
+  CHECK(holder.store.Find(0, cap + 1) != nullptr);
+}
+
 }  // namespace
 }  // namespace ftrun
