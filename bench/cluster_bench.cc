@@ -116,6 +116,7 @@ int RunReplicate(int argc, char** argv, Result* out) {
   // the whole state. Rank 1 (node 1) keeps its state, so its copies to node
   // 0 are manifests only and the figure is one agent's one-way throughput,
   // as ucx_perftest's is.
+  nlohmann::json runner_last;  // the last run's runner status: its commit figures
   auto run = [&](const std::string& name, const std::string& fraction, int n, const std::string& chunk) {
     std::string c = cfg;
     c.replace(c.find("4MiB"), 4, chunk);
@@ -125,7 +126,10 @@ int RunReplicate(int argc, char** argv, Result* out) {
     nlohmann::json st, agent, last;
     while (::waitpid(j.runner, nullptr, WNOHANG) == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (ReadJson(j.status, &st) && AgentStatus(st, 0, &agent)) last = agent;
+      if (ReadJson(j.status, &st) && AgentStatus(st, 0, &agent)) {
+        last = agent;
+        runner_last = st;
+      }
     }
     return last.contains("replication") ? last["replication"] : nlohmann::json::array();
   };
@@ -153,6 +157,17 @@ int RunReplicate(int argc, char** argv, Result* out) {
   out->figures.push_back({"  replication", rate / 1e9, "GB/s", "", true});
   out->figures.push_back({"  ucx_perftest tag_bw, state-sized messages", ceiling / 1e9, "GB/s", "", true});
   out->figures.push_back({"incremental_wire_ratio", ratio, "ratio", "<= 0.11", ratio <= 0.11});
+  // Copies start on save: a commit takes the copy's time (no round trip to
+  // the coordinator first) and about one held report per node and copy.
+  const double commits = runner_last.value("commits", 0.0);
+  if (commits > 0) {
+    out->figures.push_back({"  held reports per commit (2 nodes, incremental run)",
+                            runner_last.value("held_reports", 0.0) / commits, "messages", "", true});
+  }
+  if (runner_last.contains("last_commit_lag_ms") && runner_last["last_commit_lag_ms"].is_number()) {
+    out->figures.push_back({"  commit lag, first held report to commit (incremental run)",
+                            runner_last["last_commit_lag_ms"].get<double>(), "ms", "", true});
+  }
   out->details = {{"state", state}, {"perftest_bytes_per_s", perf}, {"full_copies", full}, {"incremental_copies", incr},
                   {"transport", "UCX_TLS=tcp,self UCX_NET_DEVICES=lo"}};
   return 0;

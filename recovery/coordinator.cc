@@ -133,7 +133,12 @@ void Coordinator::MaybeCommit(Time now) {
   if (!newest) return;
   committed_ = newest;
   last_commit_ = now;
+  commits_++;
+  if (auto since = held_since_.find(*newest); since != held_since_.end()) {
+    last_commit_lag_ms_ = std::chrono::duration<double, std::milli>(now - since->second).count();
+  }
   held_.erase(held_.begin(), held_.lower_bound(*newest));
+  held_since_.erase(held_since_.begin(), held_since_.upper_bound(*newest));
   missing_.clear();
   dropped_why_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);

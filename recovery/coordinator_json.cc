@@ -24,6 +24,9 @@ nlohmann::json StatusJson(const CoordinatorView& v) {
   j["spares"] = json::array();
   for (const auto& s : v.spares) j["spares"].push_back({{"agent", s.agent}, {"address", s.address}});
   if (v.committed) j["committed_copies"] = v.committed_copies;
+  j["commits"] = v.commits;
+  j["held_reports"] = v.held_reports;
+  j["last_commit_lag_ms"] = v.last_commit_lag_ms ? json(*v.last_commit_lag_ms) : json(nullptr);
   j["recoveries"] = json::array();
   auto ns = [](CoordinatorView::Time t) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();

@@ -96,8 +96,11 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
 
 void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
   if (m.epoch != epoch_) return;  // a stopped generation's saves never count
+  held_reports_++;
   for (const auto& [rank, version] : m.items) {
-    if (!committed_ || version >= *committed_) held_[version][rank].insert(a.id);
+    if (committed_ && version < *committed_) continue;
+    held_[version][rank].insert(a.id);
+    held_since_.emplace(version, now);
     if (target_ == version) target_since_ = now;  // the round makes progress
   }
   // Bounded while nothing commits: the oldest versions go first (a round's
@@ -105,6 +108,7 @@ void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
   for (auto it = held_.begin(); held_.size() > kMaxHeldVersions && it != held_.end();) {
     it = it->first == target_ ? std::next(it) : held_.erase(it);
   }
+  while (held_since_.size() > kMaxHeldVersions) held_since_.erase(held_since_.begin());
   MaybeCommit(now);
   MaybeTarget(now);
 }

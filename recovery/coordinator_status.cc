@@ -76,6 +76,9 @@ CoordinatorView Coordinator::View() const {
       v.committed_copies.push_back(live);
     }
   }
+  v.commits = commits_;
+  v.held_reports = held_reports_;
+  v.last_commit_lag_ms = last_commit_lag_ms_;
   v.recoveries = recoveries_;
   v.done = done_;
   v.exit_code = exit_code_;

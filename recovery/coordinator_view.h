@@ -40,6 +40,12 @@ struct CoordinatorView {
   // Live copies of the committed version per rank (its own node included):
   // 1 + replicas when the redundancy is whole. Empty with no committed version.
   std::vector<int> committed_copies;
+  // Commits since the job began, the held reports they took (messages),
+  // and the last commit's lag: from the first report that a rank held the
+  // version to its commit (the copies' time, not the save's).
+  uint64_t commits = 0;
+  uint64_t held_reports = 0;
+  std::optional<double> last_commit_lag_ms;
   std::vector<Recovery> recoveries;
   bool done = false;
   int exit_code = 0;

@@ -65,6 +65,9 @@ void Agent::JoinEpoch(uint64_t epoch) {
 }
 
 void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
+  // What the store held goes first: the coordinator reads every report in
+  // the order things happened here (a save, then the rank's exit).
+  if (type != ClusterMsg::kHeld) FlushHeld();
   if (local_coord_) local_coord_->Report(type, payload);
   else if (coord_up_) transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
 }
