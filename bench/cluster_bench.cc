@@ -165,7 +165,7 @@ int RunReplicate(int argc, char** argv, Result* out) {
                             runner_last.value("held_reports", 0.0) / commits, "messages", "", true});
   }
   if (runner_last.contains("last_commit_lag_ms") && runner_last["last_commit_lag_ms"].is_number()) {
-    out->figures.push_back({"  commit lag, first held report to commit (incremental run)",
+    out->figures.push_back({"  commit lag, last rank's save to commit (incremental run)",
                             runner_last["last_commit_lag_ms"].get<double>(), "ms", "", true});
   }
   out->details = {{"state", state}, {"perftest_bytes_per_s", perf}, {"full_copies", full}, {"incremental_copies", incr},

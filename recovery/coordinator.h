@@ -191,7 +191,7 @@ class Coordinator {
   // Versions above the committed one whose copies are counted, at most.
   static constexpr size_t kMaxHeldVersions = 1024;
   std::map<uint64_t, std::map<int, std::set<PeerId>>> held_;  // version -> rank -> agents
-  std::map<uint64_t, Time> held_since_;  // version -> its first held report (bounded as held_)
+  std::map<uint64_t, Time> held_since_;  // version -> when every rank had saved it (bounded as held_)
   uint64_t commits_ = 0;
   uint64_t held_reports_ = 0;
   std::optional<double> last_commit_lag_ms_;

@@ -99,8 +99,9 @@ void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
   held_reports_++;
   for (const auto& [rank, version] : m.items) {
     if (committed_ && version < *committed_) continue;
-    held_[version][rank].insert(a.id);
-    held_since_.emplace(version, now);
+    auto& ranks = held_[version];
+    ranks[rank].insert(a.id);
+    if (static_cast<int>(ranks.size()) >= RankCount()) held_since_.emplace(version, now);  // every rank saved it
     if (target_ == version) target_since_ = now;  // the round makes progress
   }
   // Bounded while nothing commits: the oldest versions go first (a round's

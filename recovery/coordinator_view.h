@@ -41,8 +41,9 @@ struct CoordinatorView {
   // 1 + replicas when the redundancy is whole. Empty with no committed version.
   std::vector<int> committed_copies;
   // Commits since the job began, the held reports they took (messages),
-  // and the last commit's lag: from the first report that a rank held the
-  // version to its commit (the copies' time, not the save's).
+  // and the last commit's lag: from the report that made every rank's save
+  // of the version known to its commit (the copies' time, not the ranks'
+  // spread).
   uint64_t commits = 0;
   uint64_t held_reports = 0;
   std::optional<double> last_commit_lag_ms;
