@@ -157,8 +157,9 @@ int RunReplicate(int argc, char** argv, Result* out) {
   out->figures.push_back({"  replication", rate / 1e9, "GB/s", "", true});
   out->figures.push_back({"  ucx_perftest tag_bw, state-sized messages", ceiling / 1e9, "GB/s", "", true});
   out->figures.push_back({"incremental_wire_ratio", ratio, "ratio", "<= 0.11", ratio <= 0.11});
-  // Copies start on save: a commit takes the copy's time (no round trip to
-  // the coordinator first) and about one held report per node and copy.
+  // How the commits went: the held reports each took (messages to the
+  // coordinator), and the last one's lag after the last rank's save (the
+  // round trip that names the version, then the copy).
   const double commits = runner_last.value("commits", 0.0);
   if (commits > 0) {
     out->figures.push_back({"  held reports per commit (2 nodes, incremental run)",

@@ -3,14 +3,13 @@
 // ByteWriter encodings; each decoder checks sizes and says what was
 // malformed.
 //
-// Commits: an agent copies each save to its holders as it lands (choosing
-// the same versions as every other node when its links are busy:
-// plugin/replication/version_lattice.h) and reports, once per pass of its
-// event loop, the versions its store holds (kHeld: its ranks' saves and the
-// copies it received). The coordinator commits the newest version with
-// 1 + cluster.replicas copies of every rank (kCommit). Only when nothing
-// commits for a while does it name a version for every agent to copy
-// (kReplicate, the fallback round).
+// Commit rounds: the coordinator picks the newest version every rank holds
+// locally and tells every agent to replicate that one (kReplicate); once it
+// commits, the next round picks the newest again. Every rank's copy is thus
+// of the same version, whatever the speed of saves and links, and versions
+// skipped between rounds are released at once. An agent reports what its
+// store holds (kHeld: its ranks' saves, the copies it received) once per
+// pass of its event loop, ahead of any other report.
 //
 // Epochs fence generations: every restart of the job's ranks bumps the
 // epoch, and a report from an older epoch about a version above the last
@@ -58,7 +57,7 @@ enum class ClusterMsg : uint16_t {
   kStop,           // exit code, message: the job ends
   kFenced,         // message: this agent is out of the job
   kCoordHeartbeat, // epoch
-  kReplicate,      // epoch, version: the fallback round: copy this version of your ranks to your holders
+  kReplicate,      // epoch, version: copy this version of your ranks to your holders
   kDropAbove,      // version: the job went back to it and has committed a newer one: drop this node's files above it
   // agent <-> agent
   kOffer = 64,   // xfer, epoch, manifest: "store this (rank, version)"

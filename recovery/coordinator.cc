@@ -87,21 +87,15 @@ void Coordinator::MaybeStart(Time now) {
                  committed_ ? "version " + std::to_string(*committed_) : std::string("scratch"));
 }
 
-// The fallback round. Agents copy their saves as they land, each choosing
-// the same versions when its links are busy (version_lattice.h), so a
-// version every rank's holders hold comes without a word from here. A round
-// is named only when none was committed for 3 x cluster.copy_timeout (at
-// most kRoundTimeout): the copies did not meet (versions of no common
-// lattice, a copy refused or stuck), or a round failed. A round in progress
-// runs to its end; only one with no copy of its version held for that long
-// gives way to a newer version. Tick asks too, so a round that hears
-// nothing still gives way.
 void Coordinator::MaybeTarget(Time now) {
   if (phase_ != Phase::kRunning || o_.replicas == 0) return;
+  // A round in progress runs to its end (the first one copies whole
+  // shards); only one with no copy of its version held for 3 x
+  // cluster.copy_timeout (at most kRoundTimeout: a holder refused the copy,
+  // a copy hangs) gives way to a newer version. Tick asks too, so a round
+  // that hears nothing still gives way.
   const auto patience = std::min<std::chrono::milliseconds>(kRoundTimeout, 3 * o_.copy_timeout);
-  const bool round_runs = target_ && (!committed_ || *target_ > *committed_);
-  if (round_runs && now - target_since_ < patience) return;
-  if (!round_runs && !ahead_ && now - last_commit_ < patience) return;
+  if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < patience) return;
   std::optional<uint64_t> newest;
   for (auto it = held_.rbegin(); it != held_.rend() && !newest; ++it) {
     if ((committed_ && it->first <= *committed_) || static_cast<int>(it->second.size()) < RankCount()) continue;

@@ -263,7 +263,7 @@ class Agent {
   uint64_t pull_epoch_ = 0;
   bool pull_failed_ = false;
   std::vector<std::pair<int, uint64_t>> held_pending_;  // (rank, version) held, not yet reported (FlushHeld)
-  std::optional<uint64_t> round_;  // the version the coordinator's fallback round copies
+  std::optional<uint64_t> round_;  // the version the current commit round copies
   std::set<int> round_waiting_;    // local ranks that have not saved round_ yet: copied when they do
   static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };

@@ -1,5 +1,5 @@
 // The agent in a multi-node job: connects to the runner's coordinator over
-// UCX, heartbeats, replicates saves to its holders as they land, takes its place in the
+// UCX, heartbeats, replicates saves to its holders, takes its place in the
 // job (assign, membership), and fences its own ranks when it loses the
 // coordinator. (Orders are decoded in agent_coordinator.cc.)
 
@@ -111,9 +111,7 @@ void Agent::TransportEvents() {
   }
 }
 
-// kReplicate, the coordinator's fallback round (no version committed for a
-// while: the nodes' copies did not meet): copy version v of this node's
-// ranks to their holders, whatever else waits.
+// kReplicate: copy version v of this node's ranks to their holders.
 void Agent::Replicate(uint64_t v) {
   if (!replicator_) return;  // (a one-node job's coordinator has no holders to order copies to)
   retention_->RoundTargets(v);
@@ -132,7 +130,7 @@ void Agent::Replicate(uint64_t v) {
     round_waiting_.insert(slot.global_rank);
   }
   for (const RankSlot& slot : ranks_->slots()) {
-    if (!round_waiting_.count(slot.global_rank)) replicator_->Target(slot.global_rank, v);
+    if (!round_waiting_.count(slot.global_rank)) replicator_->Saved(slot.global_rank, v);
   }
 }
 
@@ -221,12 +219,10 @@ void Agent::CoordinatorTick(Clock::time_point now) {
 }
 
 void Agent::ClusterRankSaved(int rank, uint64_t version) {
-  held_pending_.push_back({rank, version});
-  if (!replicator_) return retention_->Saved(version, ranks_->Ranks(), round_);
-  replicator_->Saved(rank, version);  // replication starts now: no round trip to the coordinator first
-  if (round_waiting_.erase(rank)) {  // the fallback round's version was ahead of this rank
+  held_pending_.push_back({rank, version});  // replication waits for the round (kReplicate)
+  if (replicator_ && round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
     if (round_ && version == *round_) {
-      replicator_->Target(rank, version);
+      replicator_->Saved(rank, version);
     } else if (round_ && version > *round_ && !store_->Find(rank, *round_)) {
       round_waiting_.clear();
       RoundFailed(*round_);  // the rank skipped it

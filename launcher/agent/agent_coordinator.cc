@@ -142,7 +142,6 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       CommitMsg m;
       if (!decoded(&m)) return;
       tracker_.Committed(m.version);
-      if (replicator_) replicator_->Committed(m.version);
       commit_epoch_ = m.epoch;  // the timeline its disk markers record (PersistCommitted)
       service_->OnCommitted(m.version);
       commit_epoch_.reset();

@@ -6,7 +6,6 @@
 #include "plugin/common/hash.h"
 #include "plugin/common/log.h"
 #include "plugin/replication/replicator_wire.h"
-#include "plugin/replication/version_lattice.h"
 #include "recovery/cluster_messages.h"
 
 namespace ftrun {
@@ -20,10 +19,9 @@ Replicator::Replicator(Transport* transport, SnapshotStore* store, char* arena_b
 void Replicator::SetEpoch(uint64_t epoch) {
   if (epoch <= epoch_) return;
   epoch_ = epoch;
-  for (auto& [peer, q] : queue_) Unqueue(q, [&](const Job& j) { return j.epoch < epoch; });
-  // Versions above the restore point are another timeline's; the one it
-  // restores is kept as the committed one.
-  UnpinKept(UINT64_MAX);
+  for (auto& [peer, q] : queue_) {
+    q.erase(std::remove_if(q.begin(), q.end(), [&](const Job& j) { return j.epoch < epoch; }), q.end());
+  }
   std::vector<PeerId> stale;
   for (auto& [peer, out] : out_) {
     if (out.job.epoch < epoch) stale.push_back(peer);
@@ -39,103 +37,40 @@ void Replicator::SetEpoch(uint64_t epoch) {
 void Replicator::SetHolders(std::vector<PeerId> holders) { holders_ = std::move(holders); }
 
 void Replicator::Saved(int rank, uint64_t version) {
-  for (PeerId h : holders_) Enqueue(h, Job{rank, version, epoch_, 0, false});
-}
-
-void Replicator::Target(int rank, uint64_t version) {
-  for (PeerId h : holders_) Enqueue(h, Job{rank, version, epoch_, 0, true});
-}
-
-void Replicator::Committed(uint64_t version) {
-  UnpinKept(version);
-  for (auto& [peer, q] : queue_) {
-    if (!q.empty()) StartNext(peer);  // the cap on uncommitted copies may have held some back
-  }
-}
-
-void Replicator::UnpinKept(uint64_t up_to) {
-  for (auto it = kept_.begin(); it != kept_.end() && *it <= up_to;) {
-    store_->Unpin(*it);
-    it = kept_.erase(it);
-  }
-  copied_versions_.erase(copied_versions_.begin(), copied_versions_.upper_bound(up_to));
-}
-
-void Replicator::Keep(uint64_t version) {
-  store_->Pin(version);
-  kept_.insert(version);
-}
-
-void Replicator::Unqueue(std::deque<Job>& q, const std::function<bool(const Job&)>& drop) {
-  for (auto it = q.begin(); it != q.end();) {
-    if (!drop(*it)) {
-      ++it;
-      continue;
-    }
-    store_->Unpin(it->version);
-    it = q.erase(it);
-  }
+  for (PeerId h : holders_) Enqueue(h, Job{rank, version, epoch_, 0});
 }
 
 void Replicator::Enqueue(PeerId to, Job job) {
   auto& q = queue_[to];
-  auto same = [&](const Job& j) { return j.xfer == 0 && j.rank == job.rank && j.version == job.version; };
-  auto o = out_.find(to);
-  if (job.xfer == 0 && o != out_.end() && same(o->second.job)) return;  // on its way
-  if (auto queued = std::find_if(q.begin(), q.end(), same); job.xfer == 0 && queued != q.end()) {
-    queued->forced |= job.forced;  // (a round names a queued one: it goes whatever the cap)
-    return StartNext(to);
+  if (job.xfer == 0) {  // coalesce: an older queued version of the rank never needs to go
+    q.erase(std::remove_if(q.begin(), q.end(),
+                           [&](const Job& j) { return j.xfer == 0 && j.rank == job.rank && j.version < job.version; }),
+            q.end());
   }
-  if (job.xfer == 0 && !job.forced) {
-    // One routine copy of a rank waits per holder: the version of the
-    // highest level saved while the link was busy (version_lattice.h).
-    for (const Job& j : q) {
-      if (j.xfer == 0 && !j.forced && j.rank == job.rank && j.epoch == job.epoch && !ReplacesQueued(job.version, j.version)) {
-        return;
-      }
-    }
-    Unqueue(q, [&](const Job& j) { return j.xfer == 0 && !j.forced && j.rank == job.rank; });
-  }
-  store_->Pin(job.version);  // a queued job keeps its version until its transfer ends
   q.push_back(job);
   StartNext(to);
-}
-
-bool Replicator::MayStart(const Job& job) const {
-  // Pulls and the coordinator's rounds always go; a routine copy of a new
-  // version waits while kMaxUncommittedCopies versions copied from here
-  // await a commit (each stays in both stores until one passes it).
-  return job.xfer != 0 || job.forced || copied_versions_.count(job.version) ||
-         copied_versions_.size() < kMaxUncommittedCopies;
 }
 
 void Replicator::StartNext(PeerId to) {
   if (out_.count(to)) return;
   auto& q = queue_[to];
-  for (auto it = q.begin(); it != q.end();) {
-    if (!MayStart(*it)) {
-      ++it;
-      continue;
-    }
-    Job job = *it;
-    it = q.erase(it);
+  while (!q.empty()) {
+    Job job = q.front();
+    q.pop_front();
     const Manifest* m = store_->Find(job.rank, job.version);
     if (m == nullptr) {  // released (a newer commit) or discarded meanwhile
-      store_->Unpin(job.version);
       if (job.xfer & kPullBit) Reply(to, T(ClusterMsg::kOfferFailed), job.xfer, "this agent does not hold rank " +
                                          std::to_string(job.rank) + " version " + std::to_string(job.version));
       continue;
     }
-    if (job.xfer == 0) {
-      job.xfer = next_xfer_++;
-      copied_versions_.insert(job.version);
-    }
+    if (job.xfer == 0) job.xfer = next_xfer_++;
     Out& out = out_[to];
     out.job = job;
     out.to = to;
     for (const auto& t : m->tensors) {
       for (const auto& c : t.chunks) out.chunks.push_back(c);
     }
+    store_->Pin(job.version);
     out.state_bytes = m->state_bytes();
     out.started = out.progress = clock_.Now();
     ByteWriter w;
@@ -183,7 +118,6 @@ void Replicator::FinishOut(PeerId to, const Status& s) {
   const Out& out = it->second;
   if (!s.ok()) {
     FTRUN_LOG_WARN("copy of rank {} version {} to agent {} failed: {}", out.job.rank, out.job.version, to, s.message());
-    if (!(out.job.xfer & kPullBit) && !kept_.count(out.job.version)) copied_versions_.erase(out.job.version);
     if (out.job.epoch == epoch_ && !(out.job.xfer & kPullBit) && on_copy_failed) {
       on_copy_failed(out.job.rank, out.job.version, s);
     }
@@ -191,9 +125,6 @@ void Replicator::FinishOut(PeerId to, const Status& s) {
     history_.push_back({to, out.job.rank, out.job.version, out.state_bytes, out.bytes_sent,
                         std::chrono::duration<double>(clock_.Now() - out.started).count()});
     if (history_.size() > 32) history_.pop_front();
-    // The holder reports it held: the coordinator may commit it, so this
-    // store keeps it too until a commit passes it.
-    if (!(out.job.xfer & kPullBit) && out.job.epoch == epoch_) Keep(out.job.version);
   }
   store_->Unpin(it->second.job.version);
   // Sends still in flight complete on their own; their tokens are forgotten.
@@ -312,7 +243,7 @@ void Replicator::Tick(std::chrono::steady_clock::time_point now) {
     // The rest of this peer's queue goes too: its jobs would be offered on
     // the connection about to be reset. A routine copy's failure fails its
     // round at the coordinator, which starts a newer one.
-    Unqueue(queue_[to], [](const Job&) { return true; });
+    queue_.erase(to);
     Out& out = out_.at(to);
     ByteWriter w;
     w.Put<uint64_t>(out.job.xfer);
@@ -338,7 +269,7 @@ void Replicator::Tick(std::chrono::steady_clock::time_point now) {
 }
 
 void Replicator::PeerDown(PeerId peer) {
-  Unqueue(queue_[peer], [](const Job&) { return true; });
+  queue_.erase(peer);
   deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(), [&](const DeferredPull& p) { return p.from == peer; }),
                   deferred_.end());
   FinishOut(peer, Status::Unavailable("agent " + std::to_string(peer) + " is down"));

@@ -1,18 +1,15 @@
 // Replicator: copies (rank, version) snapshots between agents' stores.
 //
-// Source side: as soon as a rank's save lands, its manifest is offered to
-// each holder of this node's shards (no round trip to the coordinator
-// first). The holder answers with the chunks it lacks (its store
-// deduplicates by content hash, so an incremental save sends only the
+// Source side: after a rank's save, the manifest is offered to each holder
+// of this node's shards. The holder answers with the chunks it lacks (its
+// store deduplicates by content hash, so an incremental save sends only the
 // changed chunks), having reserved arena extents for them and posted
 // receives straight into them; the source then sends those chunks from its
-// own arena, at most kWindowBytes in flight per holder. One transfer per
-// holder at a time; while one runs, one routine copy per rank waits, chosen
-// by version_lattice.h so that every node copies the same versions, and a
-// rank's save never waits. A queued or running copy pins its version; a
-// copy both sides reported keeps it pinned on both until a commit passes it
-// (the coordinator may commit it), and at most kMaxUncommittedCopies such
-// versions are copied ahead of the commit.
+// own arena, at most kWindowBytes in flight per holder. The version stays
+// pinned in the source store until the holder says it is stored. One
+// transfer per holder at a time; a queued (not started) older version of a
+// rank is dropped when a newer one is queued, so a slow holder never makes
+// the queue or the memory grow, and a rank's save never waits.
 //
 // Holder side: verifies every received chunk's hash before the manifest
 // enters its store. Pulls (a spare rebuilding a lost node) are the same
@@ -67,17 +64,8 @@ class Replicator {
   void SetCopyTimeout(std::chrono::milliseconds timeout) { copy_timeout_ = timeout; }
   const std::vector<PeerId>& holders() const { return holders_; }
 
-  // Versions copied from here that may await a commit at once; more wait.
-  static constexpr size_t kMaxUncommittedCopies = 8;
-
-  // A local rank's manifest is in the store: copy it to every holder (or
-  // queue it, see version_lattice.h).
+  // A local rank's manifest is in the store: copy it to every holder.
   void Saved(int rank, uint64_t version);
-  // The coordinator's fallback round names this version: copy it whatever
-  // the queue holds.
-  void Target(int rank, uint64_t version);
-  // `version` is committed: the copies kept for a commit up to it go.
-  void Committed(uint64_t version);
   // Asks `from` to send us (rank, version); returns the pull's id.
   uint64_t Pull(PeerId from, int rank, uint64_t version);
 
@@ -126,7 +114,6 @@ class Replicator {
     uint64_t version;
     uint64_t epoch;
     uint64_t xfer;  // the puller's id for pulls, else assigned at start
-    bool forced;    // the coordinator's round: never replaced, never held back
   };
   struct Out {  // one active transfer to a peer
     Job job;
@@ -154,13 +141,7 @@ class Replicator {
   };
 
   void Enqueue(PeerId to, Job job);
-  // Removes the jobs `drop` names, and their pins.
-  void Unqueue(std::deque<Job>& q, const std::function<bool(const Job&)>& drop);
-  bool MayStart(const Job& job) const;
   void StartNext(PeerId to);
-  // Pins a version reported held until a commit passes it.
-  void Keep(uint64_t version);
-  void UnpinKept(uint64_t up_to);
   void Pump(Out& out);
   // A chunk of out's failed its check: the transfer ends (out is gone).
   void SourceCorrupt(Out& out, ChunkRef chunk);
@@ -203,8 +184,6 @@ class Replicator {
   uint64_t next_tag_ = 1;
   uint64_t next_owner_ = 1;
   std::map<PeerId, std::deque<Job>> queue_;
-  std::multiset<uint64_t> kept_;          // Keep's pins, one per copy
-  std::set<uint64_t> copied_versions_;    // routine copies sent from here, not yet committed
   std::map<PeerId, Out> out_;                    // active, one per peer
   std::map<uint64_t, std::pair<PeerId, uint64_t>> send_tokens_;  // send token -> (peer, length)
   std::map<std::pair<PeerId, uint64_t>, In> in_;  // (from, xfer) ->

@@ -52,7 +52,6 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
   const uint64_t version = m.version;
   if (store_->Find(rank, version) != nullptr) {  // already here (e.g. an earlier pull of it finished)
     Reply(from, T(ClusterMsg::kStored), xfer);
-    if (!(xfer & kPullBit)) Keep(version);
     if (on_stored) on_stored(rank, version);
     return PullDone(xfer, from, Status::Ok());
   }
@@ -131,9 +130,6 @@ void Replicator::FinishIn(std::pair<PeerId, uint64_t> key) {
     Reply(from, T(ClusterMsg::kOfferFailed), xfer, s.message());
   } else {
     Reply(from, T(ClusterMsg::kStored), xfer);
-    // Reported held, so it may be committed: kept until a commit passes it
-    // (whatever the node's own saves would let go meanwhile).
-    if (!(xfer & kPullBit)) Keep(version);
     if (on_stored) on_stored(rank, version);
   }
   PullDone(xfer, from, s);
@@ -194,8 +190,7 @@ void Replicator::PullRequest(PeerId from, ByteReader* r) {
 void Replicator::ServePull(const DeferredPull& p) {
   // Served ahead of routine replication to that peer, in the puller's epoch:
   // the halt of that epoch may reach this agent after the request does.
-  store_->Pin(p.version);  // a queued job keeps its version until its transfer ends
-  queue_[p.from].push_front(Job{p.rank, p.version, std::max(p.epoch, epoch_), p.xfer, false});
+  queue_[p.from].push_front(Job{p.rank, p.version, std::max(p.epoch, epoch_), p.xfer});
   StartNext(p.from);
 }
 
