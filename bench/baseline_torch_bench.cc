@@ -25,7 +25,7 @@ namespace ftrun::bench {
 namespace {
 
 bool Exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 
@@ -70,16 +70,26 @@ int RunBaselineTorch(int argc, char** argv, Result* out) {
   }
   const std::string json_path = "/tmp/ftrun-bench-baseline-" + std::to_string(::getpid()) + ".json";
   std::vector<std::string> args = {driver,
-                                   "--build", Dir(SiblingBinary("ftrun-bench")),
-                                   "--python", python,
-                                   "--nodes", std::to_string(nodes),
-                                   "--per-node", std::to_string(per_node),
-                                   "--kills", std::to_string(kills),
-                                   "--saves", std::to_string(saves),
-                                   "--replicas", std::to_string(replicas),
-                                   "--layers", std::to_string(layers),
-                                   "--d-model", std::to_string(d_model),
-                                   "--out", json_path};
+                                   "--build",
+                                   Dir(SiblingBinary("ftrun-bench")),
+                                   "--python",
+                                   python,
+                                   "--nodes",
+                                   std::to_string(nodes),
+                                   "--per-node",
+                                   std::to_string(per_node),
+                                   "--kills",
+                                   std::to_string(kills),
+                                   "--saves",
+                                   std::to_string(saves),
+                                   "--replicas",
+                                   std::to_string(replicas),
+                                   "--layers",
+                                   std::to_string(layers),
+                                   "--d-model",
+                                   std::to_string(d_model),
+                                   "--out",
+                                   json_path};
   if (keep) args.push_back("--keep");
   int rc = WaitExit(StartProgram(python, args, ""));  // progress goes to our stderr
   nlohmann::json j;
@@ -115,8 +125,8 @@ int RunBaselineTorch(int argc, char** argv, Result* out) {
     figs.push_back({"    first step", Num(*s, "segment_first_step_s"), "s", "", true});
   }
   for (const char* part : {"detect_ms", "stop_ms", "respawn_ms", "connect_ms", "restore_ms", "first_step_ms"}) {
-    figs.push_back({std::string("  ftrun agents: ") + part, Num(f, (std::string("agent_") + part).c_str()), "ms", "",
-                    true});
+    figs.push_back(
+        {std::string("  ftrun agents: ") + part, Num(f, (std::string("agent_") + part).c_str()), "ms", "", true});
   }
   const double state_mib = Num(j["ftrun"], "state_bytes_min") / (1 << 20);
   figs.push_back({"state per rank (smallest)", state_mib, "MiB", ">= 256", state_mib >= 256});

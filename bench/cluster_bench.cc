@@ -41,7 +41,7 @@ double UcxPerftest(uint64_t size, int iters, const std::string& log) {
   const std::string exe = "/usr/bin/ucx_perftest";
   const std::string port = std::to_string(20000 + ::getpid() % 20000);
   std::vector<std::string> common = {"-t", "tag_bw", "-s", std::to_string(size), "-n", std::to_string(iters), "-w",
-                                     "2", "-p", port};
+                                     "2",  "-p",     port};
   pid_t server = StartProgram(exe, common, log + ".server");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   std::vector<std::string> client = {"127.0.0.1"};
@@ -73,9 +73,18 @@ Job StartJob(const std::string& name, int nodes, int per_node, int spares, const
   ::mkdir(j.dir.c_str(), 0700);
   j.status = j.dir + "/status.json";
   std::ofstream(j.dir + "/ftrun.yaml") << config << "agent:\n  run_dir: " << j.dir << "/run\n";
-  std::vector<std::string> args = {"--num_nodes", std::to_string(nodes), "--num_gpus", std::to_string(per_node),
-                                   "--spares", std::to_string(spares), "--config", j.dir + "/ftrun.yaml",
-                                   "--status_file", j.status, "--no_python", "--no_local_rank",
+  std::vector<std::string> args = {"--num_nodes",
+                                   std::to_string(nodes),
+                                   "--num_gpus",
+                                   std::to_string(per_node),
+                                   "--spares",
+                                   std::to_string(spares),
+                                   "--config",
+                                   j.dir + "/ftrun.yaml",
+                                   "--status_file",
+                                   j.status,
+                                   "--no_python",
+                                   "--no_local_rank",
                                    SiblingBinary("ftrun-synthetic")};
   args.insert(args.end(), trainer.begin(), trainer.end());
   j.runner = StartProgram(SiblingBinary("ftrun"), args, j.dir + "/out.log");
@@ -145,7 +154,8 @@ int RunReplicate(int argc, char** argv, Result* out) {
     }
   }
   for (const auto& r : incr) {
-    if (r["version"].get<uint64_t>() >= 1) ratios.push_back(r["bytes_sent"].get<double>() / r["state_bytes"].get<double>());
+    if (r["version"].get<uint64_t>() >= 1)
+      ratios.push_back(r["bytes_sent"].get<double>() / r["state_bytes"].get<double>());
   }
   if (rates.empty() || ratios.empty() || ceiling <= 0) {
     std::fprintf(stderr, "ftrun-bench replicate: no measurement (copies %zu/%zu, perftest %.0f B/s)\n", rates.size(),
@@ -169,7 +179,10 @@ int RunReplicate(int argc, char** argv, Result* out) {
     out->figures.push_back({"  commit lag, last rank's save to commit (incremental run)",
                             runner_last["last_commit_lag_ms"].get<double>(), "ms", "", true});
   }
-  out->details = {{"state", state}, {"perftest_bytes_per_s", perf}, {"full_copies", full}, {"incremental_copies", incr},
+  out->details = {{"state", state},
+                  {"perftest_bytes_per_s", perf},
+                  {"full_copies", full},
+                  {"incremental_copies", incr},
                   {"transport", "UCX_TLS=tcp,self UCX_NET_DEVICES=lo"}};
   return 0;
 }
@@ -184,9 +197,9 @@ int RunRestartNode(int argc, char** argv, Result* out) {
       "job:\n  max_restarts: 3\n  stop_grace: 2s\n"
       "store:\n  memory_budget: 2560MiB\n  chunk_size: 4MiB\n  prefault: true\n"
       "cluster:\n  replicas: 1\n  heartbeat_interval: 200ms\n  heartbeat_misses: 25\n";
-  Job j = StartJob("restart-node", 4, 2, 1, cfg,
-                   {"--state-bytes", state, "--tensors", "8", "--steps", "1000000", "--step-ms", "500",
-                    "--change-fraction", "0.1"});
+  Job j = StartJob(
+      "restart-node", 4, 2, 1, cfg,
+      {"--state-bytes", state, "--tensors", "8", "--steps", "1000000", "--step-ms", "500", "--change-fraction", "0.1"});
   auto deadline = Clock::now() + std::chrono::minutes(4);
   nlohmann::json st;
   // Two commit rounds after the first: every shard has a copy, pages warm.
@@ -195,8 +208,10 @@ int RunRestartNode(int argc, char** argv, Result* out) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (!ReadJson(j.status, &st) || st["phase"] != "running" || st["committed_version"].is_null()) continue;
     uint64_t c = st["committed_version"];
-    if (!first) first = c;
-    else if (c >= *first + 4) break;
+    if (!first)
+      first = c;
+    else if (c >= *first + 4)
+      break;
   }
   int victim_agent = st["nodes"][1]["agent"];
   nlohmann::json victim;
@@ -214,7 +229,8 @@ int RunRestartNode(int argc, char** argv, Result* out) {
   nlohmann::json rec;
   while (Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!ReadJson(j.status, &st) || st["recoveries"].size() < 2 || !st["recoveries"][1].contains("started_mono_ns")) continue;
+    if (!ReadJson(j.status, &st) || st["recoveries"].size() < 2 || !st["recoveries"][1].contains("started_mono_ns"))
+      continue;
     rec = st["recoveries"][1];
     bool all = true;
     last_step = 0;
@@ -243,7 +259,10 @@ int RunRestartNode(int argc, char** argv, Result* out) {
   out->figures.push_back({"  detect_ms", detect, "ms", "", true});
   out->figures.push_back({"  halt_and_rebuild_ms", rebuild, "ms", "", true});
   out->figures.push_back({"  respawn_restore_first_step_ms", restart, "ms", "", true});
-  out->details = {{"state_per_rank", state}, {"nodes", 4}, {"ranks_per_node", 2}, {"coordinator_recovery", rec},
+  out->details = {{"state_per_rank", state},
+                  {"nodes", 4},
+                  {"ranks_per_node", 2},
+                  {"coordinator_recovery", rec},
                   {"log", j.dir + "/out.log"}};
   return 0;
 }

@@ -65,8 +65,10 @@ bool ParseBytes(const std::string& s, uint64_t* out) {
   char* end = nullptr;
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   std::string unit = end;
-  const std::map<std::string, uint64_t> units = {{"", 1},         {"B", 1},          {"K", 1ull << 10}, {"KiB", 1ull << 10},
-                                                 {"M", 1ull << 20}, {"MiB", 1ull << 20}, {"G", 1ull << 30}, {"GiB", 1ull << 30}};
+  const std::map<std::string, uint64_t> units = {{"", 1},           {"B", 1},
+                                                 {"K", 1ull << 10}, {"KiB", 1ull << 10},
+                                                 {"M", 1ull << 20}, {"MiB", 1ull << 20},
+                                                 {"G", 1ull << 30}, {"GiB", 1ull << 30}};
   auto it = units.find(unit);
   if (end == s.c_str() || it == units.end()) return false;
   *out = v * it->second;
@@ -129,7 +131,8 @@ bool ParseFioConfigs(const std::string& text, std::vector<FioConfig>* out) {
   while (std::getline(ss, item, ',')) {
     FioConfig c;
     char bs[32];
-    if (std::sscanf(item.c_str(), "%31[^:]:%d:%d", bs, &c.depth, &c.jobs) != 3 || c.depth < 1 || c.jobs < 1) return false;
+    if (std::sscanf(item.c_str(), "%31[^:]:%d:%d", bs, &c.depth, &c.jobs) != 3 || c.depth < 1 || c.jobs < 1)
+      return false;
     c.bs = bs;
     out->push_back(c);
   }
@@ -144,13 +147,13 @@ double RunFio(const std::string& fio, const std::string& dir, uint64_t bytes, co
   const std::string name = "ftrun-bench-fio." + std::to_string(::getpid());
   const std::string json = scratch + ".fio.json", log = scratch + ".fio.log";
   uint64_t per_job = (bytes / static_cast<uint64_t>(c.jobs) + (1u << 20) - 1) >> 20 << 20;
-  pid_t pid = StartProgram(fio,
-                           {"--name=" + name, "--directory=" + dir, "--rw=write", "--bs=" + c.bs,
-                            "--size=" + std::to_string(per_job), "--numjobs=" + std::to_string(c.jobs),
-                            "--group_reporting", "--direct=1", "--ioengine=io_uring",
-                            "--iodepth=" + std::to_string(c.depth), "--end_fsync=1", "--fallocate=none",
-                            "--output-format=json", "--output=" + json},
-                           log);
+  pid_t pid =
+      StartProgram(fio,
+                   {"--name=" + name, "--directory=" + dir, "--rw=write", "--bs=" + c.bs,
+                    "--size=" + std::to_string(per_job), "--numjobs=" + std::to_string(c.jobs), "--group_reporting",
+                    "--direct=1", "--ioengine=io_uring", "--iodepth=" + std::to_string(c.depth), "--end_fsync=1",
+                    "--fallocate=none", "--output-format=json", "--output=" + json},
+                   log);
   int rc = WaitExitFor(pid, std::chrono::seconds(300));
   for (int i = 0; i < c.jobs; ++i) ::unlink((dir + "/" + name + "." + std::to_string(i) + ".0").c_str());
   nlohmann::json j;
@@ -185,9 +188,9 @@ struct VersionWrite {
 struct RunResult {
   bool ok = false;
   std::vector<std::map<uint64_t, double>> step_s;  // per rank: step -> steady-clock seconds it was seen
-  double prefaulted_s = -1;                         // when the status first said so
-  std::vector<VersionWrite> writes;                 // from the agent's log
-  double writing_fraction = 0;                      // status samples with persist.state "writing", in the window
+  double prefaulted_s = -1;                        // when the status first said so
+  std::vector<VersionWrite> writes;                // from the agent's log
+  double writing_fraction = 0;                     // status samples with persist.state "writing", in the window
   std::vector<std::pair<double, bool>> writing_samples;
   // The ranks' /proc/<pid>/schedstat summed: time on a CPU and time waiting
   // for one (runnable, not running), sampled with the status.
@@ -297,13 +300,32 @@ RunResult RunAgent(const std::string& synthetic, const RunSpec& s,
   y.close();
   char fraction[32];
   std::snprintf(fraction, sizeof fraction, "%g", s.change_fraction);
-  pid_t agent =
-      StartProgram(SiblingBinary("ftrun-agent"),
-                   {"--config", cfg, "--nproc", std::to_string(s.ranks), "--job-id", "bench-flush", "--status-file",
-                    status, "--enable_each_rank_log", logs, "--no_python", "--no_local_rank", synthetic,
-                    "--state-bytes", s.state, "--tensors", "8", "--steps", std::to_string(s.steps), "--step-ms",
-                    std::to_string(s.step_ms), "--change-fraction", fraction, "--verbose"},
-                   log);
+  pid_t agent = StartProgram(SiblingBinary("ftrun-agent"),
+                             {"--config",
+                              cfg,
+                              "--nproc",
+                              std::to_string(s.ranks),
+                              "--job-id",
+                              "bench-flush",
+                              "--status-file",
+                              status,
+                              "--enable_each_rank_log",
+                              logs,
+                              "--no_python",
+                              "--no_local_rank",
+                              synthetic,
+                              "--state-bytes",
+                              s.state,
+                              "--tensors",
+                              "8",
+                              "--steps",
+                              std::to_string(s.steps),
+                              "--step-ms",
+                              std::to_string(s.step_ms),
+                              "--change-fraction",
+                              fraction,
+                              "--verbose"},
+                             log);
   const double cpu0 = ChildrenCpuSeconds(), machine0 = MachineCpuSeconds();
   const auto wall0 = std::chrono::steady_clock::now();
   StepFollower follow(logs, s.ranks);
@@ -335,8 +357,10 @@ RunResult RunAgent(const std::string& synthetic, const RunSpec& s,
       last_status = now;
       nlohmann::json j;
       if (ReadJson(status, &j)) {
-        if (res.prefaulted_s < 0 && j["store"]["prefaulted"] == true) res.prefaulted_s = Seconds(now.time_since_epoch());
-        if (j.contains("persist")) res.writing_samples.emplace_back(Seconds(now.time_since_epoch()), j["persist"]["state"] == "writing");
+        if (res.prefaulted_s < 0 && j["store"]["prefaulted"] == true)
+          res.prefaulted_s = Seconds(now.time_since_epoch());
+        if (j.contains("persist"))
+          res.writing_samples.emplace_back(Seconds(now.time_since_epoch()), j["persist"]["state"] == "writing");
         RunResult::Sched x{Seconds(now.time_since_epoch()), 0, 0};
         int seen = 0;
         for (const auto& rank : j["ranks"]) {
@@ -491,7 +515,8 @@ int RunFlush(int argc, char** argv, Result* out) {
   }
   struct statfs fs {};
   if (::statfs(dir.c_str(), &fs) != 0) {
-    std::fprintf(stderr, "ftrun-bench flush: cannot stat the filesystem of '%s': %s\n", dir.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "ftrun-bench flush: cannot stat the filesystem of '%s': %s\n", dir.c_str(),
+                 std::strerror(errno));
     return 1;
   }
   if (static_cast<long>(fs.f_type) == kTmpfsMagic && !allow_tmpfs) {
@@ -516,13 +541,11 @@ int RunFlush(int argc, char** argv, Result* out) {
   const uint64_t chunks = (state_bytes + kChunkBytes - 1) / kChunkBytes;
   uint64_t version_bytes = static_cast<uint64_t>(ranks) * (state_bytes + chunks * kChunkHeader);
   version_bytes = (version_bytes + (1u << 20) - 1) >> 20 << 20;
-  out->details = {{"dir", dir},
-                  {"filesystem_magic", static_cast<long>(fs.f_type)},
-                  {"ranks", ranks},
-                  {"state_per_rank", state}};
+  out->details = {
+      {"dir", dir}, {"filesystem_magic", static_cast<long>(fs.f_type)}, {"ranks", ranks}, {"state_per_rank", state}};
 
   if (!skip_throughput) {
-    std::vector<double> fio_gbs, sweep_gbs;  // the best of each round; of the sweeps only
+    std::vector<double> fio_gbs, sweep_gbs;        // the best of each round; of the sweeps only
     std::map<std::string, double> best_by_config;  // over the sweeps before the agent
     auto fio_round = [&](const std::string& when, const std::vector<FioConfig>& cs) {
       double best = -1;
@@ -605,8 +628,13 @@ int RunFlush(int argc, char** argv, Result* out) {
       } else if (note.empty()) {
         note = "no fio round on both sides: not counted";
       }
-      writes.push_back({{"version", w.version}, {"ms", w.ms}, {"mib_written", w.mib_written},
-                        {"mib_skipped", w.mib_skipped}, {"gb_s", gbs}, {"over_fio_around", ratio}, {"note", note}});
+      writes.push_back({{"version", w.version},
+                        {"ms", w.ms},
+                        {"mib_written", w.mib_written},
+                        {"mib_skipped", w.mib_skipped},
+                        {"gb_s", gbs},
+                        {"over_fio_around", ratio},
+                        {"note", note}});
       std::fprintf(stderr, "version %llu: %.1f MiB in %.0f ms = %.3f GB/s, %.3f of the fio rounds around it%s%s\n",
                    static_cast<unsigned long long>(w.version), w.mib_written, w.ms, gbs, ratio,
                    note.empty() ? "" : "; ", note.c_str());
@@ -662,17 +690,25 @@ int RunFlush(int argc, char** argv, Result* out) {
           // A refused save (the store full) skips the copy: such a step is
           // not comparable.
           const bool disturbed = others > max_foreign || r.refused_saves > 0;
-          std::fprintf(stderr,
-                       "pair %d, persist %s: mean step %.1f ms (a rank on a CPU %.1f ms of it, waiting for one %.1f ms), "
-                       "%zu versions written, flusher writing %.0f%%; CPU: agent and ranks %.2f cores, other "
-                       "processes %.2f cores; %d saves refused%s\n",
-                       p, on ? "on" : "off", m * 1e3, r.rank_run_ms_per_step, r.rank_wait_ms_per_step,
-                       r.writes.size(), 100 * r.writing_fraction, r.cpu_ours_s / r.wall_s, others, r.refused_saves,
-                       !disturbed ? "" : attempt < retries ? " (disturbed: again)" : " (disturbed: kept)");
-          runs.push_back({{"pair", p}, {"persist", on}, {"mean_step_ms", m * 1e3},
-                          {"versions_written", r.writes.size()}, {"writing_fraction", r.writing_fraction},
-                          {"window_s", last - first}, {"cpu_cores_ours", r.cpu_ours_s / r.wall_s},
-                          {"cpu_cores_others", others}, {"rank_on_cpu_ms_per_step", r.rank_run_ms_per_step},
+          std::fprintf(
+              stderr,
+              "pair %d, persist %s: mean step %.1f ms (a rank on a CPU %.1f ms of it, waiting for one %.1f ms), "
+              "%zu versions written, flusher writing %.0f%%; CPU: agent and ranks %.2f cores, other "
+              "processes %.2f cores; %d saves refused%s\n",
+              p, on ? "on" : "off", m * 1e3, r.rank_run_ms_per_step, r.rank_wait_ms_per_step, r.writes.size(),
+              100 * r.writing_fraction, r.cpu_ours_s / r.wall_s, others, r.refused_saves,
+              !disturbed          ? ""
+              : attempt < retries ? " (disturbed: again)"
+                                  : " (disturbed: kept)");
+          runs.push_back({{"pair", p},
+                          {"persist", on},
+                          {"mean_step_ms", m * 1e3},
+                          {"versions_written", r.writes.size()},
+                          {"writing_fraction", r.writing_fraction},
+                          {"window_s", last - first},
+                          {"cpu_cores_ours", r.cpu_ours_s / r.wall_s},
+                          {"cpu_cores_others", others},
+                          {"rank_on_cpu_ms_per_step", r.rank_run_ms_per_step},
                           {"rank_waiting_for_cpu_ms_per_step", r.rank_wait_ms_per_step},
                           {"saves_refused", r.refused_saves},
                           {"counted", !disturbed || attempt >= retries}});

@@ -94,14 +94,15 @@ void WriteJson(const ftrun::bench::Result& r, const std::string& path) {
 int main(int argc, char** argv) {
   using namespace ftrun::bench;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::printf("usage: ftrun-bench SCENARIO [--json FILE] [flags]\nscenarios:\n"
-                "  save            save stall vs memcpy, incremental saves (1 GiB per rank by default)\n"
-                "  restart-local   kill a rank of 4, time until every rank completed a step after restore\n"
-                "  replicate       replication to a holder over UCX vs ucx_perftest; incremental bytes on the wire\n"
-                "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
-                "  baseline-torch  train_gpt.py: torch.save/torch.load + relaunch vs ftrun (save, restore, recovery)\n"
-                "  flush           the lazy flusher's disk rate vs fio; step time with and without it\n"
-                "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
+    std::printf(
+        "usage: ftrun-bench SCENARIO [--json FILE] [flags]\nscenarios:\n"
+        "  save            save stall vs memcpy, incremental saves (1 GiB per rank by default)\n"
+        "  restart-local   kill a rank of 4, time until every rank completed a step after restore\n"
+        "  replicate       replication to a holder over UCX vs ucx_perftest; incremental bytes on the wire\n"
+        "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
+        "  baseline-torch  train_gpt.py: torch.save/torch.load + relaunch vs ftrun (save, restore, recovery)\n"
+        "  flush           the lazy flusher's disk rate vs fio; step time with and without it\n"
+        "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
@@ -109,20 +110,31 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::vector<char*> rest = {argv[0]};
   for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
-    else rest.push_back(argv[i]);
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      json_path = argv[++i];
+    else
+      rest.push_back(argv[i]);
   }
   Result r;
   r.scenario = scenario;
   int rc;
-  if (scenario == "save") rc = RunSave(static_cast<int>(rest.size()), rest.data(), &r);
-  else if (scenario == "restart-local") rc = RunRestartLocal(static_cast<int>(rest.size()), rest.data(), &r);
-  else if (scenario == "replicate") rc = RunReplicate(static_cast<int>(rest.size()), rest.data(), &r);
-  else if (scenario == "restart-node") rc = RunRestartNode(static_cast<int>(rest.size()), rest.data(), &r);
-  else if (scenario == "baseline-torch") rc = RunBaselineTorch(static_cast<int>(rest.size()), rest.data(), &r);
-  else if (scenario == "flush") rc = RunFlush(static_cast<int>(rest.size()), rest.data(), &r);
+  if (scenario == "save")
+    rc = RunSave(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "restart-local")
+    rc = RunRestartLocal(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "replicate")
+    rc = RunReplicate(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "restart-node")
+    rc = RunRestartNode(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "baseline-torch")
+    rc = RunBaselineTorch(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "flush")
+    rc = RunFlush(static_cast<int>(rest.size()), rest.data(), &r);
   else {
-    std::fprintf(stderr, "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch, flush)\n", scenario.c_str());
+    std::fprintf(
+        stderr,
+        "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch, flush)\n",
+        scenario.c_str());
     return 2;
   }
   if (rc != 0) return rc;

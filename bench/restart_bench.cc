@@ -27,10 +27,27 @@ int RunRestartLocal(int argc, char** argv, Result* out) {
   std::ofstream(cfg) << "job:\n  max_restarts: " << kills + 1 << "\n  hang_timeout: 60s\n  stop_grace: 2s\n"
                      << "store:\n  memory_budget: " << ranks << "GiB\n"
                      << "agent:\n  run_dir: " << dir << "\n  log_level: info\n";
-  pid_t agent = StartAgent({"--config", cfg, "--nproc", std::to_string(ranks), "--job-id", "bench-restart",
-                            "--status-file", status, "--no_python", "--no_local_rank",
-                            SiblingBinary("ftrun-synthetic"), "--state-bytes", state, "--tensors", "8",
-                            "--steps", "1000000", "--step-ms", "10", "--change-fraction", "0.1"});
+  pid_t agent = StartAgent({"--config",
+                            cfg,
+                            "--nproc",
+                            std::to_string(ranks),
+                            "--job-id",
+                            "bench-restart",
+                            "--status-file",
+                            status,
+                            "--no_python",
+                            "--no_local_rank",
+                            SiblingBinary("ftrun-synthetic"),
+                            "--state-bytes",
+                            state,
+                            "--tensors",
+                            "8",
+                            "--steps",
+                            "1000000",
+                            "--step-ms",
+                            "10",
+                            "--change-fraction",
+                            "0.1"});
   std::vector<double> totals;
   nlohmann::json recoveries = nlohmann::json::array();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
@@ -51,7 +68,8 @@ int RunRestartLocal(int argc, char** argv, Result* out) {
     while (std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (ReadJson(status, &j) && j["recoveries"].size() > static_cast<size_t>(k) &&
-          j["recoveries"][k].contains("first_step_mono_ns")) break;
+          j["recoveries"][k].contains("first_step_mono_ns"))
+        break;
     }
     nlohmann::json r = j["recoveries"][k];
     if (!r.contains("first_step_mono_ns")) break;

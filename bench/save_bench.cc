@@ -102,7 +102,9 @@ int RunSaveWorker(int argc, char** argv) {
   std::vector<double> memcpy_s;
   for (int r = 0; r < reps; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < tensors; ++i) std::memcpy(dst.get() + static_cast<uint64_t>(i) * s.tensor_bytes, s.tensors[static_cast<size_t>(i)].get(), s.tensor_bytes);
+    for (int i = 0; i < tensors; ++i)
+      std::memcpy(dst.get() + static_cast<uint64_t>(i) * s.tensor_bytes, s.tensors[static_cast<size_t>(i)].get(),
+                  s.tensor_bytes);
     memcpy_s.push_back(Seconds(std::chrono::steady_clock::now() - t0));
   }
   dst.reset();
@@ -149,12 +151,17 @@ int RunSaveWorker(int argc, char** argv) {
     scat_ratio.push_back(static_cast<double>(stats.bytes_copied) / static_cast<double>(total));
   }
 
-  nlohmann::json j = {{"state_bytes", total},       {"chunk_size", cs},
-                      {"memcpy_s", Median(memcpy_s)}, {"full_save_s", Median(full_s)},
+  nlohmann::json j = {{"state_bytes", total},
+                      {"chunk_size", cs},
+                      {"memcpy_s", Median(memcpy_s)},
+                      {"full_save_s", Median(full_s)},
                       {"full_copied_bytes", full_copied},
-                      {"incremental_s", Median(incr_s)}, {"incremental_bytes_ratio", Median(incr_ratio)},
-                      {"scattered_s", Median(scat_s)}, {"scattered_bytes_ratio", Median(scat_ratio)},
-                      {"reps", reps}, {"tensors", tensors}};
+                      {"incremental_s", Median(incr_s)},
+                      {"incremental_bytes_ratio", Median(incr_ratio)},
+                      {"scattered_s", Median(scat_s)},
+                      {"scattered_bytes_ratio", Median(scat_ratio)},
+                      {"reps", reps},
+                      {"tensors", tensors}};
   std::ofstream(out) << j.dump(2);
   return 0;
 }
@@ -172,16 +179,32 @@ int RunSave(int argc, char** argv, Result* out) {
   const uint64_t state_bytes = std::stoull(state);
 
   const std::string dir = "/tmp/ftrun-bench-" + std::to_string(::getpid());
-  const std::string cfg = dir + ".yaml", result = dir + ".json", status = dir + ".status.json",
-                    go = dir + ".go";
+  const std::string cfg = dir + ".yaml", result = dir + ".json", status = dir + ".status.json", go = dir + ".go";
   // Room for the committed version plus one full save in flight.
   std::ofstream(cfg) << "store:\n  memory_budget: " << (state_bytes * 5 / 2 + (64ull << 20)) << "B\n"
                      << "  chunk_size: " << chunk << "\nagent:\n  run_dir: " << dir << "\n  log_level: warn\n";
-  pid_t agent = StartAgent({"--config", cfg, "--nproc", "1", "--job-id", "bench-save", "--status-file", status,
+  pid_t agent = StartAgent({"--config",
+                            cfg,
+                            "--nproc",
+                            "1",
+                            "--job-id",
+                            "bench-save",
+                            "--status-file",
+                            status,
                             "--no_python",
-                            "--no_local_rank", SiblingBinary("ftrun-bench"), "save-worker", "--state-bytes",
-                            std::to_string(state_bytes), "--tensors", std::to_string(tensors), "--reps",
-                            std::to_string(reps), "--out", result, "--go-file", go});
+                            "--no_local_rank",
+                            SiblingBinary("ftrun-bench"),
+                            "save-worker",
+                            "--state-bytes",
+                            std::to_string(state_bytes),
+                            "--tensors",
+                            std::to_string(tensors),
+                            "--reps",
+                            std::to_string(reps),
+                            "--out",
+                            result,
+                            "--go-file",
+                            go});
   for (int i = 0; i < 1200; ++i) {
     nlohmann::json st;
     if (ReadJson(status, &st) && st["store"]["prefaulted"] == true) break;

@@ -163,36 +163,66 @@ Status Decode(const std::string& payload, StartMsg* m) {
 
 std::string ClusterMsgName(uint16_t type) {
   switch (static_cast<ClusterMsg>(type)) {
-    case ClusterMsg::kRegister: return "register";
-    case ClusterMsg::kHeartbeat: return "heartbeat";
-    case ClusterMsg::kHeld: return "held";
-    case ClusterMsg::kRankFailed: return "rank-failed";
-    case ClusterMsg::kHalted: return "halted";
-    case ClusterMsg::kReady: return "ready";
-    case ClusterMsg::kNodeDone: return "node-done";
-    case ClusterMsg::kFatal: return "fatal";
-    case ClusterMsg::kRoundFailed: return "round-failed";
-    case ClusterMsg::kPullFailed: return "pull-failed";
-    case ClusterMsg::kDiskFailed: return "disk-failed";
-    case ClusterMsg::kDropped: return "dropped";
-    case ClusterMsg::kMissing: return "missing";
-    case ClusterMsg::kAssign: return "assign";
-    case ClusterMsg::kMembership: return "membership";
-    case ClusterMsg::kHalt: return "halt";
-    case ClusterMsg::kPull: return "pull";
-    case ClusterMsg::kStart: return "start";
-    case ClusterMsg::kCommit: return "commit";
-    case ClusterMsg::kStop: return "stop";
-    case ClusterMsg::kFenced: return "fenced";
-    case ClusterMsg::kCoordHeartbeat: return "coordinator-heartbeat";
-    case ClusterMsg::kReplicate: return "replicate";
-    case ClusterMsg::kDropAbove: return "drop-above";
-    case ClusterMsg::kOffer: return "offer";
-    case ClusterMsg::kWant: return "want";
-    case ClusterMsg::kOfferFailed: return "offer-failed";
-    case ClusterMsg::kStored: return "stored";
-    case ClusterMsg::kPullRequest: return "pull-request";
-    case ClusterMsg::kAbort: return "abort";
+    case ClusterMsg::kRegister:
+      return "register";
+    case ClusterMsg::kHeartbeat:
+      return "heartbeat";
+    case ClusterMsg::kHeld:
+      return "held";
+    case ClusterMsg::kRankFailed:
+      return "rank-failed";
+    case ClusterMsg::kHalted:
+      return "halted";
+    case ClusterMsg::kReady:
+      return "ready";
+    case ClusterMsg::kNodeDone:
+      return "node-done";
+    case ClusterMsg::kFatal:
+      return "fatal";
+    case ClusterMsg::kRoundFailed:
+      return "round-failed";
+    case ClusterMsg::kPullFailed:
+      return "pull-failed";
+    case ClusterMsg::kDiskFailed:
+      return "disk-failed";
+    case ClusterMsg::kDropped:
+      return "dropped";
+    case ClusterMsg::kMissing:
+      return "missing";
+    case ClusterMsg::kAssign:
+      return "assign";
+    case ClusterMsg::kMembership:
+      return "membership";
+    case ClusterMsg::kHalt:
+      return "halt";
+    case ClusterMsg::kPull:
+      return "pull";
+    case ClusterMsg::kStart:
+      return "start";
+    case ClusterMsg::kCommit:
+      return "commit";
+    case ClusterMsg::kStop:
+      return "stop";
+    case ClusterMsg::kFenced:
+      return "fenced";
+    case ClusterMsg::kCoordHeartbeat:
+      return "coordinator-heartbeat";
+    case ClusterMsg::kReplicate:
+      return "replicate";
+    case ClusterMsg::kDropAbove:
+      return "drop-above";
+    case ClusterMsg::kOffer:
+      return "offer";
+    case ClusterMsg::kWant:
+      return "want";
+    case ClusterMsg::kOfferFailed:
+      return "offer-failed";
+    case ClusterMsg::kStored:
+      return "stored";
+    case ClusterMsg::kPullRequest:
+      return "pull-request";
+    case ClusterMsg::kAbort:
+      return "abort";
   }
   return "message " + std::to_string(type);
 }

@@ -48,17 +48,17 @@ enum class ClusterMsg : uint16_t {
   kDropped,       // epoch, [(rank, version)]: manifests the sender no longer holds (a chunk of theirs was corrupted)
   kMissing,       // epoch, [(rank, version)]: told to start from that version, the sender lacks these of its own ranks
   // coordinator -> agent
-  kAssign = 32,    // AssignMsg: the slot (node) this agent now is
-  kMembership,     // MembershipMsg
-  kHalt,           // epoch: stop the ranks, drop uncommitted versions, answer kHalted
-  kPull,           // PullMsg
-  kStart,          // StartMsg
-  kCommit,         // version, epoch it was committed in (its timeline: persist markers record it)
-  kStop,           // exit code, message: the job ends
-  kFenced,         // message: this agent is out of the job
-  kCoordHeartbeat, // epoch
-  kReplicate,      // epoch, version: copy this version of your ranks to your holders
-  kDropAbove,      // version: the job went back to it and has committed a newer one: drop this node's files above it
+  kAssign = 32,     // AssignMsg: the slot (node) this agent now is
+  kMembership,      // MembershipMsg
+  kHalt,            // epoch: stop the ranks, drop uncommitted versions, answer kHalted
+  kPull,            // PullMsg
+  kStart,           // StartMsg
+  kCommit,          // version, epoch it was committed in (its timeline: persist markers record it)
+  kStop,            // exit code, message: the job ends
+  kFenced,          // message: this agent is out of the job
+  kCoordHeartbeat,  // epoch
+  kReplicate,       // epoch, version: copy this version of your ranks to your holders
+  kDropAbove,       // version: the job went back to it and has committed a newer one: drop this node's files above it
   // agent <-> agent
   kOffer = 64,   // xfer, epoch, manifest: "store this (rank, version)"
   kWant,         // xfer, [(chunk index, tag)]: the chunks the holder lacks
@@ -135,10 +135,10 @@ struct EpochMsg {
   uint64_t epoch = 0;
 };
 using HeartbeatMsg = EpochMsg<ClusterMsg::kHeartbeat>;
-using HaltedMsg = EpochMsg<ClusterMsg::kHalted>;        // the sender's ranks are gone
-using ReadyMsg = EpochMsg<ClusterMsg::kReady>;          // it pulled what it was told to
-using NodeDoneMsg = EpochMsg<ClusterMsg::kNodeDone>;    // every rank of it finished with 0
-using HaltMsg = EpochMsg<ClusterMsg::kHalt>;            // coordinator: stop the ranks
+using HaltedMsg = EpochMsg<ClusterMsg::kHalted>;      // the sender's ranks are gone
+using ReadyMsg = EpochMsg<ClusterMsg::kReady>;        // it pulled what it was told to
+using NodeDoneMsg = EpochMsg<ClusterMsg::kNodeDone>;  // every rank of it finished with 0
+using HaltMsg = EpochMsg<ClusterMsg::kHalt>;          // coordinator: stop the ranks
 using CoordHeartbeatMsg = EpochMsg<ClusterMsg::kCoordHeartbeat>;
 
 // agent -> coordinator: (rank, version) pairs of the sender's epoch.
@@ -296,6 +296,5 @@ Status Decode(const std::string& payload, AssignMsg* m);
 Status Decode(const std::string& payload, MembershipMsg* m);
 Status Decode(const std::string& payload, PullMsg* m);
 Status Decode(const std::string& payload, StartMsg* m);
-
 
 }  // namespace ftrun

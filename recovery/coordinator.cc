@@ -121,7 +121,8 @@ void Coordinator::MaybeCommit(Time now) {
     if (committed_ && version <= *committed_) continue;
     if (static_cast<int>(ranks.size()) < RankCount()) continue;
     bool all = true;
-    for (int r = FirstRank(0); r < EndRank() && all; ++r) all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
+    for (int r = FirstRank(0); r < EndRank() && all; ++r)
+      all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
     if (all) newest = version;
   }
   if (!newest) return;
@@ -140,8 +141,10 @@ void Coordinator::MaybeCommit(Time now) {
     // The job has a newer version than the one it went back to: the old
     // timeline's files above that one go now (before this commit is written),
     // and version numbers found bad there may be written again, good.
-    FTRUN_LOG_INFO("version {} committed after going back to version {}: nodes drop their files of the abandoned "
-                   "versions above it", *newest, *void_above_);
+    FTRUN_LOG_INFO(
+        "version {} committed after going back to version {}: nodes drop their files of the abandoned "
+        "versions above it",
+        *newest, *void_above_);
     SendAll(DropAboveMsg{*void_above_});
     void_above_.reset();
     bad_disk_versions_.clear();
@@ -164,8 +167,10 @@ void Coordinator::Tick(Time now) {
     if (a.alive && o_.heartbeat_misses > 0 && now - a.last_heard > limit) silent.push_back(id);
   }
   for (PeerId p : silent) {
-    Lost(p, "no heartbeat for " + std::to_string(static_cast<long>(Ms(limit))) +
-                " ms (cluster.heartbeat_misses x cluster.heartbeat_interval)", now);
+    Lost(p,
+         "no heartbeat for " + std::to_string(static_cast<long>(Ms(limit))) +
+             " ms (cluster.heartbeat_misses x cluster.heartbeat_interval)",
+         now);
   }
   MaybeTarget(now);  // a round that stalled (a refused copy) gives way to a newer one
   WarnIfStalled(now);
@@ -189,8 +194,10 @@ void Coordinator::Stop(int code, const std::string& message) {
   done_ = true;
   exit_code_ = code;
   exit_message_ = message;
-  if (code == 0) FTRUN_LOG_INFO("job ends: {}", message);
-  else FTRUN_LOG_ERROR("job stops: {}", message);
+  if (code == 0)
+    FTRUN_LOG_INFO("job ends: {}", message);
+  else
+    FTRUN_LOG_ERROR("job stops: {}", message);
   SendAll(StopMsg{code, message});
 }
 

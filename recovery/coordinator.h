@@ -53,7 +53,7 @@ class Coordinator {
     // own ranks only.
     int first_rank = 0;
     int world_size = 0;
-    std::vector<std::string> racks;   // per slot; "" = none
+    std::vector<std::string> racks;  // per slot; "" = none
     int replicas = 1;
     std::chrono::milliseconds heartbeat_interval{200};
     int heartbeat_misses = 10;  // 0: no agent is ever declared lost by its silence
@@ -202,17 +202,17 @@ class Coordinator {
   // the newest version every rank holds): rounds target the newest version
   // any rank saved; agents copy it when their ranks reach it.
   bool ahead_ = false;
-  Time last_commit_{};    // or the start of the epoch
+  Time last_commit_{};  // or the start of the epoch
   Time stall_warned_{};
   void WarnIfStalled(Time now);
   std::vector<RecoveryRecord> recoveries_;
   Time last_heartbeat_sent_{};
   bool done_ = false;
-  bool disk_restore_ = false;  // this recovery goes back to a version on disk
-  DiskNeed disk_need_ = DiskNeed::kNone;  // a scan is awaited
-  std::string disk_detail_;               // for the messages of what it decides
+  bool disk_restore_ = false;                       // this recovery goes back to a version on disk
+  DiskNeed disk_need_ = DiskNeed::kNone;            // a scan is awaited
+  std::string disk_detail_;                         // for the messages of what it decides
   std::optional<std::vector<uint64_t>> disk_scan_;  // its answer, while DiskScanned acts on it
-  std::set<uint64_t> bad_disk_versions_;  // some node could not read its ranks of them
+  std::set<uint64_t> bad_disk_versions_;            // some node could not read its ranks of them
   // The job went back to this version on disk: the files of versions above
   // it are another timeline's. Nothing of them is deleted until the job
   // commits a newer version (a transient failure must never cost a good

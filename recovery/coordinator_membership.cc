@@ -1,10 +1,9 @@
 // The coordinator's membership: agents registering, slots assigned, spares taking over lost nodes, and
 // the membership each agent is told (see coordinator.h).
-#include "recovery/coordinator.h"
-
 #include <algorithm>
 
 #include "plugin/common/log.h"
+#include "recovery/coordinator.h"
 #include "recovery/placement.h"
 
 namespace ftrun {
@@ -80,7 +79,8 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
     // Same agent, same node, and it was never declared lost: it lost the
     // coordinator for a moment and fenced its own ranks. Resync everyone.
     Assign(a, m.slot);
-    return BeginRecovery("agent " + std::to_string(from) + " (node " + std::to_string(m.slot) + ") reconnected", 1, now);
+    return BeginRecovery("agent " + std::to_string(from) + " (node " + std::to_string(m.slot) + ") reconnected", 1,
+                         now);
   }
   if (phase_ == Phase::kRunning && m.slot >= 0 && !slots_[static_cast<size_t>(m.slot)]) {
     Assign(a, m.slot);
@@ -94,8 +94,8 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
       a.ready = false;
       std::vector<int> missing;
       for (int rank : SlotRanks(m.slot)) {
-        bool has = std::find(m.catalog.begin(), m.catalog.end(), RankVersion{rank, committed_.value_or(0)}) !=
-                   m.catalog.end();
+        bool has =
+            std::find(m.catalog.begin(), m.catalog.end(), RankVersion{rank, committed_.value_or(0)}) != m.catalog.end();
         if (committed_ && !has) missing.push_back(rank);
       }
       PullMsg p{epoch_, committed_.value_or(0), {}};
@@ -132,8 +132,10 @@ void Coordinator::AssignReplacements(Time now) {
       }
     }
     if (spare == nullptr) {
-      FTRUN_LOG_WARN("node {} has no agent and there is no spare: waiting up to {} ms (cluster.lost_node_timeout) "
-                     "for its agent to come back", s, o_.lost_node_timeout.count());
+      FTRUN_LOG_WARN(
+          "node {} has no agent and there is no spare: waiting up to {} ms (cluster.lost_node_timeout) "
+          "for its agent to come back",
+          s, o_.lost_node_timeout.count());
       return;
     }
     FTRUN_LOG_INFO("spare agent {} takes over node {}", spare->id, s);

@@ -1,11 +1,10 @@
 // The coordinator's recovery: a failure or a loss starts a new epoch; which copies (RAM, or the persist
 // directory) cover the committed version; copies dropped or missing (see coordinator.h).
-#include "recovery/coordinator.h"
-
 #include <algorithm>
 #include <utility>
 
 #include "plugin/common/log.h"
+#include "recovery/coordinator.h"
 #include "recovery/placement.h"
 
 namespace ftrun {
@@ -14,13 +13,16 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   if (phase_ == Phase::kStopped) return;
   last_failure_code_ = exit_code == 0 ? 1 : exit_code;
   if (restarts_ >= o_.max_restarts) {
-    return Stop(last_failure_code_, "giving up after " + std::to_string(restarts_) + " restarts (job.max_restarts): " + reason);
+    return Stop(last_failure_code_,
+                "giving up after " + std::to_string(restarts_) + " restarts (job.max_restarts): " + reason);
   }
   restarts_++;
   epoch_++;
   halt_epoch_ = epoch_;
-  if (committed_) held_.erase(held_.upper_bound(*committed_), held_.end());
-  else held_.clear();
+  if (committed_)
+    held_.erase(held_.upper_bound(*committed_), held_.end());
+  else
+    held_.clear();
   target_.reset();
   ahead_ = false;
   recoveries_.push_back({epoch_, reason, now, std::nullopt});
@@ -92,8 +94,10 @@ void Coordinator::DiskScanned(const Status& scan, std::vector<uint64_t> newest_f
         Stop(1, disk_detail_ + "; no older complete version on disk");
         break;
       }
-      FTRUN_LOG_WARN("{}; going back to version {}, the next older one on disk (the versions given up are kept "
-                     "on disk until a newer version commits)", disk_detail_, *older);
+      FTRUN_LOG_WARN(
+          "{}; going back to version {}, the next older one on disk (the versions given up are kept "
+          "on disk until a newer version commits)",
+          disk_detail_, *older);
       committed_ = older;
       WentBackTo(*older);
       held_.clear();
@@ -101,7 +105,8 @@ void Coordinator::DiskScanned(const Status& scan, std::vector<uint64_t> newest_f
       PullAllFromDisk(now);
       break;
     }
-    case DiskNeed::kNone: break;
+    case DiskNeed::kNone:
+      break;
   }
   disk_scan_.reset();  // the disk changes: the next need scans again
   MaybeStart(now);
@@ -169,9 +174,10 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     return false;
   }
   if (std::optional<uint64_t> d = DiskVersion()) {
-    FTRUN_LOG_WARN("ranks {} have no complete copy of committed version {} on any live node{}: going back to "
-                   "version {}, the newest complete in the persist directory ({} steps lost)",
-                   Join(uncovered), *committed_, detail, *d, *committed_ - std::min(*committed_, *d));
+    FTRUN_LOG_WARN(
+        "ranks {} have no complete copy of committed version {} on any live node{}: going back to "
+        "version {}, the newest complete in the persist directory ({} steps lost)",
+        Join(uncovered), *committed_, detail, *d, *committed_ - std::min(*committed_, *d));
     committed_ = d;
     WentBackTo(*d);
     held_.clear();
@@ -179,8 +185,8 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     return true;
   }
   const std::string lost = "ranks " + Join(uncovered) + " have no complete copy of committed version " +
-                           std::to_string(*committed_) + " on any live node (cluster.replicas: " +
-                           std::to_string(o_.replicas);
+                           std::to_string(*committed_) +
+                           " on any live node (cluster.replicas: " + std::to_string(o_.replicas);
   auto why = dropped_why_.find(uncovered.front());
   if (why != dropped_why_.end()) {
     // A copy corrupted in shared memory was the last: name it.
@@ -211,7 +217,8 @@ void Coordinator::Dropped(AgentInfo& a, const DroppedMsg& m, Time now) {
   PullMsg p{epoch_, *committed_, {}};
   for (int rank : SlotRanks(a.slot)) {
     auto h = HoldersAlive(rank, *committed_);
-    if (std::find(h.begin(), h.end(), a.id) == h.end()) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+    if (std::find(h.begin(), h.end(), a.id) == h.end())
+      p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
   }
   if (p.ranks.empty() || !CheckCoverage("")) return;
   if (disk_restore_) {  // no live copy left: every node goes back to the disk version
@@ -271,7 +278,8 @@ void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
   if (phase_ == Phase::kStopped) return;  // agents leave at the end
   int slot = a.slot;
   a.slot = -1;
-  FTRUN_LOG_ERROR("agent {} ({}) lost: {}", peer, slot >= 0 ? "node " + std::to_string(slot) : std::string("spare"), why);
+  FTRUN_LOG_ERROR("agent {} ({}) lost: {}", peer, slot >= 0 ? "node " + std::to_string(slot) : std::string("spare"),
+                  why);
   if (slot < 0 || phase_ == Phase::kStopped) return;
   slots_[static_cast<size_t>(slot)].reset();
   if (phase_ == Phase::kForming) return;

@@ -2,9 +2,8 @@
 // (cluster_messages.h), then handled. A message that does not decode is
 // ignored with a WARN naming the agent and what was malformed; nothing of it
 // is acted on (a truncated report is never read as epoch 0).
-#include "recovery/coordinator.h"
-
 #include "plugin/common/log.h"
+#include "recovery/coordinator.h"
 
 namespace ftrun {
 
@@ -90,7 +89,8 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       if (decoded(&m)) Stop(m.code == 0 ? 1 : m.code, "agent " + std::to_string(from) + ": " + m.message);
       return;
     }
-    default: FTRUN_LOG_WARN("agent {} sent an unexpected {}", from, ClusterMsgName(type));
+    default:
+      FTRUN_LOG_WARN("agent {} sent an unexpected {}", from, ClusterMsgName(type));
   }
 }
 
@@ -102,7 +102,7 @@ void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
     auto& ranks = held_[version];
     ranks[rank].insert(a.id);
     if (static_cast<int>(ranks.size()) >= RankCount()) held_since_.emplace(version, now);  // every rank saved it
-    if (target_ == version) target_since_ = now;  // the round makes progress
+    if (target_ == version) target_since_ = now;                                           // the round makes progress
   }
   // Bounded while nothing commits: the oldest versions go first (a round's
   // is kept).
@@ -118,9 +118,10 @@ void Coordinator::OnRankFailed(const RankFailedMsg& m, Time now) {
   if (m.epoch != epoch_ || phase_ != Phase::kRunning) return;
   if (early_failures_.Record(epoch_, m.early, m.code)) {
     // (A generation of ranks is an epoch: one node's jobs say generations.)
-    return Stop(m.code == 0 ? 1 : m.code, "not restarting: the same failure before the first save in two generations "
-                                          "in a row (two epochs in a row, exit code " + std::to_string(m.code) +
-                                          "), so every restart would end the same way: " + m.reason);
+    return Stop(m.code == 0 ? 1 : m.code,
+                "not restarting: the same failure before the first save in two generations "
+                "in a row (two epochs in a row, exit code " +
+                    std::to_string(m.code) + "), so every restart would end the same way: " + m.reason);
   }
   BeginRecovery(m.reason, m.code, now);
 }

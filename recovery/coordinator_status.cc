@@ -1,10 +1,9 @@
 // What the coordinator tells people: a warning when commits stop, and the status JSON (see coordinator.h).
-#include "recovery/coordinator.h"
-
 #include <algorithm>
 
 #include "plugin/common/duration.h"
 #include "plugin/common/log.h"
+#include "recovery/coordinator.h"
 #include "recovery/placement.h"
 
 namespace ftrun {
@@ -40,11 +39,12 @@ void Coordinator::WarnIfStalled(Time now) {
              (missing.empty() ? std::string() : " (not by agent(s) " + Join(missing) + ")");
     }
   }
-  FTRUN_LOG_WARN("no version committed for {:.0f} ms (3 x cluster.copy_timeout) while ranks save newer ones: last "
-                 "committed {}, round version {}, newest saved {}; lagging: {}",
-                 Ms(now - last_commit_), committed_ ? std::to_string(*committed_) : std::string("none"),
-                 target_ ? std::to_string(*target_) : std::string("none"), newest,
-                 lag.empty() ? std::string("none held short (every rank's round copy is in; the commit waits)") : lag);
+  FTRUN_LOG_WARN(
+      "no version committed for {:.0f} ms (3 x cluster.copy_timeout) while ranks save newer ones: last "
+      "committed {}, round version {}, newest saved {}; lagging: {}",
+      Ms(now - last_commit_), committed_ ? std::to_string(*committed_) : std::string("none"),
+      target_ ? std::to_string(*target_) : std::string("none"), newest,
+      lag.empty() ? std::string("none held short (every rank's round copy is in; the commit waits)") : lag);
 }
 
 CoordinatorView Coordinator::View() const {

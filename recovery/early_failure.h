@@ -28,8 +28,10 @@ class EarlyFailureRule {
   // second identical early failure in consecutive generations.
   bool Record(uint64_t generation, bool early, int shell_code) {
     bool repeat = early && last_ && last_->generation + 1 == generation && last_->code == shell_code;
-    if (early) last_ = Last{generation, shell_code};
-    else last_.reset();
+    if (early)
+      last_ = Last{generation, shell_code};
+    else
+      last_.reset();
     return repeat;
   }
 

@@ -22,7 +22,8 @@ std::vector<std::vector<int>> PlaceReplicas(const std::vector<std::string>& rack
   }
   std::vector<std::vector<int>> holders(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) {
-    for (int j = 1; j <= k && j < n; ++j) holders[static_cast<size_t>(ring[static_cast<size_t>(p)])].push_back(ring[static_cast<size_t>((p + j) % n)]);
+    for (int j = 1; j <= k && j < n; ++j)
+      holders[static_cast<size_t>(ring[static_cast<size_t>(p)])].push_back(ring[static_cast<size_t>((p + j) % n)]);
   }
   return holders;
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: builds, runs every unit, transport and integration test
+# The test command: builds, checks that the C/C++/CUDA sources are as
+# clang-format leaves them, runs every unit, transport and integration test
 # (CTest), then runs the unit and transport tests, and the integration tests
 # that need no Python module, again under AddressSanitizer and UBSan
 # (runner, agents and ranks included). Packages and builds print one line
@@ -7,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
+./scripts/check-format.sh
 echo "ftrun: running the tests (ctest)..."
 (cd build && ctest --output-on-failure -j2 --timeout 600)
 

@@ -22,8 +22,19 @@
 namespace ftrun {
 
 enum class DType : uint8_t {
-  kUInt8 = 0, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32,
-  kFloat64, kBool, kUInt16, kUInt32, kUInt64,
+  kUInt8 = 0,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kFloat16,
+  kBFloat16,
+  kFloat32,
+  kFloat64,
+  kBool,
+  kUInt16,
+  kUInt32,
+  kUInt64,
 };
 size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);  // "float32", "bfloat16", ...
@@ -56,14 +67,14 @@ struct TensorInfo {
 };
 
 struct SaveStats {
-  uint64_t bytes_total = 0;     // state size
-  uint64_t bytes_hashed = 0;    // bytes read to hash (skipped chunks are not)
-  uint64_t bytes_copied = 0;    // bytes written into shared memory
+  uint64_t bytes_total = 0;   // state size
+  uint64_t bytes_hashed = 0;  // bytes read to hash (skipped chunks are not)
+  uint64_t bytes_copied = 0;  // bytes written into shared memory
   uint64_t chunks_total = 0;
   uint64_t chunks_copied = 0;
-  uint64_t chunks_skipped = 0;  // unchanged by generation, never read
+  uint64_t chunks_skipped = 0;    // unchanged by generation, never read
   uint64_t chunks_unchanged = 0;  // hashed and found unchanged
-  double stall_seconds = 0;     // wall time spent inside Save
+  double stall_seconds = 0;       // wall time spent inside Save
 };
 
 struct VersionList {
@@ -103,7 +114,7 @@ class MappedTensor {
   MappedTensor(void* base, uint64_t span, void* data, uint64_t nbytes);
 
  private:
-  void* base_;      // the mapping: [base_, base_ + span_)
+  void* base_;  // the mapping: [base_, base_ + span_)
   uint64_t span_;
   void* data_;
   uint64_t nbytes_;
@@ -163,8 +174,8 @@ class Client {
   // Host tensors: returns once every changed chunk is in shared memory and
   // the agent accepted the manifest. CUDA tensors: returns once the copies
   // are queued; Wait() or the next Save fences them.
-  Status Save(uint64_t version, const std::vector<TensorRef>& tensors,
-              std::string_view user_bytes, SaveStats* stats = nullptr);
+  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+              SaveStats* stats = nullptr);
   // Completes the last Save's asynchronous part (CUDA copies, manifest).
   Status Wait();
   // Blocks until `version` is committed (or a newer one), up to timeout_ms.

@@ -102,11 +102,9 @@ typedef struct ftrun_client_options_t {
 /* Connects to the node agent. socket_path NULL: $FTRUN_AGENT_SOCKET; rank -1:
  * $FTRUN_RANK, else $RANK. On success *out is a new client; on failure *out
  * is set to NULL. */
-int ftrun_client_connect(const char* socket_path, int rank,
-                         ftrun_client_t** out, char** errptr);
+int ftrun_client_connect(const char* socket_path, int rank, ftrun_client_t** out, char** errptr);
 /* Same, with every option spelled out; options may be NULL (all defaults). */
-int ftrun_client_connect_opts(const ftrun_client_options_t* options,
-                              ftrun_client_t** out, char** errptr);
+int ftrun_client_connect_opts(const ftrun_client_options_t* options, ftrun_client_t** out, char** errptr);
 void ftrun_client_close(ftrun_client_t* client);
 
 /* Accessors. On a NULL client: -1, NULL and 0 respectively. */
@@ -115,16 +113,12 @@ const char* ftrun_client_job_id(const ftrun_client_t* client);
 uint64_t ftrun_client_chunk_size(const ftrun_client_t* client);
 /* 1 and *version set when this rank must restore *version after a restart;
  * 0 at a fresh start (or on a NULL argument). */
-int ftrun_client_restore_version(const ftrun_client_t* client,
-                                 uint64_t* version);
+int ftrun_client_restore_version(const ftrun_client_t* client, uint64_t* version);
 
 /* ---- Saving -------------------------------------------------------------- */
 
 /* Bits of ftrun_tensor_t.field_mask: which optional fields are set. */
-enum {
-  FTRUN_TENSOR_FIELD_GENERATION = 1u << 0,
-  FTRUN_TENSOR_FIELD_DEVICE = 1u << 1
-};
+enum { FTRUN_TENSOR_FIELD_GENERATION = 1u << 0, FTRUN_TENSOR_FIELD_DEVICE = 1u << 1 };
 
 /* One named, contiguous tensor to save. name, dtype, ndim, shape, data and
  * nbytes are required; nbytes must equal product(shape) * size of dtype.
@@ -133,14 +127,14 @@ enum {
  * did not change. device defaults to FTRUN_DEVICE_HOST. */
 typedef struct ftrun_tensor_t {
   uint64_t field_mask;
-  const char* name;      /* NUL-terminated */
-  int dtype;             /* FTRUN_DTYPE_* */
-  int ndim;              /* >= 0; shape may be NULL when 0 */
-  const int64_t* shape;  /* ndim entries */
+  const char* name;     /* NUL-terminated */
+  int dtype;            /* FTRUN_DTYPE_* */
+  int ndim;             /* >= 0; shape may be NULL when 0 */
+  const int64_t* shape; /* ndim entries */
   const void* data;
   uint64_t nbytes;
-  int device;            /* FTRUN_TENSOR_FIELD_DEVICE: FTRUN_DEVICE_* */
-  uint64_t generation;   /* FTRUN_TENSOR_FIELD_GENERATION */
+  int device;          /* FTRUN_TENSOR_FIELD_DEVICE: FTRUN_DEVICE_* */
+  uint64_t generation; /* FTRUN_TENSOR_FIELD_GENERATION */
 } ftrun_tensor_t;
 
 /* Bits of ftrun_save_stats_t.field_mask: the caller sets the fields it wants
@@ -176,47 +170,39 @@ typedef struct ftrun_save_stats_t {
  * with the version and returned by ftrun_snapshot_user_bytes. stats may be
  * NULL. FTRUN_RESOURCE_EXHAUSTED: the store cannot fit this save; the last
  * committed version is kept and the caller may go on. */
-int ftrun_save(ftrun_client_t* client, uint64_t version,
-               const ftrun_tensor_t* tensors, size_t n, const void* user_bytes,
-               size_t user_len, ftrun_save_stats_t* stats, char** errptr);
+int ftrun_save(ftrun_client_t* client, uint64_t version, const ftrun_tensor_t* tensors, size_t n,
+               const void* user_bytes, size_t user_len, ftrun_save_stats_t* stats, char** errptr);
 /* Completes the last save's asynchronous part (CUDA copies, manifest). */
 int ftrun_wait(ftrun_client_t* client, char** errptr);
 /* Blocks until `version` (or a newer one) is committed by every rank, up to
  * timeout_ms: FTRUN_TIMEOUT after that. */
-int ftrun_wait_committed(ftrun_client_t* client, uint64_t version,
-                         int timeout_ms, char** errptr);
+int ftrun_wait_committed(ftrun_client_t* client, uint64_t version, int timeout_ms, char** errptr);
 /* Tells the agent the rank is alive and at `step` (hang detection). */
-int ftrun_report_progress(ftrun_client_t* client, uint64_t step,
-                          char** errptr);
+int ftrun_report_progress(ftrun_client_t* client, uint64_t step, char** errptr);
 /* Sets *n to the number of committed versions and writes the first
  * min(cap, *n) of them, ascending, to committed (which may be NULL when cap
  * is 0: call with cap 0 to size a buffer). */
-int ftrun_list_versions(ftrun_client_t* client, uint64_t* committed,
-                        size_t cap, size_t* n, char** errptr);
+int ftrun_list_versions(ftrun_client_t* client, uint64_t* committed, size_t cap, size_t* n, char** errptr);
 
 /* ---- Loading ------------------------------------------------------------- */
 
 /* Opens `version` (FTRUN_LATEST: the last committed one) for reading. The
  * version stays pinned in the store until the snapshot is closed. On failure
  * *out is set to NULL. */
-int ftrun_load(ftrun_client_t* client, uint64_t version,
-               ftrun_snapshot_t** out, char** errptr);
+int ftrun_load(ftrun_client_t* client, uint64_t version, ftrun_snapshot_t** out, char** errptr);
 /* 0 on a NULL snapshot. */
 uint64_t ftrun_snapshot_version(const ftrun_snapshot_t* snap);
 size_t ftrun_snapshot_num_tensors(const ftrun_snapshot_t* snap);
 /* Describes tensor i (0 <= i < num_tensors). Any output pointer may be NULL.
  * *name and *shape point into snap and stay valid while it is open.
  * Returns 0, or FTRUN_INVALID_ARGUMENT for a NULL snap or i out of range. */
-int ftrun_snapshot_tensor_info(const ftrun_snapshot_t* snap, size_t i,
-                               const char** name, int* dtype, int* ndim,
+int ftrun_snapshot_tensor_info(const ftrun_snapshot_t* snap, size_t i, const char** name, int* dtype, int* ndim,
                                const int64_t** shape, uint64_t* nbytes);
 /* *data (valid while snap is open) and *len of the version's user bytes. */
-void ftrun_snapshot_user_bytes(const ftrun_snapshot_t* snap, const void** data,
-                               size_t* len);
+void ftrun_snapshot_user_bytes(const ftrun_snapshot_t* snap, const void** data, size_t* len);
 /* Copies tensor `name` into host memory dst; nbytes must equal its size.
  * FTRUN_CORRUPTION when a chunk does not match its hash. */
-int ftrun_snapshot_read(const ftrun_snapshot_t* snap, const char* name,
-                        void* dst, uint64_t nbytes, char** errptr);
+int ftrun_snapshot_read(const ftrun_snapshot_t* snap, const char* name, void* dst, uint64_t nbytes, char** errptr);
 void ftrun_snapshot_close(ftrun_snapshot_t* snap);
 
 /* ---- Misc ---------------------------------------------------------------- */

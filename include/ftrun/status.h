@@ -10,18 +10,18 @@ namespace ftrun {
 
 enum class Code : int {
   kOk = 0,
-  kInvalidArgument = 1,  // bad input from the caller: config, CLI, tensors
-  kNotFound = 2,         // no such version, chunk or file
-  kAlreadyExists = 3,    // a live agent owns the socket, a version exists
-  kResourceExhausted = 4,  // the store budget cannot fit the save
+  kInvalidArgument = 1,     // bad input from the caller: config, CLI, tensors
+  kNotFound = 2,            // no such version, chunk or file
+  kAlreadyExists = 3,       // a live agent owns the socket, a version exists
+  kResourceExhausted = 4,   // the store budget cannot fit the save
   kFailedPrecondition = 5,  // e.g. version going backwards, layout changed
-  kIoError = 6,          // a system call failed
-  kCorruption = 7,       // a hash or checksum did not match
-  kUnavailable = 8,      // the agent or a peer went away
+  kIoError = 6,             // a system call failed
+  kCorruption = 7,          // a hash or checksum did not match
+  kUnavailable = 8,         // the agent or a peer went away
   kTimeout = 9,
-  kUnimplemented = 10,   // a feature not built in (e.g. CUDA without nvcc)
-  kChunkMissing = 11,    // a referenced chunk is no longer in the store
-  kIoTransient = 12,     // a disk read or write that may succeed if retried (EIO, ESTALE, EAGAIN, ETIMEDOUT)
+  kUnimplemented = 10,  // a feature not built in (e.g. CUDA without nvcc)
+  kChunkMissing = 11,   // a referenced chunk is no longer in the store
+  kIoTransient = 12,    // a disk read or write that may succeed if retried (EIO, ESTALE, EAGAIN, ETIMEDOUT)
 };
 
 const char* CodeName(Code code);
@@ -60,8 +60,8 @@ class Status {
 
 }  // namespace ftrun
 
-#define FTRUN_RETURN_IF_ERROR(expr)          \
-  do {                                       \
-    ::ftrun::Status _st = (expr);            \
-    if (!_st.ok()) return _st;               \
+#define FTRUN_RETURN_IF_ERROR(expr) \
+  do {                              \
+    ::ftrun::Status _st = (expr);   \
+    if (!_st.ok()) return _st;      \
   } while (0)

@@ -14,9 +14,10 @@
 // refused for lack of space, and last "DIGEST <rank> <32 hex>", the XXH3-128
 // of the tensors in order. Exit 0, or 1 after printing a Status error.
 
-#include <CLI/CLI.hpp>
+#include <unistd.h>
 #include <xxhash.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,8 +31,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "ftrun/client.h"
 #include "ftrun/status.h"
@@ -214,9 +213,9 @@ class Trainer {
 
   ftrun::Status Restore(const ftrun::Snapshot& snap) {
     if (snap.tensors().size() != tensors_.size()) {
-      return ftrun::Status::FailedPrecondition(
-          "snapshot has " + std::to_string(snap.tensors().size()) + " tensors, the trainer " +
-          std::to_string(tensors_.size()) + " (different --tensors?)");
+      return ftrun::Status::FailedPrecondition("snapshot has " + std::to_string(snap.tensors().size()) +
+                                               " tensors, the trainer " + std::to_string(tensors_.size()) +
+                                               " (different --tensors?)");
     }
     for (size_t t = 0; t < tensors_.size(); ++t) {
       FTRUN_RETURN_IF_ERROR(snap.Read(tensors_[t].name, bytes() + offsets_[t], tensors_[t].nbytes));
@@ -229,8 +228,7 @@ class Trainer {
       }
       return v;
     };
-    if (u.size() != 8 * (2 + tensors_.size()) || get(0) != snap.version() ||
-        get(1) != tensors_.size()) {
+    if (u.size() != 8 * (2 + tensors_.size()) || get(0) != snap.version() || get(1) != tensors_.size()) {
       return ftrun::Status::Corruption("user bytes of version " + std::to_string(snap.version()) +
                                        " are not this trainer's step and generations");
     }
@@ -263,8 +261,7 @@ int EnvInt(const char* name, int fallback) {
 }
 
 int Fail(int rank, const std::string& what, const ftrun::Status& st) {
-  std::fprintf(stderr, "ftrun-synthetic rank %d: %s: %s\n", rank, what.c_str(),
-               st.ToString().c_str());
+  std::fprintf(stderr, "ftrun-synthetic rank %d: %s: %s\n", rank, what.c_str(), st.ToString().c_str());
   return 1;
 }
 
@@ -296,8 +293,8 @@ int Run(const Options& opts) {
   uint64_t refused_saves = 0;
   bool hash_all = false;  // after a refused save, until a save goes through
   for (; step <= opts.steps; ++step) {
-    const bool crash_here = crash_generation && rank == opts.crash_rank &&
-                            static_cast<int64_t>(step) == opts.crash_at_step;
+    const bool crash_here =
+        crash_generation && rank == opts.crash_rank && static_cast<int64_t>(step) == opts.crash_at_step;
     if (crash_here && !opts.crash_during_save) Crash(opts.crash_mode, false);
     if (opts.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opts.step_ms));
     trainer.Step(step);
@@ -351,22 +348,24 @@ int main(int argc, char** argv) {
   std::string state_bytes = "64MiB";
   int local_rank = -1;
   CLI::App app{"ftrun-synthetic: a deterministic fake trainer for ftrun tests and benchmarks"};
-  app.add_option("--state-bytes", state_bytes, "state size: 4096, 64MiB, 2G ...")
-      ->capture_default_str();
+  app.add_option("--state-bytes", state_bytes, "state size: 4096, 64MiB, 2G ...")->capture_default_str();
   app.add_option("--tensors", opts.tensors, "number of float32 tensors")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--steps", opts.steps, "last step (steps count from 1)")->capture_default_str();
   app.add_option("--change-fraction", opts.change_fraction, "share of the state changed per step")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--change-only-rank", opts.change_only_rank,
                  "only this rank's state changes (a one-way replication benchmark)");
   app.add_option("--change-mode", opts.change_mode, "scattered: 1 MiB blocks; tensors: whole ones")
-      ->check(CLI::IsMember({"scattered", "tensors"}))->capture_default_str();
-  app.add_option("--step-ms", opts.step_ms, "emulated compute per step")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::IsMember({"scattered", "tensors"}))
+      ->capture_default_str();
+  app.add_option("--step-ms", opts.step_ms, "emulated compute per step")->check(CLI::NonNegativeNumber);
   app.add_option("--crash-at-step", opts.crash_at_step, "crash at this step (generation 0 only)");
   app.add_option("--crash-mode", opts.crash_mode, "how to crash")
-      ->check(CLI::IsMember({"kill", "segv", "exit", "hang", "abort"}))->capture_default_str();
+      ->check(CLI::IsMember({"kill", "segv", "exit", "hang", "abort"}))
+      ->capture_default_str();
   app.add_option("--crash-rank", opts.crash_rank, "the rank that crashes")->capture_default_str();
   app.add_flag("--crash-during-save", opts.crash_during_save, "crash from a thread during Save");
   app.add_flag("--no-ftrun", opts.no_ftrun, "run without an agent (golden digest)");

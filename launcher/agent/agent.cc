@@ -11,8 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "launcher/common/disk_worker.h"
 #include "launcher/agent/rank_env.h"
+#include "launcher/common/disk_worker.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/duration.h"
 #include "plugin/common/log.h"
@@ -46,8 +46,8 @@ Status Agent::Setup() {
   if (lock_.removed_stale_socket()) {
     FTRUN_LOG_WARN("removed a stale socket {} left by an agent that is gone", lock_.socket_path());
   }
-  FTRUN_RETURN_IF_ERROR(Arena::Create(o_.job_id, static_cast<uint32_t>(o_.agent_id), c.store.memory_budget,
-                                      c.store.chunk_size, &arena_));
+  FTRUN_RETURN_IF_ERROR(
+      Arena::Create(o_.job_id, static_cast<uint32_t>(o_.agent_id), c.store.memory_budget, c.store.chunk_size, &arena_));
   if (c.store.prefault) {
     // On a thread: ranks start meanwhile; it is joined before the arena goes.
     prefault_ = std::thread([this] {
@@ -86,8 +86,8 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(remote() ? SetupCluster() : SetupLocalCoordinator());
   if (o_.save_pid > 0) {
     // /tmp is shared: created new, never through a link (safe_dir.h).
-    FTRUN_RETURN_IF_ERROR(CreateNewFile("/tmp/" + std::to_string(o_.save_pid) + ".deepspeed",
-                                        std::to_string(::getpid()) + "\n"));
+    FTRUN_RETURN_IF_ERROR(
+        CreateNewFile("/tmp/" + std::to_string(o_.save_pid) + ".deepspeed", std::to_string(::getpid()) + "\n"));
   }
   return Status::Ok();
 }
@@ -120,13 +120,20 @@ void Agent::Loop() {
     }
     for (size_t i = 0; i < ready.size() && state_ != State::kDone; ++i) {
       const uint64_t tag = ready[i].tag;
-      if (tag == kListenTag) server_->Accept();
-      else if (tag == EventLoop::kSignalTag) Signals();
-      else if (tag == EventLoop::kTickTag) Tick();
-      else if (tag == kTransportTag) TransportEvents();
-      else if (tag == kFlushTag) flusher_->OnEvent(clock_.Now());
-      else if (tag == kDiskTag) disk_worker_->RunCompleted();
-      else if (server_->Owns(tag)) server_->Ready(tag, ready[i].events);
+      if (tag == kListenTag)
+        server_->Accept();
+      else if (tag == EventLoop::kSignalTag)
+        Signals();
+      else if (tag == EventLoop::kTickTag)
+        Tick();
+      else if (tag == kTransportTag)
+        TransportEvents();
+      else if (tag == kFlushTag)
+        flusher_->OnEvent(clock_.Now());
+      else if (tag == kDiskTag)
+        disk_worker_->RunCompleted();
+      else if (server_->Owns(tag))
+        server_->Ready(tag, ready[i].events);
     }
     server_->Sync();
     FlushHeld();
@@ -158,13 +165,24 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
   std::string job = r.GetString();
   Status s;
   RankSlot* slot = ranks_->ByRank(rank);
-  if (!r.ok()) s = Status::Corruption("malformed hello");
-  else if (protocol != kProtocolVersion) s = Status::FailedPrecondition("client speaks protocol " + std::to_string(protocol) + ", agent " + std::to_string(kProtocolVersion));
-  else if (!job.empty() && job != o_.job_id) s = Status::FailedPrecondition("client is in job '" + job + "', this agent serves job '" + o_.job_id + "'");
-  else if (slot == nullptr) s = Status::InvalidArgument("rank " + std::to_string(rank) + " is not one of this node's ranks (" + std::to_string(o_.first_global_rank) + ".." + std::to_string(o_.first_global_rank + o_.local_ranks - 1) + ")");
-  else if (state_ != State::kRunning || slot->pid == 0) s = Status::Unavailable("rank " + std::to_string(rank) + " is being stopped");
-  else if (::getpgid(conn.pid) != slot->pid) s = Status::FailedPrecondition("pid " + std::to_string(conn.pid) + " is not rank " + std::to_string(rank) + "'s process (started by this agent as pid " + std::to_string(slot->pid) + ")");
-  else if (slot->conn_id != 0) s = Status::AlreadyExists("rank " + std::to_string(rank) + " is already connected");
+  if (!r.ok())
+    s = Status::Corruption("malformed hello");
+  else if (protocol != kProtocolVersion)
+    s = Status::FailedPrecondition("client speaks protocol " + std::to_string(protocol) + ", agent " +
+                                   std::to_string(kProtocolVersion));
+  else if (!job.empty() && job != o_.job_id)
+    s = Status::FailedPrecondition("client is in job '" + job + "', this agent serves job '" + o_.job_id + "'");
+  else if (slot == nullptr)
+    s = Status::InvalidArgument("rank " + std::to_string(rank) + " is not one of this node's ranks (" +
+                                std::to_string(o_.first_global_rank) + ".." +
+                                std::to_string(o_.first_global_rank + o_.local_ranks - 1) + ")");
+  else if (state_ != State::kRunning || slot->pid == 0)
+    s = Status::Unavailable("rank " + std::to_string(rank) + " is being stopped");
+  else if (::getpgid(conn.pid) != slot->pid)
+    s = Status::FailedPrecondition("pid " + std::to_string(conn.pid) + " is not rank " + std::to_string(rank) +
+                                   "'s process (started by this agent as pid " + std::to_string(slot->pid) + ")");
+  else if (slot->conn_id != 0)
+    s = Status::AlreadyExists("rank " + std::to_string(rank) + " is already connected");
   if (!s.ok()) {
     FTRUN_LOG_WARN("refused hello from pid {}: {}", conn.pid, s.message());
     (void)conn.SendError(s);

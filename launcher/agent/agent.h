@@ -25,24 +25,24 @@
 #include <vector>
 
 #include "launcher/agent/connection.h"
-#include "launcher/common/event_loop.h"
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/options.h"
+#include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
-#include "launcher/agent/rank_output.h"
-#include "plugin/replication/replicator.h"
 #include "launcher/agent/store_service.h"
-#include "launcher/agent/version_retention.h"
 #include "launcher/agent/supervisor.h"
-#include "recovery/early_failure.h"
+#include "launcher/agent/version_retention.h"
+#include "launcher/common/event_loop.h"
+#include "plugin/replication/replicator.h"
 #include "plugin/store/arena.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
 #include "recovery/cluster_messages.h"
 #include "recovery/commit_tracker.h"
+#include "recovery/early_failure.h"
 
 namespace ftrun {
 
@@ -108,9 +108,9 @@ class Agent {
     uint64_t version = 0;
     std::string tensor;
     uint64_t index = 0;
-    ChunkRef ref;    // the store's: hash, length, arena offset
-    ChunkHash seen;  // what its bytes hashed to
-    bool dropped = false;  // no copy here any more: waiting for a repair
+    ChunkRef ref;              // the store's: hash, length, arena offset
+    ChunkHash seen;            // what its bytes hashed to
+    bool dropped = false;      // no copy here any more: waiting for a repair
     std::string Name() const;  // "rank R tensor 'T' chunk #i of version V"
   };
   void CorruptChunkReported(Connection& conn, const std::string& payload);
@@ -198,8 +198,8 @@ class Agent {
   CommitTracker tracker_;
   std::unique_ptr<VersionRetention> retention_;  // which versions of store_ may go
   std::unique_ptr<StoreService> service_;
-  EventLoop loop_;  // epoll, signals, the tick
-  std::unique_ptr<RankServer> server_;  // the ranks' socket
+  EventLoop loop_;                        // epoll, signals, the tick
+  std::unique_ptr<RankServer> server_;    // the ranks' socket
   std::unique_ptr<RankProcesses> ranks_;  // this node's rank processes
   State state_ = State::kRunning;
   int generation_ = 0;
@@ -208,16 +208,16 @@ class Agent {
   std::unique_ptr<RankOutput> rank_output_;  // the ranks' stderr (none with each-rank logs)
   int shutdown_signal_ = 0;
   static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
-  static constexpr uint64_t kFlushTag = 5;  // (4: the transport's)
-  std::unique_ptr<Flusher> flusher_;  // created at the first commit with persist.dir set
+  static constexpr uint64_t kFlushTag = 5;   // (4: the transport's)
+  std::unique_ptr<Flusher> flusher_;         // created at the first commit with persist.dir set
   static constexpr uint64_t kDiskTag = 6;
   static constexpr uint64_t kDiskOwner = ~0ull - 7;  // the store reservation owner of a disk restore
   // Declared after arena_: joined (its reads into the arena cancelled) first.
   std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore or disk scan
   Status StartDiskWorker();
-  std::optional<DiskRestore> restore_;             // in flight
-  std::optional<PullMsg> next_restore_;            // arrived while one was in flight
-  uint64_t pull_seq_ = 0;                          // each pull plan and each halt
+  std::optional<DiskRestore> restore_;   // in flight
+  std::optional<PullMsg> next_restore_;  // arrived while one was in flight
+  uint64_t pull_seq_ = 0;                // each pull plan and each halt
   int exit_code_ = 0;
   std::vector<Recovery> recoveries_;
   std::vector<CorruptChunk> corrupt_;
@@ -263,8 +263,8 @@ class Agent {
   uint64_t pull_epoch_ = 0;
   bool pull_failed_ = false;
   std::vector<std::pair<int, uint64_t>> held_pending_;  // (rank, version) held, not yet reported (FlushHeld)
-  std::optional<uint64_t> round_;  // the version the current commit round copies
-  std::set<int> round_waiting_;    // local ranks that have not saved round_ yet: copied when they do
+  std::optional<uint64_t> round_;                       // the version the current commit round copies
+  std::set<int> round_waiting_;                // local ranks that have not saved round_ yet: copied when they do
   static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };
 

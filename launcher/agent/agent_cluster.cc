@@ -25,7 +25,9 @@ Status Agent::SetupCluster() {
     PullEnded(pull, from, rank, version, s);
   };
   replicator_->on_copy_failed = [this](int, uint64_t version, const Status&) { RoundFailed(version); };
-  replicator_->on_corrupt = [this](int rank, uint64_t version, const ChunkRef& c) { CorruptChunkSending(rank, version, c); };
+  replicator_->on_corrupt = [this](int rank, uint64_t version, const ChunkRef& c) {
+    CorruptChunkSending(rank, version, c);
+  };
   replicator_->SetCopyTimeout(o_.config.cluster.copy_timeout);
   // A stalled copy was cancelled: reset the connection with that agent (a
   // UCX rendezvous on it may never end; closing it fails what is left on
@@ -62,8 +64,10 @@ void Agent::CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chun
       break;
     }
   }
-  FTRUN_LOG_WARN("{} (store offset {}, {} bytes): its bytes hash to {}, expected {}: corrupted in shared memory; not "
-                 "sent to a peer", c.Name(), chunk.offset, chunk.length, c.seen.ToHex(), chunk.hash.ToHex());
+  FTRUN_LOG_WARN(
+      "{} (store offset {}, {} bytes): its bytes hash to {}, expected {}: corrupted in shared memory; not "
+      "sent to a peer",
+      c.Name(), chunk.offset, chunk.length, c.seen.ToHex(), chunk.hash.ToHex());
   chunks_corrupt_found_++;
   status_dirty_ = true;
   corrupt_.push_back(c);
@@ -98,14 +102,14 @@ void Agent::TransportEvents() {
           // The lease (marker_lease_). Once the coordinator ended the job
           // nobody replaces this node: the drain may finish after it is gone.
           const auto lease = o_.config.cluster.heartbeat_interval * o_.config.cluster.heartbeat_misses / 2;
-          marker_lease_->store(fenced_         ? 0
-                               : stop_ordered_ ? INT64_MAX
-                                               : (now + lease).time_since_epoch().count());
+          marker_lease_->store(fenced_ ? 0 : stop_ordered_ ? INT64_MAX : (now + lease).time_since_epoch().count());
         } else if (!replicator_->Handle(e.peer, e.type, e.payload)) {
           FTRUN_LOG_WARN("agent {} sent an unexpected {}", e.peer, ClusterMsgName(e.type));
         }
         break;
-      case TransportEvent::Kind::kBulkDone: replicator_->BulkDone(e.token, e.status); break;
+      case TransportEvent::Kind::kBulkDone:
+        replicator_->BulkDone(e.token, e.status);
+        break;
     }
     if (state_ == State::kDone) return;
   }
@@ -208,8 +212,10 @@ void Agent::CoordinatorTick(Clock::time_point now) {
     FTRUN_LOG_ERROR("no coordinator at {} for {} ms (cluster.lost_node_timeout): giving up", o_.coordinator,
                     o_.config.cluster.lost_node_timeout.count());
     exit_code_ = 1;
-    if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, "no coordinator");
-    else if (state_ != State::kStopping) state_ = State::kDone;
+    if (state_ == State::kRunning)
+      BeginStop(StopCause::kShutdown, "no coordinator");
+    else if (state_ != State::kStopping)
+      state_ = State::kDone;
     return;
   }
   if (now - last_connect_try_ >= interval) {
@@ -219,7 +225,7 @@ void Agent::CoordinatorTick(Clock::time_point now) {
 }
 
 void Agent::ClusterRankSaved(int rank, uint64_t version) {
-  held_pending_.push_back({rank, version});  // replication waits for the round (kReplicate)
+  held_pending_.push_back({rank, version});         // replication waits for the round (kReplicate)
   if (replicator_ && round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
     if (round_ && version == *round_) {
       replicator_->Saved(rank, version);
@@ -241,8 +247,6 @@ void Agent::FlushHeld() {
   held_pending_.clear();
 }
 
-void Agent::RoundFailed(uint64_t version) {
-  Report(RoundFailedMsg{epoch_, version});
-}
+void Agent::RoundFailed(uint64_t version) { Report(RoundFailedMsg{epoch_, version}); }
 
 }  // namespace ftrun

@@ -68,8 +68,10 @@ void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
   // What the store held goes first: the coordinator reads every report in
   // the order things happened here (a save, then the rank's exit).
   if (type != ClusterMsg::kHeld) FlushHeld();
-  if (local_coord_) local_coord_->Report(type, payload);
-  else if (coord_up_) transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
+  if (local_coord_)
+    local_coord_->Report(type, payload);
+  else if (coord_up_)
+    transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
 }
 
 void Agent::RegisterWithCoordinator() {
@@ -158,24 +160,34 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
       if (decoded(&m)) Ended(1, m.message, true);
       return;
     }
-    default: FTRUN_LOG_WARN("coordinator sent an unexpected {}", ClusterMsgName(type));
+    default:
+      FTRUN_LOG_WARN("coordinator sent an unexpected {}", ClusterMsgName(type));
   }
 }
 
 // kStop (the job ends with `code`) or kFenced (this agent is out of it).
 void Agent::Ended(int code, const std::string& msg, bool fenced) {
-  if (fenced) fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
-  else stop_ordered_ = true;
-  if (fenced) FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
-  else if (local_coord_) {}  // the coordinator's own log line said it
-  else if (code == 0) FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
-  else FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
+  if (fenced)
+    fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
+  else
+    stop_ordered_ = true;
+  if (fenced)
+    FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
+  else if (local_coord_) {
+  }  // the coordinator's own log line said it
+  else if (code == 0)
+    FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
+  else
+    FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
   exit_code_ = code;
   // A restart that never came is no recovery (the status lists recoveries).
   if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) recoveries_.pop_back();
-  if (state_ == State::kRunning) BeginStop(StopCause::kShutdown, msg);
-  else if (state_ != State::kStopping) state_ = State::kDone;
-  else stop_cause_ = StopCause::kShutdown;
+  if (state_ == State::kRunning)
+    BeginStop(StopCause::kShutdown, msg);
+  else if (state_ != State::kStopping)
+    state_ = State::kDone;
+  else
+    stop_cause_ = StopCause::kShutdown;
 }
 
 }  // namespace ftrun

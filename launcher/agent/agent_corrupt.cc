@@ -1,7 +1,5 @@
 // A chunk a rank found corrupted in the store: the agent checks its own copy, drops what uses it and
 // replaces it from the persist directory or a holder before the restart (docs/errors.md).
-#include "launcher/agent/agent.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -15,8 +13,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "launcher/common/disk_worker.h"
+#include "launcher/agent/agent.h"
 #include "launcher/agent/rank_env.h"
+#include "launcher/common/disk_worker.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/duration.h"
 #include "plugin/common/log.h"
@@ -65,15 +64,16 @@ void Agent::CorruptChunkReported(Connection& conn, const std::string& payload) {
     (void)conn.Send(MsgType::kCorruptChunkOk, "the store's copy of it checks out: the read went wrong in the rank");
     return;
   }
-  FTRUN_LOG_WARN("{} (store offset {}, {} bytes): its bytes hash to {}, expected {}: corrupted in shared memory", c.Name(),
-                 c.ref.offset, c.ref.length, c.seen.ToHex(), c.ref.hash.ToHex());
+  FTRUN_LOG_WARN("{} (store offset {}, {} bytes): its bytes hash to {}, expected {}: corrupted in shared memory",
+                 c.Name(), c.ref.offset, c.ref.length, c.seen.ToHex(), c.ref.hash.ToHex());
   chunks_corrupt_found_++;
   status_dirty_ = true;
   bool known = false;
   for (const CorruptChunk& k : corrupt_) known |= k.ref.hash == c.ref.hash && k.ref.offset == c.ref.offset;
   if (!known) corrupt_.push_back(c);
-  (void)conn.Send(MsgType::kCorruptChunkOk, "confirmed corrupted in shared memory; the restart replaces it from a "
-                                            "good copy (a holder or the persist directory) or stops");
+  (void)conn.Send(MsgType::kCorruptChunkOk,
+                  "confirmed corrupted in shared memory; the restart replaces it from a "
+                  "good copy (a holder or the persist directory) or stops");
 }
 
 // The generation stops: each reported chunk still in the store, still bad,

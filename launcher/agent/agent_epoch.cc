@@ -71,8 +71,10 @@ void Agent::Start(const StartMsg& m) {
   if (!missing.empty()) {
     std::string names;
     for (const auto& [rank, v] : missing) names += (names.empty() ? "" : ", ") + std::to_string(rank);
-    FTRUN_LOG_ERROR("told to start from version {}, but this node's store holds no snapshot of rank(s) {} at it: "
-                    "not starting them; asking the coordinator to have them pulled", *m.version, names);
+    FTRUN_LOG_ERROR(
+        "told to start from version {}, but this node's store holds no snapshot of rank(s) {} at it: "
+        "not starting them; asking the coordinator to have them pulled",
+        *m.version, names);
     return Report(MissingMsg{m.epoch, missing});
   }
   for (const CorruptChunk& c : corrupt_) {

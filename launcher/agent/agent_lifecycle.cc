@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "launcher/agent/agent.h"
 #include "launcher/agent/rank_env.h"
@@ -29,7 +29,8 @@ void Agent::SpawnGeneration() {
     SpawnSpec spec;
     spec.argv = BuildRankCommand(o_, s.local_rank);
     spec.env = BuildRankEnv(o_, id);
-    if (!o_.each_rank_log_dir.empty()) spec.log_file = o_.each_rank_log_dir + "/rank" + std::to_string(s.global_rank) + ".log";
+    if (!o_.each_rank_log_dir.empty())
+      spec.log_file = o_.each_rank_log_dir + "/rank" + std::to_string(s.global_rank) + ".log";
     UniqueFd stderr_pipe;
     Status st = rank_output_ ? rank_output_->NewPipe(s.global_rank, &stderr_pipe) : Status::Ok();
     spec.stderr_fd = stderr_pipe.get();
@@ -57,17 +58,20 @@ void Agent::RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field) {
     if (s.*field == Clock::time_point{}) return;
     latest = std::max(latest, s.*field);
   }
-  if (field == &RankSlot::connected) r.connected = latest;
-  else if (field == &RankSlot::restored) r.restored = latest;
+  if (field == &RankSlot::connected)
+    r.connected = latest;
+  else if (field == &RankSlot::restored)
+    r.restored = latest;
   else if (field == &RankSlot::first_step) {
     r.first_step = latest;
-    FTRUN_LOG_INFO("recovered from '{}' in {:.0f} ms: stop {:.0f}, respawn {:.0f}, connect {:.0f}, restore {:.0f}, "
-                   "first step {:.0f} (version {})",
-                   r.reason, Ms(latest - r.detected), Ms(r.stopped - r.detected), Ms(r.spawned - r.stopped),
-                   Ms(r.connected.value_or(r.spawned) - r.spawned),
-                   Ms(r.restored.value_or(r.connected.value_or(r.spawned)) - r.connected.value_or(r.spawned)),
-                   Ms(latest - r.restored.value_or(r.connected.value_or(r.spawned))),
-                   r.version ? std::to_string(*r.version) : std::string("none: fresh start"));
+    FTRUN_LOG_INFO(
+        "recovered from '{}' in {:.0f} ms: stop {:.0f}, respawn {:.0f}, connect {:.0f}, restore {:.0f}, "
+        "first step {:.0f} (version {})",
+        r.reason, Ms(latest - r.detected), Ms(r.stopped - r.detected), Ms(r.spawned - r.stopped),
+        Ms(r.connected.value_or(r.spawned) - r.spawned),
+        Ms(r.restored.value_or(r.connected.value_or(r.spawned)) - r.connected.value_or(r.spawned)),
+        Ms(latest - r.restored.value_or(r.connected.value_or(r.spawned))),
+        r.version ? std::to_string(*r.version) : std::string("none: fresh start"));
     status_dirty_ = true;
   }
 }
@@ -184,7 +188,7 @@ void Agent::Tick() {
   service_->Tick(now);
   if (flusher_) flusher_->Tick(now);
   server_->Tick();  // silent connections, a paused listen
-  ranks_->Tick();  // a stop past its grace, the drain
+  ranks_->Tick();   // a stop past its grace, the drain
   if (state_ == State::kRunning) {
     // A rank blocked in WaitCommitted is waiting, not hanging, as long as
     // some other rank is still working towards the commit.

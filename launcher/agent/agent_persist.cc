@@ -35,8 +35,9 @@ void Agent::PersistCommitted(uint64_t version) {
       f.marker_guard = [lease = marker_lease_, &clock = clock_] {
         const int64_t now = clock.Now().time_since_epoch().count();
         if (now < lease->load()) return Status::Ok();
-        return Status::Unavailable("this agent has not heard from its coordinator lately, or was fenced (it may "
-                                   "have been replaced)");
+        return Status::Unavailable(
+            "this agent has not heard from its coordinator lately, or was fenced (it may "
+            "have been replaced)");
       };
     }
     f.ranks = [this] { return ranks_->Ranks(); };
@@ -59,9 +60,10 @@ void Agent::DrainPersist() {
     // Its node may belong to a replacement now, which went back below this
     // version and dropped this node's files above it: writing the old
     // committed version would put a marker of the old timeline there.
-    FTRUN_LOG_WARN("persist: not writing committed version {} before exiting: this agent was fenced out of the job "
-                   "(or lost the coordinator and was not re-admitted); its node may have a replacement",
-                   service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
+    FTRUN_LOG_WARN(
+        "persist: not writing committed version {} before exiting: this agent was fenced out of the job "
+        "(or lost the coordinator and was not re-admitted); its node may have a replacement",
+        service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
     return;
   }
   auto committed = service_->last_committed();

@@ -39,8 +39,8 @@ void Agent::StartPulls(const PullMsg& m) {
       continue;
     }
     if (holders.empty() || !replicator_) {  // (a one-node job has no holders)
-      return Report(FatalMsg{m.epoch, "rank " + std::to_string(rank) + " version " + std::to_string(m.version) +
-                                          ": no live holder"});
+      return Report(FatalMsg{
+          m.epoch, "rank " + std::to_string(rank) + " version " + std::to_string(m.version) + ": no live holder"});
     }
     PullState& p = pulls_[rank];
     p.holders = holders;

@@ -15,8 +15,8 @@
 #include <unordered_set>
 
 #include "launcher/agent/agent.h"
-#include "launcher/common/disk_worker.h"
 #include "launcher/agent/test_faults.h"
+#include "launcher/common/disk_worker.h"
 #include "plugin/common/log.h"
 #include "plugin/persist/disk_errors.h"
 #include "plugin/persist/persist_reader.h"
@@ -122,8 +122,8 @@ void Agent::DiskRestoreEnd(Status s) {
     retention_->RestoreFailed(v);
     const DiskErrorClass c = ClassifyDiskError(s);
     if (c == DiskErrorClass::kVersionBad) {  // the coordinator picks an older version
-      return Report(DiskFailedMsg{r.pull.epoch, v,
-                                  node + ": version " + std::to_string(v) + " on disk cannot be restored: " + s.message()});
+      return Report(DiskFailedMsg{
+          r.pull.epoch, v, node + ": version " + std::to_string(v) + " on disk cannot be restored: " + s.message()});
     }
     // Another job's or world size's files, a disk that keeps failing, no
     // permission: an older version is no answer. Nothing was deleted, and
@@ -135,10 +135,11 @@ void Agent::DiskRestoreEnd(Status s) {
                                 "the job again once the persist directory reads";
     return Report(FatalMsg{r.pull.epoch, msg, 2});
   }
-  FTRUN_LOG_WARN("persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
-                 "{:.0f} ms on the disk worker; training resumes after step {}",
-                 v, r.ranks.front(), r.ranks.back(), PersistJobDir(o_.config.persist.dir, o_.job_id),
-                 r.bytes / 1048576.0, std::chrono::duration<double, std::milli>(clock_.Now() - r.t0).count(), v);
+  FTRUN_LOG_WARN(
+      "persist: restored version {} of ranks {}..{} from disk ({}): {:.1f} MiB read and verified in "
+      "{:.0f} ms on the disk worker; training resumes after step {}",
+      v, r.ranks.front(), r.ranks.back(), PersistJobDir(o_.config.persist.dir, o_.job_id), r.bytes / 1048576.0,
+      std::chrono::duration<double, std::milli>(clock_.Now() - r.t0).count(), v);
   tracker_.Committed(v);
   service_->OnCommitted(v);
   HeldMsg held{r.pull.epoch, {}};

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "launcher/agent/agent.h"
 #include "launcher/agent/rank_env.h"
@@ -37,8 +37,13 @@ nlohmann::json SampleChunks(const Manifest& m, size_t n) {
     const size_t j = (k * chunks.size() / n) % chunks.size();
     if (!taken.insert({t, j}).second) continue;
     const ChunkRef& c = chunks[j];
-    out.push_back({{"rank", m.rank}, {"version", m.version}, {"tensor", m.tensors[t].info.name}, {"chunk", j},
-                   {"offset", c.offset}, {"bytes", c.length}, {"hash", c.hash.ToHex()}});
+    out.push_back({{"rank", m.rank},
+                   {"version", m.version},
+                   {"tensor", m.tensors[t].info.name},
+                   {"chunk", j},
+                   {"offset", c.offset},
+                   {"bytes", c.length},
+                   {"hash", c.hash.ToHex()}});
   }
   return out;
 }
@@ -68,8 +73,12 @@ void Agent::WriteStatus() {
     j["bulk_bytes_received"] = ts.bulk_bytes_received;
     j["replication"] = json::array();
     for (const auto& r : replicator_->history()) {
-      j["replication"].push_back({{"to", r.to}, {"rank", r.rank}, {"version", r.version},
-                                  {"state_bytes", r.state_bytes}, {"bytes_sent", r.bytes_sent}, {"seconds", r.seconds}});
+      j["replication"].push_back({{"to", r.to},
+                                  {"rank", r.rank},
+                                  {"version", r.version},
+                                  {"state_bytes", r.state_bytes},
+                                  {"bytes_sent", r.bytes_sent},
+                                  {"seconds", r.seconds}});
     }
   }
   j["restarts"] = generation_;
@@ -78,10 +87,14 @@ void Agent::WriteStatus() {
   j["committed_version"] = committed ? json(*committed) : json(nullptr);
   StoreStats st = store_->Stats();
   reported_prefaulted_ = prefaulted_;
-  j["store"] = {{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
+  j["store"] = {{"capacity_bytes", st.capacity_bytes},
+                {"used_bytes", st.used_bytes},
                 {"reserved_bytes", st.reserved_bytes},
-                {"chunks", st.chunks}, {"versions", st.versions}, {"prefaulted", reported_prefaulted_},
-                {"store_fd", arena_.fd()}, {"chunks_corrupt_found", chunks_corrupt_found_},
+                {"chunks", st.chunks},
+                {"versions", st.versions},
+                {"prefaulted", reported_prefaulted_},
+                {"store_fd", arena_.fd()},
+                {"chunks_corrupt_found", chunks_corrupt_found_},
                 {"chunks_corrupt_repaired", chunks_corrupt_repaired_}};
   json sample = json::array();
   for (const RankSlot& s : ranks_->slots()) {
@@ -94,7 +107,9 @@ void Agent::WriteStatus() {
   if (flusher_) j["persist"] = flusher_->StatusJson();
   j["ranks"] = json::array();
   for (const RankSlot& s : ranks_->slots()) {
-    j["ranks"].push_back({{"rank", s.global_rank}, {"pid", s.pid}, {"start_time", ProcessStartTime(s.pid)},
+    j["ranks"].push_back({{"rank", s.global_rank},
+                          {"pid", s.pid},
+                          {"start_time", ProcessStartTime(s.pid)},
                           {"finished", s.finished},
                           {"connected", s.conn_id != 0}});
   }
@@ -112,7 +127,8 @@ void Agent::WriteStatus() {
       x["first_step_ms"] = Ms(*r.first_step - restored);
       x["total_ms"] = Ms(*r.first_step - r.detected);
       // Raw CLOCK_MONOTONIC stamps, comparable with other processes' clocks.
-      x["detected_mono_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
+      x["detected_mono_ns"] =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
       x["first_step_mono_ns"] =
           std::chrono::duration_cast<std::chrono::nanoseconds>(r.first_step->time_since_epoch()).count();
     }

@@ -16,7 +16,7 @@ namespace ftrun {
 namespace {
 
 bool IsCgroup2(const std::string& path) {
-  struct statfs fs{};
+  struct statfs fs {};
   return ::statfs(path.c_str(), &fs) == 0 && fs.f_type == static_cast<decltype(fs.f_type)>(CGROUP2_SUPER_MAGIC);
 }
 
@@ -60,7 +60,8 @@ Status ParseCgroupV2Path(std::string_view text, std::string* path) {
     }
     std::istringstream parts(p);
     for (std::string part; std::getline(parts, part, '/');) {
-      if (part == "." || part == "..") return Status::InvalidArgument("cgroup v2 path '" + p + "' has a '" + part + "' component");
+      if (part == "." || part == "..")
+        return Status::InvalidArgument("cgroup v2 path '" + p + "' has a '" + part + "' component");
     }
     *path = p;
     return Status::Ok();
@@ -90,8 +91,9 @@ CgroupTarget CgroupOf(pid_t pid) {
   bool hybrid = false;
   std::string root = V2Root(&hybrid);
   if (root.empty()) {
-    t.warning = "this host has no cgroup v2 hierarchy (cgroup v1): the agent and its ranks stay in the standby's "
-                "cgroups, outside the job's limits";
+    t.warning =
+        "this host has no cgroup v2 hierarchy (cgroup v1): the agent and its ranks stay in the standby's "
+        "cgroups, outside the job's limits";
     return t;
   }
   std::string path, ours;
@@ -107,8 +109,10 @@ CgroupTarget CgroupOf(pid_t pid) {
     t.warning = "cannot join the attaching process's cgroup (" + s.message() +
                 "): the agent and its ranks stay in the standby's cgroup, outside the job's limits";
   } else if (hybrid) {
-    t.warning = "hybrid cgroup host: " + (same ? "the job's cgroup v2 is the standby's" : "joined the job's cgroup v2 " + t.dir) +
-                "; limits the job has in cgroup v1 hierarchies (devices, memory, cpuset) do not apply to the agent and its ranks";
+    t.warning = "hybrid cgroup host: " +
+                (same ? "the job's cgroup v2 is the standby's" : "joined the job's cgroup v2 " + t.dir) +
+                "; limits the job has in cgroup v1 hierarchies (devices, memory, cpuset) do not apply to the agent and "
+                "its ranks";
   }
   return t;
 }

@@ -17,7 +17,6 @@ namespace {
 
 constexpr auto kMaxBackoff = std::chrono::seconds(60);
 
-
 }  // namespace
 
 Flusher::Flusher(Options o, SnapshotStore* store) : o_(std::move(o)), store_(store) {}
@@ -106,8 +105,8 @@ void Flusher::MaybeStart(Clock::time_point now, bool ignore_backoff) {
   for (int rank : o_.ranks()) {
     const Manifest* m = store_->Find(rank, job.version);
     if (m == nullptr) {
-      FTRUN_LOG_WARN("persist: rank {} has no manifest of committed version {} on this node; not writing it",
-                     rank, job.version);
+      FTRUN_LOG_WARN("persist: rank {} has no manifest of committed version {} on this node; not writing it", rank,
+                     job.version);
       store_->Unpin(*pending_);
       pending_.reset();
       return;
@@ -245,8 +244,8 @@ void Flusher::OnEvent(Clock::time_point now) {
     // was never written (the writer checks the generation under its lock);
     // nothing of it counts, and it is not retried.
     store_->Unpin(d->version);
-    FTRUN_LOG_WARN("persist: a write of version {} stopped by a go-back or a stop ended ({}); discarded",
-                   d->version, d->status.ok() ? "finished" : d->status.message());
+    FTRUN_LOG_WARN("persist: a write of version {} stopped by a go-back or a stop ended ({}); discarded", d->version,
+                   d->status.ok() ? "finished" : d->status.message());
     MaybeStart(now, false);
     return;
   }
@@ -276,8 +275,8 @@ void Flusher::OnEvent(Clock::time_point now) {
   } else {
     ++failures_;
     last_error_ = d->status.message();
-    auto backoff = std::min<std::chrono::milliseconds>(std::chrono::seconds(1) * (1 << std::min(failures_ - 1, 6)),
-                                                       kMaxBackoff);
+    auto backoff =
+        std::min<std::chrono::milliseconds>(std::chrono::seconds(1) * (1 << std::min(failures_ - 1, 6)), kMaxBackoff);
     backoff_until_ = now + backoff;
     FTRUN_LOG_WARN("persist: writing version {} failed ({}); training goes on from RAM, retry in {} s", d->version,
                    last_error_, backoff.count() / 1000);
@@ -334,9 +333,10 @@ void Flusher::Rewind(uint64_t version) {
     pollfd p{event_.get(), POLLIN, 0};
     while (writing_ && ::poll(&p, 1, 10000) > 0) OnEvent(Clock::now());
     if (writing_) {
-      FTRUN_LOG_WARN("persist: the write of version {} did not stop within 10 s of the go-back to version {}; it can "
-                     "no longer complete (its marker is never written) and is discarded when it ends",
-                     *writing_, version);
+      FTRUN_LOG_WARN(
+          "persist: the write of version {} did not stop within 10 s of the go-back to version {}; it can "
+          "no longer complete (its marker is never written) and is discarded when it ends",
+          *writing_, version);
     }
   }
   writer_->ClearCancel();

@@ -59,11 +59,11 @@ class Flusher {
     PersistConfig config;
     std::string job_id;
     int world_size = 0;
-    int node = 0;                       // names the marker; node 0 applies retention
-    const char* arena_base = nullptr;   // chunk offsets are relative to it
+    int node = 0;                             // names the marker; node 0 applies retention
+    const char* arena_base = nullptr;         // chunk offsets are relative to it
     std::function<std::vector<int>()> ranks;  // this node's ranks, asked at each write
-    Env* env = nullptr;                 // nullptr: a PosixEnv with persist.direct_io
-    std::function<Status()> marker_guard;  // PersistWriterOptions::marker_guard (on the writer thread)
+    Env* env = nullptr;                       // nullptr: a PosixEnv with persist.direct_io
+    std::function<Status()> marker_guard;     // PersistWriterOptions::marker_guard (on the writer thread)
   };
 
   Flusher(Options o, SnapshotStore* store);
@@ -108,8 +108,8 @@ class Flusher {
     Status status;
     PersistProgress progress;  // of this write
     std::chrono::nanoseconds took{0};
-    std::string retention;     // what retention did, for the log
-    std::string scrub;         // what the scrub did, for the log
+    std::string retention;  // what retention did, for the log
+    std::string scrub;      // what the scrub did, for the log
   };
 
   void MaybeStart(Clock::time_point now, bool ignore_backoff);
@@ -129,13 +129,13 @@ class Flusher {
   std::thread thread_;
 
   // Event loop state.
-  std::optional<uint64_t> committed_;     // newest committed version
+  std::optional<uint64_t> committed_;        // newest committed version
   std::optional<uint64_t> committed_epoch_;  // its epoch, when known
-  uint64_t pending_epoch_ = 0;            // of pending_
-  std::optional<uint64_t> last_written_;  // newest version this node wrote
-  std::optional<uint64_t> writing_;       // pinned, with the thread
-  std::optional<uint64_t> pending_;       // pinned, next to write
-  bool paused_ = false;                   // Rewind waits for the thread
+  uint64_t pending_epoch_ = 0;               // of pending_
+  std::optional<uint64_t> last_written_;     // newest version this node wrote
+  std::optional<uint64_t> writing_;          // pinned, with the thread
+  std::optional<uint64_t> pending_;          // pinned, next to write
+  bool paused_ = false;                      // Rewind waits for the thread
   Clock::time_point last_write_time_;
   Clock::time_point backoff_until_;
   int failures_ = 0;  // in a row

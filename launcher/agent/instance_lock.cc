@@ -37,8 +37,8 @@ Status InstanceLock::Claim(const std::string& run_dir, const std::string& job_id
     (void)!::pread(l.lock_fd_.get(), buf, sizeof(buf) - 1, 0);
     l.socket_path_.clear();  // not ours: the destructor must not unlink it
     return Status::AlreadyExists("another ftrun-agent (pid " + std::to_string(std::atoi(buf)) +
-                                 ") already serves job '" + job_id + "' node " + std::to_string(node) +
-                                 " on socket " + stem + ".sock");
+                                 ") already serves job '" + job_id + "' node " + std::to_string(node) + " on socket " +
+                                 stem + ".sock");
   }
   std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(l.lock_fd_.get(), 0) != 0 ||

@@ -35,7 +35,8 @@ Status DecodeWorldInfo(const std::string& b64, std::vector<std::pair<std::string
   for (char c : b64) {
     if (c == '=') break;
     int v = Base64Value(c);
-    if (v < 0) return Status::InvalidArgument("--world_info: not urlsafe base64 (bad character '" + std::string(1, c) + "')");
+    if (v < 0)
+      return Status::InvalidArgument("--world_info: not urlsafe base64 (bad character '" + std::string(1, c) + "')");
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -46,7 +47,8 @@ Status DecodeWorldInfo(const std::string& b64, std::vector<std::pair<std::string
   // Keep the hostfile order: parse as an ordered json.
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(raw, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.empty()) {
-    return Status::InvalidArgument("--world_info: expected base64 of a JSON object {\"host\": [slot, ...]}, got '" + raw + "'");
+    return Status::InvalidArgument("--world_info: expected base64 of a JSON object {\"host\": [slot, ...]}, got '" +
+                                   raw + "'");
   }
   out->clear();
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -55,7 +57,8 @@ Status DecodeWorldInfo(const std::string& b64, std::vector<std::pair<std::string
       return Status::InvalidArgument("--world_info: host '" + it.key() + "' must map to a non-empty list of slot ids");
     }
     for (const auto& s : it.value()) {
-      if (!s.is_number_integer()) return Status::InvalidArgument("--world_info: host '" + it.key() + "' has a non-integer slot");
+      if (!s.is_number_integer())
+        return Status::InvalidArgument("--world_info: host '" + it.key() + "' has a non-integer slot");
       slots.push_back(s.get<int>());
     }
     out->emplace_back(it.key(), std::move(slots));
@@ -65,8 +68,9 @@ Status DecodeWorldInfo(const std::string& b64, std::vector<std::pair<std::string
 
 Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
   *help = false;
-  CLI::App app{"ftrun-agent: runs and supervises one node's training ranks, holding their snapshots in shared memory.\n"
-               "Usage: ftrun-agent [options] SCRIPT [ARGS...]"};
+  CLI::App app{
+      "ftrun-agent: runs and supervises one node's training ranks, holding their snapshots in shared memory.\n"
+      "Usage: ftrun-agent [options] SCRIPT [ARGS...]"};
   app.prefix_command();
   std::string config_path, run_dir, log_level, world_info, job_id;
   int nproc = 0;
@@ -86,9 +90,12 @@ Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
   app.add_flag("--no_local_rank", o.no_local_rank, "do not append --local_rank=N to the script's arguments");
   app.add_option("--save_pid", o.save_pid, "write the agent pid to /tmp/<save_pid>.deepspeed");
   app.add_option("--enable_each_rank_log", o.each_rank_log_dir, "write each rank's output to DIR/rank<N>.log");
-  app.add_option("--coordinator", o.coordinator, "coordinator address IP:PORT (multi-node jobs; set by the ftrun runner)");
-  app.add_option("--agent-id", o.agent_id, "this agent's id in the job (default: --node_rank)")->check(CLI::NonNegativeNumber);
-  app.add_option("--secret-file", o.secret_file, "file holding the job secret (mode 0600; required with --coordinator)");
+  app.add_option("--coordinator", o.coordinator,
+                 "coordinator address IP:PORT (multi-node jobs; set by the ftrun runner)");
+  app.add_option("--agent-id", o.agent_id, "this agent's id in the job (default: --node_rank)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--secret-file", o.secret_file,
+                 "file holding the job secret (mode 0600; required with --coordinator)");
   app.add_option("--listen", o.listen_ip, "IPv4 address peer agents reach this agent at (default 127.0.0.1)");
   app.add_flag("--spare", o.spare, "start without ranks, ready to take over a lost node");
   app.add_option("--rack", o.rack, "failure domain of this node (placement keeps copies in other racks)");
@@ -128,8 +135,9 @@ Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
     o.slots = world[static_cast<size_t>(o.node_rank)].second;
     o.local_ranks = static_cast<int>(o.slots.size());
     if (nproc > 0 && nproc != o.local_ranks) {
-      return Status::InvalidArgument("--nproc " + std::to_string(nproc) + " disagrees with --world_info, which gives node " +
-                                     std::to_string(o.node_rank) + " " + std::to_string(o.local_ranks) + " slots");
+      return Status::InvalidArgument("--nproc " + std::to_string(nproc) +
+                                     " disagrees with --world_info, which gives node " + std::to_string(o.node_rank) +
+                                     " " + std::to_string(o.local_ranks) + " slots");
     }
   } else {
     o.local_ranks = nproc > 0 ? nproc : o.config.agent.ranks_per_node;
@@ -141,8 +149,9 @@ Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
 
   if (o.agent_id < 0) o.agent_id = o.node_rank;
   if (!o.coordinator.empty() && o.secret_file.empty()) {
-    return Status::InvalidArgument("ftrun-agent: --coordinator needs --secret-file (the job secret is never passed on "
-                                   "the command line)");
+    return Status::InvalidArgument(
+        "ftrun-agent: --coordinator needs --secret-file (the job secret is never passed on "
+        "the command line)");
   }
   if (o.coordinator.empty() && o.spare) return Status::InvalidArgument("ftrun-agent: --spare needs --coordinator");
   o.job_id = job_id;

@@ -21,7 +21,7 @@ struct AgentOptions {
   int local_ranks = 1;
   int first_global_rank = 0;  // global rank of local rank 0
   int world_size = 1;
-  std::vector<int> slots;     // accelerator ids of this node (CUDA_VISIBLE_DEVICES)
+  std::vector<int> slots;  // accelerator ids of this node (CUDA_VISIBLE_DEVICES)
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool module = false;
@@ -29,16 +29,16 @@ struct AgentOptions {
   bool no_local_rank = false;
   int save_pid = 0;
   std::string each_rank_log_dir;
-  std::string status_file;  // JSON status, rewritten as the job goes
+  std::string status_file;           // JSON status, rewritten as the job goes
   std::vector<std::string> command;  // script and its arguments
 
   // Multi-node: set when the agent is part of a cluster run by a coordinator.
-  std::string coordinator;   // --coordinator IP:PORT ("" = a one-node job)
-  int agent_id = -1;         // --agent-id (default: --node_rank); unique in the job
-  std::string secret_file;   // --secret-file: the job secret (mode 0600)
+  std::string coordinator;              // --coordinator IP:PORT ("" = a one-node job)
+  int agent_id = -1;                    // --agent-id (default: --node_rank); unique in the job
+  std::string secret_file;              // --secret-file: the job secret (mode 0600)
   std::string listen_ip = "127.0.0.1";  // --listen: address peers reach this agent at
-  bool spare = false;        // --spare: no ranks until the coordinator gives it a lost node's
-  std::string rack;          // --rack: failure domain, for placement
+  bool spare = false;                   // --spare: no ranks until the coordinator gives it a lost node's
+  std::string rack;                     // --rack: failure domain, for placement
 };
 
 // Parses argv. On --help or a bad command line returns kInvalidArgument

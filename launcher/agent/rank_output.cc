@@ -46,7 +46,8 @@ Status RankOutput::Start() {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = wake_.get();
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) return Status::FromErrno("epoll_ctl (rank output)", errno);
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0)
+    return Status::FromErrno("epoll_ctl (rank output)", errno);
   thread_ = std::thread([this] { Run(); });
   return Status::Ok();
 }

@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "plugin/common/fd.h"
 #include "ftrun/status.h"
+#include "plugin/common/fd.h"
 
 namespace ftrun {
 
@@ -59,8 +59,8 @@ class RankOutput {
 
   std::mutex mu_;
   // Guarded by mu_.
-  std::map<int, Pipe> pipes_;        // by read fd
-  std::map<int, int> current_;       // rank -> read fd of its newest pipe
+  std::map<int, Pipe> pipes_;   // by read fd
+  std::map<int, int> current_;  // rank -> read fd of its newest pipe
   bool stop_ = false;
 
   std::thread thread_;

@@ -93,14 +93,17 @@ void RankProcesses::BeginDrain() {
 void RankProcesses::ContinueDrain() {
   bool left = false;
   for (Slot& s : slots_) {
-    if (s.pgid != 0 && ::kill(-s.pgid, 0) == 0) left = true;
-    else s.pgid = 0;
+    if (s.pgid != 0 && ::kill(-s.pgid, 0) == 0)
+      left = true;
+    else
+      s.pgid = 0;
   }
   if (left && clock_.Now() < drain_deadline_) return;  // an Exited or a Tick
   if (left) {
-    FTRUN_LOG_ERROR("processes of stopped ranks survive SIGKILL after {} s (uninterruptible I/O?); going on "
-                    "and killing them as they can be",
-                    std::chrono::duration_cast<std::chrono::seconds>(o_.drain_bound).count());
+    FTRUN_LOG_ERROR(
+        "processes of stopped ranks survive SIGKILL after {} s (uninterruptible I/O?); going on "
+        "and killing them as they can be",
+        std::chrono::duration_cast<std::chrono::seconds>(o_.drain_bound).count());
     for (Slot& s : slots_) {
       if (s.pgid != 0) stragglers_.push_back(s.pgid);
       s.pgid = 0;

@@ -30,8 +30,8 @@ class RankProcesses {
   struct Slot {
     int local_rank = 0;
     int global_rank = 0;
-    pid_t pid = 0;   // the rank's process; 0 once it exited
-    pid_t pgid = 0;  // its process group: may outlive it (its children)
+    pid_t pid = 0;          // the rank's process; 0 once it exited
+    pid_t pgid = 0;         // its process group: may outlive it (its children)
     bool finished = false;  // exited 0
     uint64_t conn_id = 0;   // its live connection to the agent, 0 if none
     Time last_progress;
@@ -40,7 +40,7 @@ class RankProcesses {
 
   struct Options {
     std::chrono::milliseconds stop_grace{5000};
-    std::chrono::milliseconds hang_timeout{0};  // 0: never hung
+    std::chrono::milliseconds hang_timeout{0};     // 0: never hung
     std::chrono::milliseconds drain_bound{10000};  // groups that outlive it are killed on every tick after
   };
 

@@ -61,8 +61,10 @@ void RankServer::Accept() {
     const size_t limit = std::max<size_t>(64, max_pending_hello_);
     if (pending >= limit) {
       if (refused_pending_++ % 100 == 0) {
-        FTRUN_LOG_WARN("refused a connection from pid {}: {} connections have not said hello yet (limit {}; "
-                       "{} refused so far)", cred.pid, pending, limit, refused_pending_);
+        FTRUN_LOG_WARN(
+            "refused a connection from pid {}: {} connections have not said hello yet (limit {}; "
+            "{} refused so far)",
+            cred.pid, pending, limit, refused_pending_);
       }
       continue;
     }

@@ -58,12 +58,12 @@ constexpr size_t kMaxPendingAttaches = 64;
 struct Attached {
   UniqueFd sock;
   FrameReader reader;
-  pid_t peer = 0;            // the attaching process (SO_PEERCRED)
+  pid_t peer = 0;              // the attaching process (SO_PEERCRED)
   Clock::time_point deadline;  // for the attach to be complete
-  bool got_attach = false;   // the kAttach frame came; kAttachFd is next
-  std::string attach;        // its payload
-  UniqueFd out_fd;           // and the descriptor it carried
-  pid_t agent = 0;  // 0 until forked; then the agent until it is reaped
+  bool got_attach = false;     // the kAttach frame came; kAttachFd is next
+  std::string attach;          // its payload
+  UniqueFd out_fd;             // and the descriptor it carried
+  pid_t agent = 0;             // 0 until forked; then the agent until it is reaped
 };
 
 class Standby {
@@ -88,7 +88,7 @@ class Standby {
   UniqueFd listen_, signals_;
   std::map<uint64_t, Attached> attached_;  // by attach id
   uint64_t next_id_ = 1;
-  int stops_ = 0;                     // SIGTERM/SIGINT received
+  int stops_ = 0;  // SIGTERM/SIGINT received
 };
 
 Status Standby::Listen() {
@@ -242,7 +242,8 @@ void Standby::FromAttached(uint64_t id) {
 
 Status Standby::OnFrame(Attached& a, MsgType type, const std::string& payload, UniqueFd fd) {
   if (a.agent > 0) {
-    if (type != MsgType::kAttachSignal) return Status::InvalidArgument("unexpected message " + std::to_string(static_cast<int>(type)));
+    if (type != MsgType::kAttachSignal)
+      return Status::InvalidArgument("unexpected message " + std::to_string(static_cast<int>(type)));
     ByteReader r(payload);
     int signo = r.Get<int32_t>();
     if (r.ok() && (signo == SIGINT || signo == SIGTERM || signo == SIGHUP)) ::kill(a.agent, signo);
@@ -306,8 +307,10 @@ Status Standby::Launch(Attached& a, UniqueFd err_fd) {
     if (!cgroup.warning.empty()) std::fprintf(stderr, "ftrun standby: WARN: %s\n", cgroup.warning.c_str());
     if (cgroup.procs.valid()) {
       if (int err = JoinCgroup(cgroup); err != 0) {
-        std::fprintf(stderr, "ftrun standby: WARN: cannot join the job's cgroup %s: %s; the agent and its ranks run "
-                     "outside the job's limits\n", cgroup.dir.c_str(), std::strerror(err));
+        std::fprintf(stderr,
+                     "ftrun standby: WARN: cannot join the job's cgroup %s: %s; the agent and its ranks run "
+                     "outside the job's limits\n",
+                     cgroup.dir.c_str(), std::strerror(err));
       }
     }
     if (drop) {

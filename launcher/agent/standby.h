@@ -34,13 +34,13 @@
 namespace ftrun {
 
 struct StandbyOptions {
-  std::string slurm_job;     // --slurm-job (default $SLURM_JOB_ID)
-  uid_t job_uid = 0;         // --job-uid (default $SLURM_JOB_UID, else our uid)
-  gid_t job_gid = 0;         // --job-gid (default $SLURM_JOB_GID, else the user's group)
-  std::string dir;           // --standby-dir (default $FTRUN_STANDBY_DIR or /run/ftrun)
-  std::string pid_file;      // --pid-file (default <dir>/slurm-<job>.pid)
-  std::string log_file;      // --log-file: stdout/stderr go here (default <dir>/slurm-<job>.log)
-  bool foreground = false;   // --foreground: do not setsid/fork (tests, systemd)
+  std::string slurm_job;    // --slurm-job (default $SLURM_JOB_ID)
+  uid_t job_uid = 0;        // --job-uid (default $SLURM_JOB_UID, else our uid)
+  gid_t job_gid = 0;        // --job-gid (default $SLURM_JOB_GID, else the user's group)
+  std::string dir;          // --standby-dir (default $FTRUN_STANDBY_DIR or /run/ftrun)
+  std::string pid_file;     // --pid-file (default <dir>/slurm-<job>.pid)
+  std::string log_file;     // --log-file: stdout/stderr go here (default <dir>/slurm-<job>.log)
+  bool foreground = false;  // --foreground: do not setsid/fork (tests, systemd)
 };
 
 // The directory standby sockets live in: $FTRUN_STANDBY_DIR or /run/ftrun.

@@ -1,7 +1,5 @@
 // How the standby runs as a daemon: its command line, its pid file, and detaching from the prolog
 // (see standby.h).
-#include "launcher/agent/standby.h"
-
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -23,6 +21,7 @@
 #include <vector>
 
 #include "launcher/agent/cgroup_join.h"
+#include "launcher/agent/standby.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
@@ -33,7 +32,8 @@
 namespace ftrun {
 
 bool ParseStandbyOptions(int argc, char** argv, StandbyOptions* o, int* exit_code) {
-  CLI::App app{"ftrun-agent --standby: started by the Slurm prolog; runs the job's agents when srun starts ftrun-agent."};
+  CLI::App app{
+      "ftrun-agent --standby: started by the Slurm prolog; runs the job's agents when srun starts ftrun-agent."};
   bool standby = false;
   long uid = -1, gid = -1;
   app.add_flag("--standby", standby, "run as the standby agent of a Slurm job");
@@ -51,7 +51,10 @@ bool ParseStandbyOptions(int argc, char** argv, StandbyOptions* o, int* exit_cod
     if (*exit_code != 0) *exit_code = 2;
     return false;
   }
-  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v != nullptr ? v : ""); };
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
   auto fail = [&](const std::string& m) {
     std::fprintf(stderr, "ftrun-agent --standby: %s\n", m.c_str());
     *exit_code = 2;
@@ -111,7 +114,8 @@ bool Detach(const StandbyOptions& o) {
     ::close(ready[1]);
     char b = 0;
     bool ok = ::read(ready[0], &b, 1) == 1;
-    if (ok) std::printf("ftrun standby for slurm job %s: pid %d, log %s\n", o.slurm_job.c_str(), pid, o.log_file.c_str());
+    if (ok)
+      std::printf("ftrun standby for slurm job %s: pid %d, log %s\n", o.slurm_job.c_str(), pid, o.log_file.c_str());
     std::exit(ok ? 0 : 2);
   }
   ::close(ready[0]);

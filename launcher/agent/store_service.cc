@@ -29,13 +29,26 @@ bool StoreService::Waiting(const Connection& conn) const {
 
 bool StoreService::Handle(Connection& conn, MsgType type, const std::string& payload) {
   switch (type) {
-    case MsgType::kAlloc: HandleAlloc(conn, payload); return true;
-    case MsgType::kSave: HandleSave(conn, payload); return true;
-    case MsgType::kLoad: HandleLoad(conn, payload); return true;
-    case MsgType::kLoadDone: HandleLoadDone(conn, payload); return true;
-    case MsgType::kList: HandleList(conn); return true;
-    case MsgType::kWaitCommitted: HandleWaitCommitted(conn, payload); return true;
-    default: return false;
+    case MsgType::kAlloc:
+      HandleAlloc(conn, payload);
+      return true;
+    case MsgType::kSave:
+      HandleSave(conn, payload);
+      return true;
+    case MsgType::kLoad:
+      HandleLoad(conn, payload);
+      return true;
+    case MsgType::kLoadDone:
+      HandleLoadDone(conn, payload);
+      return true;
+    case MsgType::kList:
+      HandleList(conn);
+      return true;
+    case MsgType::kWaitCommitted:
+      HandleWaitCommitted(conn, payload);
+      return true;
+    default:
+      return false;
   }
 }
 

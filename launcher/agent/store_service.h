@@ -14,8 +14,8 @@
 #include <string>
 
 #include "launcher/agent/connection.h"
-#include "plugin/store/snapshot_store.h"
 #include "launcher/agent/version_retention.h"
+#include "plugin/store/snapshot_store.h"
 #include "recovery/commit_tracker.h"
 
 namespace ftrun {

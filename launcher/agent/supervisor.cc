@@ -1,8 +1,8 @@
 #include "launcher/agent/supervisor.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <linux/close_range.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>

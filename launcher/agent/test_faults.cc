@@ -21,8 +21,10 @@ Env* RestoreReadEnv() {
     unsigned long long count = a == std::string::npos ? 0 : std::strtoull(s.c_str() + a + 1, nullptr, 10);
     std::string part = b == std::string::npos ? "" : s.substr(b + 1);
     fault->FailReads(err, count, part);
-    FTRUN_LOG_WARN("FTRUN_TEST_DISK_READ_FAULTS={}: restores fail their first {} reads of '{}' with errno {} "
-                   "(a test seam)", spec, count, part, err);
+    FTRUN_LOG_WARN(
+        "FTRUN_TEST_DISK_READ_FAULTS={}: restores fail their first {} reads of '{}' with errno {} "
+        "(a test seam)",
+        spec, count, part, err);
     return fault.get();
   }();
   return env;

@@ -5,7 +5,8 @@
 
 namespace ftrun {
 
-Status ScanDiskVersions(const std::string& dir, const std::string& job, int world, std::vector<uint64_t>* newest_first) {
+Status ScanDiskVersions(const std::string& dir, const std::string& job, int world,
+                        std::vector<uint64_t>* newest_first) {
   PersistReader reader(nullptr, dir, job, world);
   std::vector<std::string> skipped;
   Status s = reader.ListComplete(newest_first, &skipped);

@@ -1,6 +1,6 @@
 // `ftrun --attach JOB`: take over a running job whose runner died, from its runner.json (see runner.h).
-#include "launcher/runner/runner.h"
-
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -9,20 +9,18 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <arpa/inet.h>
-#include <netdb.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "launcher/agent/options.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
+#include "launcher/runner/runner.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/common/proc_start.h"
@@ -65,8 +63,10 @@ int AttachJob(int argc, char** argv) {
   }
   nlohmann::json saved = nlohmann::json::parse(text, nullptr, false);
   if (saved.is_discarded() || !saved.contains("argv") || !saved["argv"].is_array()) {
-    std::fprintf(stderr, "ftrun --attach: cannot read %s (expected {\"argv\": [...]} written by the job's runner; "
-                 "is agent.run_dir right? pass the job's --config)\n", path.c_str());
+    std::fprintf(stderr,
+                 "ftrun --attach: cannot read %s (expected {\"argv\": [...]} written by the job's runner; "
+                 "is agent.run_dir right? pass the job's --config)\n",
+                 path.c_str());
     return 2;
   }
   std::vector<std::string> words{"ftrun"};

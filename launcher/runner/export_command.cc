@@ -33,31 +33,44 @@ constexpr char kUserBytesTensor[] = "__ftrun_user_bytes__";
 
 const char* SafetensorsDType(DType d) {
   switch (d) {
-    case DType::kUInt8: return "U8";
-    case DType::kInt8: return "I8";
-    case DType::kInt16: return "I16";
-    case DType::kInt32: return "I32";
-    case DType::kInt64: return "I64";
-    case DType::kFloat16: return "F16";
-    case DType::kBFloat16: return "BF16";
-    case DType::kFloat32: return "F32";
-    case DType::kFloat64: return "F64";
-    case DType::kBool: return "BOOL";
-    case DType::kUInt16: return "U16";
-    case DType::kUInt32: return "U32";
-    case DType::kUInt64: return "U64";
+    case DType::kUInt8:
+      return "U8";
+    case DType::kInt8:
+      return "I8";
+    case DType::kInt16:
+      return "I16";
+    case DType::kInt32:
+      return "I32";
+    case DType::kInt64:
+      return "I64";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kFloat32:
+      return "F32";
+    case DType::kFloat64:
+      return "F64";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kUInt16:
+      return "U16";
+    case DType::kUInt32:
+      return "U32";
+    case DType::kUInt64:
+      return "U64";
   }
   return "U8";
 }
 
 // stat, not lstat: a persist or out dir may be a symlink to a directory.
 bool IsDir(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool Exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
 }
 
@@ -71,7 +84,6 @@ std::string Listing(std::vector<std::string> items, bool quote = true) {
   if (items.size() > 8) s += ", ... (" + std::to_string(items.size()) + " in all)";
   return s;
 }
-
 
 // Bytes done, rate and time left. On a terminal the line on stderr is
 // rewritten in place at most every 250 ms; elsewhere nothing is shown until
@@ -99,8 +111,8 @@ Status FindVersion(Env* env, const std::string& dir, const std::string& job, boo
   for (auto it = versions.rbegin(); it != versions.rend(); ++it) have.push_back(std::to_string(*it));
   if (has_version) {
     if (!std::binary_search(versions.begin(), versions.end(), want)) {
-      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no version " +
-                              std::to_string(want) + " (no directory '" + VersionDir(job_dir, want) +
+      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no version " + std::to_string(want) +
+                              " (no directory '" + VersionDir(job_dir, want) +
                               "'; versions there, newest first: " + Listing(have, false) + ")");
     }
     *out = ScanVersion(env, job_dir, want);
@@ -214,8 +226,7 @@ class Exporter {
   std::vector<std::string> written_;
 };
 
-Status Exporter::WriteRank(const std::string& job, uint64_t version, int world_size, const Manifest& m,
-                           Json* entry) {
+Status Exporter::WriteRank(const std::string& job, uint64_t version, int world_size, const Manifest& m, Json* entry) {
   const std::string where = "version " + std::to_string(version) + " rank " + std::to_string(m.rank);
   Json header = Json::object();
   header["__metadata__"] = Json{{"format", "pt"},
@@ -249,8 +260,8 @@ Status Exporter::WriteRank(const std::string& job, uint64_t version, int world_s
   try {
     text = header.dump();
   } catch (const Json::exception& e) {
-    return Status::InvalidArgument(where + ": a tensor name cannot go into a safetensors JSON header (not UTF-8?): " +
-                                   e.what());
+    return Status::InvalidArgument(
+        where + ": a tensor name cannot go into a safetensors JSON header (not UTF-8?): " + e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   char len[8];
@@ -290,8 +301,9 @@ int Fail(const Status& st, int code) {
 }  // namespace
 
 int RunExportCommand(int argc, char** argv) {
-  CLI::App app{"ftrun export: a persisted version as one safetensors file per rank plus index.json, no agent "
-               "needed (format: launcher/runner/export_command.h)"};
+  CLI::App app{
+      "ftrun export: a persisted version as one safetensors file per rank plus index.json, no agent "
+      "needed (format: launcher/runner/export_command.h)"};
   app.name("ftrun export");
   std::string dir, job, out, ranks_arg;
   uint64_t version = 0;
@@ -318,8 +330,8 @@ int RunExportCommand(int argc, char** argv) {
   Status st = FindVersion(env, dir, job, version_opt->count() > 0, version, &scan);
   if (!st.ok()) return Fail(st, 2);
   if (world_size != 0 && world_size != scan.world_size) {
-    return Fail(Status::InvalidArgument("version " + std::to_string(scan.version) + " of job '" + job + "' in '" +
-                                        dir + "' was written with world size " + std::to_string(scan.world_size) +
+    return Fail(Status::InvalidArgument("version " + std::to_string(scan.version) + " of job '" + job + "' in '" + dir +
+                                        "' was written with world size " + std::to_string(scan.world_size) +
                                         " (its COMPLETE markers say so), not " + std::to_string(world_size) +
                                         " (--world-size)"),
                 2);
@@ -339,7 +351,7 @@ int RunExportCommand(int argc, char** argv) {
   for (int r : ranks) total += manifests[r].state_bytes() + manifests[r].user_bytes.size();
   Progress progress("export", total, ::isatty(2) == 1);
   Exporter exporter(env, reader, out, &progress);
-  Json index{{"format", "ftrun.export"}, {"format_version", 1},         {"job", job},
+  Json index{{"format", "ftrun.export"}, {"format_version", 1},           {"job", job},
              {"version", scan.version},  {"world_size", scan.world_size}, {"user_bytes_tensor", kUserBytesTensor},
              {"ranks", Json::array()}};
   for (int r : ranks) {
@@ -353,9 +365,9 @@ int RunExportCommand(int argc, char** argv) {
   progress.End();
   if (!st.ok()) {
     exporter.Abort(created);
-    return Fail(st.Annotate("exporting job '" + job + "' from '" + dir + "' to '" + out + "' failed (nothing left " +
-                            "there)"),
-                1);
+    return Fail(
+        st.Annotate("exporting job '" + job + "' from '" + dir + "' to '" + out + "' failed (nothing left " + "there)"),
+        1);
   }
   std::printf("exported version %llu of job '%s' (world size %d; %zu rank(s), %llu tensors, %s) to %s in %s (%s)\n",
               static_cast<unsigned long long>(scan.version), job.c_str(), scan.world_size, ranks.size(),

@@ -150,13 +150,27 @@ void AppendJsonString(const std::string& s, std::string* out) {
   out->push_back('"');
   for (unsigned char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           *out += "\\u00";
@@ -300,8 +314,7 @@ Status SelectNodes(const std::vector<HostEntry>& hosts, const std::string& inclu
   if (num_nodes > 0) {
     if (static_cast<size_t>(num_nodes) > nodes.size()) {
       return Status::InvalidArgument("--num_nodes " + std::to_string(num_nodes) + " but only " +
-                                     std::to_string(nodes.size()) + " hosts are available (" + KnownHosts(hosts) +
-                                     ")");
+                                     std::to_string(nodes.size()) + " hosts are available (" + KnownHosts(hosts) + ")");
     }
     nodes.resize(static_cast<size_t>(num_nodes));
   }

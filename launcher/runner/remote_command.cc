@@ -68,7 +68,12 @@ Status BuildLaunchArgv(const AgentLaunch& l, std::vector<std::string>* argv) {
     Append(argv, l.env);  // mpirun_rsh takes VAR=VAL before the program
     Append(argv, l.agent_argv);
   } else if (l.launcher == "slurm") {
-    *argv = {"srun", "--nodes=1", "--ntasks=1", "--nodelist=" + l.host, "--kill-on-bad-exit=0", "--cpu-bind=none",
+    *argv = {"srun",
+             "--nodes=1",
+             "--ntasks=1",
+             "--nodelist=" + l.host,
+             "--kill-on-bad-exit=0",
+             "--cpu-bind=none",
              "--chdir=" + l.cwd};
     Append(argv, l.launcher_args);
     Append(argv, env_cmd);

@@ -1,25 +1,25 @@
 #include "launcher/runner/runner.h"
-#include "launcher/runner/runner_impl.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <arpa/inet.h>
-#include <netdb.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "launcher/agent/options.h"
 #include "launcher/agent/supervisor.h"
+#include "launcher/common/disk_scan.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
+#include "launcher/runner/runner_impl.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/common/proc_start.h"
@@ -27,7 +27,6 @@
 #include "plugin/config/config.h"
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
-#include "launcher/common/disk_scan.h"
 #include "recovery/coordinator.h"
 
 extern char** environ;
@@ -57,8 +56,10 @@ Status Runner::Setup() {
   // First: the transport's thread (started below) inherits the signal mask,
   // so these signals only ever arrive through the loop.
   FTRUN_RETURN_IF_ERROR(loop_.Open({SIGCHLD, SIGTERM, SIGINT, SIGHUP}, std::chrono::milliseconds(20)));
-  if (o_.config.empty()) config_ = DefaultConfig();
-  else FTRUN_RETURN_IF_ERROR(LoadConfigFile(o_.config, &config_));
+  if (o_.config.empty())
+    config_ = DefaultConfig();
+  else
+    FTRUN_RETURN_IF_ERROR(LoadConfigFile(o_.config, &config_));
   FTRUN_RETURN_IF_ERROR(SelectJobNodes());
   spares_ = o_.spares >= 0 ? o_.spares : config_.cluster.spares;
   if (remote()) {
@@ -83,8 +84,9 @@ Status Runner::Setup() {
 
   job_id_ = config_.job.id;
   if (job_id_.empty() && !config_.persist.dir.empty()) {
-    FTRUN_LOG_WARN("persist.dir is set but job.id is not: this run's versions go under a new job id, and a later "
-                   "run can resume from them only with job.id set to it");
+    FTRUN_LOG_WARN(
+        "persist.dir is set but job.id is not: this run's versions go under a new job id, and a later "
+        "run can resume from them only with job.id set to it");
   }
   if (!o_.attach_job.empty()) job_id_ = o_.attach_job;
   if (job_id_.empty()) {
@@ -97,9 +99,10 @@ Status Runner::Setup() {
   // component checked, nothing in them another user could have written.
   job_dir_ = config_.agent.run_dir + "/" + job_id_;
   if (remote() && config_.agent.run_dir == DefaultRunDir()) {
-    FTRUN_LOG_WARN("agent.run_dir is the per-user default {}, which other hosts do not see; the agents read the job "
-                   "secret from {}/secret: set agent.run_dir to a directory every node sees", config_.agent.run_dir,
-                   job_dir_);
+    FTRUN_LOG_WARN(
+        "agent.run_dir is the per-user default {}, which other hosts do not see; the agents read the job "
+        "secret from {}/secret: set agent.run_dir to a directory every node sees",
+        config_.agent.run_dir, job_dir_);
   }
   {
     UniqueFd run_dir;
@@ -177,8 +180,10 @@ Status Runner::Setup() {
     AgentProc p;
     p.id = a;
     p.slot = a < static_cast<int>(nodes_.size()) ? a : -1;
-    if (p.slot >= 0) p.host = nodes_[static_cast<size_t>(p.slot)].host;
-    else if (remote()) p.host = spare_hosts_[static_cast<size_t>(a) - nodes_.size()];
+    if (p.slot >= 0)
+      p.host = nodes_[static_cast<size_t>(p.slot)].host;
+    else if (remote())
+      p.host = spare_hosts_[static_cast<size_t>(a) - nodes_.size()];
     agents_.push_back(p);
     FTRUN_RETURN_IF_ERROR(SpawnAgent(agents_.back(), p.slot < 0));
   }
@@ -202,13 +207,18 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   const NodeSlots& node = nodes_[static_cast<size_t>(a.slot >= 0 ? a.slot : 0)];
   std::vector<std::string> v;
   v.push_back(SelfDir() + "/ftrun-agent");
-  v.insert(v.end(), {"--coordinator", transport_->address(), "--agent-id", std::to_string(a.id), "--node_rank",
-                     std::to_string(a.slot >= 0 ? a.slot : 0), "--secret-file", secret_file_, "--job-id", job_id_,
-                     "--listen", listen, "--nproc",
-                     std::to_string(node.slots.size()), "--master_addr", ResolveMasterAddr(o_, nodes_),
-                     "--master_port", std::to_string(o_.master_port), "--log-level", o_.log_level, "--run-dir",
-                     config_.agent.run_dir, "--status-file",
-                     job_dir_ + "/agent" + std::to_string(a.id) + ".json"});
+  v.insert(v.end(), {"--coordinator", transport_->address(),
+                     "--agent-id",    std::to_string(a.id),
+                     "--node_rank",   std::to_string(a.slot >= 0 ? a.slot : 0),
+                     "--secret-file", secret_file_,
+                     "--job-id",      job_id_,
+                     "--listen",      listen,
+                     "--nproc",       std::to_string(node.slots.size()),
+                     "--master_addr", ResolveMasterAddr(o_, nodes_),
+                     "--master_port", std::to_string(o_.master_port),
+                     "--log-level",   o_.log_level,
+                     "--run-dir",     config_.agent.run_dir,
+                     "--status-file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"});
   if (!o_.config.empty()) v.insert(v.end(), {"--config", o_.config});
   if (as_spare) v.push_back("--spare");
   if (!node.rack.empty() && !as_spare) v.insert(v.end(), {"--rack", node.rack});
@@ -241,7 +251,8 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
   }
   FTRUN_RETURN_IF_ERROR(SpawnProcess(spec, &a.pid));
   a.start_time = ProcessStartTime(a.pid);
-  FTRUN_LOG_INFO("started agent {} ({}){} as pid {}", a.id, as_spare ? std::string("spare") : "node " + std::to_string(a.slot),
+  FTRUN_LOG_INFO("started agent {} ({}){} as pid {}", a.id,
+                 as_spare ? std::string("spare") : "node " + std::to_string(a.slot),
                  remote() ? " on " + a.host + " with " + o_.launcher : std::string(), a.pid);
   return Status::Ok();
 }
@@ -294,8 +305,10 @@ void Runner::Loop() {
         disk_worker_.RunCompleted();  // a scan's answer: the coordinator goes on
       } else {
         for (TransportEvent& e : transport_->Poll()) {
-          if (e.kind == TransportEvent::Kind::kMessage) coord_->OnMessage(e.peer, e.type, e.payload, now);
-          else if (e.kind == TransportEvent::Kind::kPeerDown) coord_->OnPeerDown(e.peer, e.status.message(), now);
+          if (e.kind == TransportEvent::Kind::kMessage)
+            coord_->OnMessage(e.peer, e.type, e.payload, now);
+          else if (e.kind == TransportEvent::Kind::kPeerDown)
+            coord_->OnPeerDown(e.peer, e.status.message(), now);
         }
       }
     }

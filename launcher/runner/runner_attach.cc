@@ -1,15 +1,12 @@
 // The runner's view kept for a successor: adopting the agents of a runner that died (ftrun --attach), and
 // the status file (runner_impl.h).
-#include "launcher/runner/runner_impl.h"
-
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <arpa/inet.h>
-#include <netdb.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -20,7 +17,7 @@
 #include "launcher/agent/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
-#include "recovery/coordinator_json.h"
+#include "launcher/runner/runner_impl.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/common/proc_start.h"
@@ -30,6 +27,7 @@
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
 #include "recovery/coordinator.h"
+#include "recovery/coordinator_json.h"
 
 extern char** environ;
 
@@ -49,8 +47,10 @@ Status Runner::AdoptAgents(const std::string& before_text) {
     if (p.pid > 0 && !SameProcess(p.pid, p.start_time)) {
       // The pid was reused (or the status predates start times): never wait
       // on or signal a process that is not the agent.
-      FTRUN_LOG_WARN("agent {}: pid {} is not the process the old status recorded (start time {}, now {}): "
-                     "treated as gone, not adopted", p.id, p.pid, p.start_time, ProcessStartTime(p.pid));
+      FTRUN_LOG_WARN(
+          "agent {}: pid {} is not the process the old status recorded (start time {}, now {}): "
+          "treated as gone, not adopted",
+          p.id, p.pid, p.start_time, ProcessStartTime(p.pid));
       p.pid = 0;
       p.adopted = false;
     }
@@ -86,11 +86,14 @@ void Runner::WriteStatus() {
   j["coordinator"] = transport_->address();
   j["runner_pid"] = ::getpid();
   j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
-  j["updated_unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count();
+  j["updated_unix_ms"] =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   j["agents"] = nlohmann::json::array();
   for (const AgentProc& a : agents_) {
-    j["agents"].push_back({{"agent", a.id}, {"pid", a.pid}, {"start_time", a.start_time},
+    j["agents"].push_back({{"agent", a.id},
+                           {"pid", a.pid},
+                           {"start_time", a.start_time},
                            {"status_file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"}});
   }
   // Always in the job's directory, where `ftrun status` looks; also where

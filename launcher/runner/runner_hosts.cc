@@ -1,6 +1,6 @@
 // Where the runner's agents run and listen: host addresses and the agent binary's directory (runner_impl.h).
-#include "launcher/runner/runner_impl.h"
-
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -9,9 +9,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <arpa/inet.h>
-#include <netdb.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -22,6 +19,7 @@
 #include "launcher/agent/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
+#include "launcher/runner/runner_impl.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/common/proc_start.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/common/disk_worker.h"
 #include "launcher/agent/supervisor.h"
+#include "launcher/common/disk_worker.h"
 #include "launcher/common/event_loop.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/runner_options.h"
@@ -40,7 +40,7 @@ class TransportOutbox : public Coordinator::Outbox {
 
 struct AgentProc {
   int id = 0;
-  int slot = -1;  // as started; -1 = spare
+  int slot = -1;     // as started; -1 = spare
   std::string host;  // where a remote launcher starts it
   pid_t pid = 0;
   uint64_t start_time = 0;  // of pid (proc_start.h): written next to it, checked before an adopted pid is signalled
@@ -70,8 +70,8 @@ class Runner {
   std::vector<std::string> spare_hosts_;  // remote launchers: the hosts spares run on
   bool remote() const { return o_.launcher != "local"; }
   std::string job_id_, job_dir_, secret_file_;
-  UniqueFd job_dir_fd_;         // job_dir_, checked (safe_dir.h): runner.json and status.json are written in it
-  std::string status_error_;    // the last status write error logged (logged once)
+  UniqueFd job_dir_fd_;       // job_dir_, checked (safe_dir.h): runner.json and status.json are written in it
+  std::string status_error_;  // the last status write error logged (logged once)
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<TransportOutbox> outbox_;
   std::unique_ptr<Coordinator> coord_;

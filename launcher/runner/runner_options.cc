@@ -51,7 +51,8 @@ bool ValidCoreList(const std::string& s) {
     std::string a = item.substr(0, dash);
     std::string b = dash == std::string::npos ? a : item.substr(dash + 1);
     auto digits = [](const std::string& t) {
-      return !t.empty() && t.size() <= 9 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+      return !t.empty() && t.size() <= 9 &&
+             std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
     };
     if (!digits(a) || !digits(b) || std::stol(a) > std::stol(b)) return false;
     if (comma == std::string::npos) return true;
@@ -126,7 +127,8 @@ Status PreScan(int argc, char** argv, const CLI::App& app, std::vector<std::stri
         for (auto m = by_long.lower_bound(shown); m != by_long.end() && m->first.compare(0, shown.size(), shown) == 0;
              ++m) {
           names += (names.empty() ? "" : ", ") + m->first;
-          if (std::none_of(matches.begin(), matches.end(), [&](const FlagInfo* f) { return f->opt == m->second.opt; })) {
+          if (std::none_of(matches.begin(), matches.end(),
+                           [&](const FlagInfo* f) { return f->opt == m->second.opt; })) {
             matches.push_back(&m->second);
           }
         }
@@ -274,10 +276,12 @@ Status ParseRunnerOptions(int argc, char** argv, RunnerOptions* out, bool* help)
   app.add_option("--status_file", o.status_file, "write the job status as JSON here");
   app.add_option("--agent_exec_prefix", o.agent_exec_prefix,
                  "prefix of each agent's command line, '{node}' -> node index (e.g. 'ip netns exec ns{node}')");
-  app.add_option("--agent_addr", o.agent_addr, "address each agent listens on for peers, '{node}' -> node index "
-                                               "(default 127.0.0.1)");
-  app.add_option("--coordinator_addr", o.coordinator_addr, "address the runner's coordinator listens on "
-                                                           "(default 127.0.0.1)");
+  app.add_option("--agent_addr", o.agent_addr,
+                 "address each agent listens on for peers, '{node}' -> node index "
+                 "(default 127.0.0.1)");
+  app.add_option("--coordinator_addr", o.coordinator_addr,
+                 "address the runner's coordinator listens on "
+                 "(default 127.0.0.1)");
 
   std::vector<std::string> cli_args;
   bool help_seen = false;

@@ -45,29 +45,28 @@ struct RunnerOptions {
   int node_rank = -1;
   std::string launcher = "local";  // pdsh|openmpi|mvapich|slurm|mpich|impi|local|ssh (lower-cased)
   std::string launcher_args;       // one string; split with ShellSplit
-  bool module = false, no_python = false, no_local_rank = false, no_ssh = false, force_multi = false,
-       save_pid = false;
-  bool no_ssh_check = false;        // accepted for compatibility; no effect
+  bool module = false, no_python = false, no_local_rank = false, no_ssh = false, force_multi = false, save_pid = false;
+  bool no_ssh_check = false;         // accepted for compatibility; no effect
   std::string enable_each_rank_log;  // DIR; "" = off (DeepSpeed's "None" is read as "")
   bool bind_cores_to_rank = false;
-  std::string bind_core_list;  // e.g. "0-15,32-47"; checked to be N or N-M items
-  int ssh_port = -1;           // -1 = ssh's default
+  std::string bind_core_list;      // e.g. "0-15,32-47"; checked to be N or N-M items
+  int ssh_port = -1;               // -1 = ssh's default
   std::string log_level = "info";  // trace|debug|info|warn|error (lower-cased; "warning" -> "warn")
   bool quiet = false;              // -q/--quiet
 
   // --- ftrun's own flags ---
-  std::string config;            // --config FILE (ftrun YAML); "" = built-in defaults
-  int spares = -1;               // --spares N, >= 0; -1 = take it from the config
-  std::string status_file;       // --status_file FILE: the runner's JSON status
-  std::string agent_exec_prefix;  // --agent_exec_prefix 'CMD ARGS': prefix of each agent's command
-                                  // line, "{node}" -> node index; split with ShellSplit
+  std::string config;                          // --config FILE (ftrun YAML); "" = built-in defaults
+  int spares = -1;                             // --spares N, >= 0; -1 = take it from the config
+  std::string status_file;                     // --status_file FILE: the runner's JSON status
+  std::string agent_exec_prefix;               // --agent_exec_prefix 'CMD ARGS': prefix of each agent's command
+                                               // line, "{node}" -> node index; split with ShellSplit
   std::string agent_addr = "127.0.0.1";        // --agent_addr TEMPLATE, "{node}" -> node index
   std::string coordinator_addr = "127.0.0.1";  // --coordinator_addr IP
 
   std::vector<std::string> command;  // SCRIPT and its arguments, untouched
 
-  std::vector<std::string> argv;     // every argument as given (kept for `ftrun --attach`)
-  std::string attach_job;            // set by AttachJob: take over this running job's agents
+  std::vector<std::string> argv;  // every argument as given (kept for `ftrun --attach`)
+  std::string attach_job;         // set by AttachJob: take over this running job's agents
 };
 
 // Parses argv (argv[0] is the program name). On success *out holds the

@@ -22,7 +22,7 @@ namespace {
 using nlohmann::json;
 
 bool IsFile(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -36,7 +36,7 @@ std::string NewestJob(const std::string& run_dir) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
     std::string path = run_dir + "/" + name + "/status.json";
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && st.st_mtime > best_mtime) {
       best_mtime = st.st_mtime;
       best = path;
@@ -77,8 +77,11 @@ std::string RestartLine(const json& n, const json& r) {
   std::string line = "  node " + Str(n, "node") + ", restart " + Str(r, "restart") + ": " + Str(r, "reason");
   if (!r.contains("total_ms")) return line + ": not finished";
   line += ": " + Ms(r, "total_ms") + " ms to the first step (";
-  const char* parts[][2] = {{"stop_ms", "stop"}, {"respawn_ms", "respawn"}, {"connect_ms", "connect"},
-                            {"restore_ms", "restore"}, {"first_step_ms", "first step"}};
+  const char* parts[][2] = {{"stop_ms", "stop"},
+                            {"respawn_ms", "respawn"},
+                            {"connect_ms", "connect"},
+                            {"restore_ms", "restore"},
+                            {"first_step_ms", "first step"}};
   for (const auto& p : parts) line += std::string(p[1]) + " " + Ms(r, p[0]) + (p[0] == parts[4][0] ? ")" : ", ");
   return line + ", version " + Str(r, "version");
 }
@@ -124,7 +127,8 @@ void PrintNodes(const json& st) {
     }
   }
   std::string spares;
-  for (const auto& s : st["spares"]) spares += (spares.empty() ? "" : ", ") + Str(s, "agent") + " at " + Str(s, "address");
+  for (const auto& s : st["spares"])
+    spares += (spares.empty() ? "" : ", ") + Str(s, "agent") + " at " + Str(s, "address");
   std::printf("spares: %s\n", spares.empty() ? "none" : spares.c_str());
   if (!restarts_done.empty()) std::printf("\nrestarts, as each node saw them:\n");
   for (const auto& line : restarts_done) std::printf("%s\n", line.c_str());
@@ -190,8 +194,10 @@ int RunStatusCommand(int argc, char** argv) {
   if (job.empty()) {
     path = NewestJob(run_dir);
     if (path.empty()) {
-      std::fprintf(stderr, "ftrun status: no job in %s (no <job>/status.json); pass a job id, a status file, or "
-                   "--run_dir\n", run_dir.c_str());
+      std::fprintf(stderr,
+                   "ftrun status: no job in %s (no <job>/status.json); pass a job id, a status file, or "
+                   "--run_dir\n",
+                   run_dir.c_str());
       return 2;
     }
   } else {
@@ -219,8 +225,8 @@ int RunStatusCommand(int argc, char** argv) {
     }
     std::printf("%s\n", st.dump(2).c_str());
   } else {
-    std::printf("job %s: %s, epoch %s, committed version %s, %s restart(s)\n", Str(st, "job_id").c_str(),
-                phase.c_str(), Str(st, "epoch").c_str(), Str(st, "committed_version", "none").c_str(),
+    std::printf("job %s: %s, epoch %s, committed version %s, %s restart(s)\n", Str(st, "job_id").c_str(), phase.c_str(),
+                Str(st, "epoch").c_str(), Str(st, "committed_version", "none").c_str(),
                 Str(st, "restarts", "0").c_str());
     std::printf("status file: %s\n", path.c_str());
     if (finished) {

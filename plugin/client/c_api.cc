@@ -1,8 +1,6 @@
 // The C ABI of include/ftrun/ftrun.h over ftrun::Client. Every entry point
 // catches all exceptions (std::bad_alloc included): nothing may unwind into C.
 
-#include "ftrun/ftrun.h"
-
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "ftrun/client.h"
+#include "ftrun/ftrun.h"
 #include "ftrun/status.h"
 
 using ftrun::Code;
@@ -143,8 +142,7 @@ void CopyStats(const ftrun::SaveStats& s, ftrun_save_stats_t* out) {
 
 extern "C" {
 
-int ftrun_client_connect_opts(const ftrun_client_options_t* options,
-                              ftrun_client_t** out, char** errptr) {
+int ftrun_client_connect_opts(const ftrun_client_options_t* options, ftrun_client_t** out, char** errptr) {
   static const char kFn[] = "ftrun_client_connect";
   if (out != nullptr) *out = nullptr;
   return Guard(kFn, errptr, [&]() -> Status {
@@ -161,8 +159,7 @@ int ftrun_client_connect_opts(const ftrun_client_options_t* options,
       }
     }
     if (opts.rank < -1) {
-      return Status::InvalidArgument(std::string(kFn) + ": rank " +
-                                     std::to_string(opts.rank) + " is negative");
+      return Status::InvalidArgument(std::string(kFn) + ": rank " + std::to_string(opts.rank) + " is negative");
     }
     std::unique_ptr<ftrun::Client> client;
     FTRUN_RETURN_IF_ERROR(ftrun::Client::Connect(opts, &client));
@@ -173,8 +170,7 @@ int ftrun_client_connect_opts(const ftrun_client_options_t* options,
   });
 }
 
-int ftrun_client_connect(const char* socket_path, int rank,
-                         ftrun_client_t** out, char** errptr) {
+int ftrun_client_connect(const char* socket_path, int rank, ftrun_client_t** out, char** errptr) {
   ftrun_client_options_t options;
   std::memset(&options, 0, sizeof(options));
   options.field_mask = FTRUN_CLIENT_FIELD_SOCKET_PATH | FTRUN_CLIENT_FIELD_RANK;
@@ -185,17 +181,13 @@ int ftrun_client_connect(const char* socket_path, int rank,
 
 void ftrun_client_close(ftrun_client_t* client) { delete client; }
 
-int ftrun_client_rank(const ftrun_client_t* client) {
-  return client ? client->client->rank() : -1;
-}
+int ftrun_client_rank(const ftrun_client_t* client) { return client ? client->client->rank() : -1; }
 
 const char* ftrun_client_job_id(const ftrun_client_t* client) {
   return client ? client->client->job_id().c_str() : nullptr;
 }
 
-uint64_t ftrun_client_chunk_size(const ftrun_client_t* client) {
-  return client ? client->client->chunk_size() : 0;
-}
+uint64_t ftrun_client_chunk_size(const ftrun_client_t* client) { return client ? client->client->chunk_size() : 0; }
 
 int ftrun_client_restore_version(const ftrun_client_t* client, uint64_t* version) {
   if (client == nullptr || version == nullptr) return 0;
@@ -206,9 +198,8 @@ int ftrun_client_restore_version(const ftrun_client_t* client, uint64_t* version
   }
 }
 
-int ftrun_save(ftrun_client_t* client, uint64_t version,
-               const ftrun_tensor_t* tensors, size_t n, const void* user_bytes,
-               size_t user_len, ftrun_save_stats_t* stats, char** errptr) {
+int ftrun_save(ftrun_client_t* client, uint64_t version, const ftrun_tensor_t* tensors, size_t n,
+               const void* user_bytes, size_t user_len, ftrun_save_stats_t* stats, char** errptr) {
   static const char kFn[] = "ftrun_save";
   return Guard(kFn, errptr, [&]() -> Status {
     if (client == nullptr) return NullArg(kFn, "client");
@@ -218,8 +209,7 @@ int ftrun_save(ftrun_client_t* client, uint64_t version,
     for (size_t i = 0; i < n; ++i) {
       FTRUN_RETURN_IF_ERROR(ToTensorRef(tensors[i], i, &refs[i]));
     }
-    std::string_view user(user_len > 0 ? static_cast<const char*>(user_bytes) : "",
-                          user_len);
+    std::string_view user(user_len > 0 ? static_cast<const char*>(user_bytes) : "", user_len);
     ftrun::SaveStats s;
     FTRUN_RETURN_IF_ERROR(client->client->Save(version, refs, user, &s));
     if (stats != nullptr) CopyStats(s, stats);
@@ -235,8 +225,7 @@ int ftrun_wait(ftrun_client_t* client, char** errptr) {
   });
 }
 
-int ftrun_wait_committed(ftrun_client_t* client, uint64_t version,
-                         int timeout_ms, char** errptr) {
+int ftrun_wait_committed(ftrun_client_t* client, uint64_t version, int timeout_ms, char** errptr) {
   static const char kFn[] = "ftrun_wait_committed";
   return Guard(kFn, errptr, [&]() -> Status {
     if (client == nullptr) return NullArg(kFn, "client");
@@ -252,8 +241,7 @@ int ftrun_report_progress(ftrun_client_t* client, uint64_t step, char** errptr) 
   });
 }
 
-int ftrun_list_versions(ftrun_client_t* client, uint64_t* committed,
-                        size_t cap, size_t* n, char** errptr) {
+int ftrun_list_versions(ftrun_client_t* client, uint64_t* committed, size_t cap, size_t* n, char** errptr) {
   static const char kFn[] = "ftrun_list_versions";
   return Guard(kFn, errptr, [&]() -> Status {
     if (client == nullptr) return NullArg(kFn, "client");
@@ -269,8 +257,7 @@ int ftrun_list_versions(ftrun_client_t* client, uint64_t* committed,
   });
 }
 
-int ftrun_load(ftrun_client_t* client, uint64_t version, ftrun_snapshot_t** out,
-               char** errptr) {
+int ftrun_load(ftrun_client_t* client, uint64_t version, ftrun_snapshot_t** out, char** errptr) {
   static const char kFn[] = "ftrun_load";
   if (out != nullptr) *out = nullptr;
   return Guard(kFn, errptr, [&]() -> Status {
@@ -284,16 +271,11 @@ int ftrun_load(ftrun_client_t* client, uint64_t version, ftrun_snapshot_t** out,
   });
 }
 
-uint64_t ftrun_snapshot_version(const ftrun_snapshot_t* snap) {
-  return snap ? snap->snap->version() : 0;
-}
+uint64_t ftrun_snapshot_version(const ftrun_snapshot_t* snap) { return snap ? snap->snap->version() : 0; }
 
-size_t ftrun_snapshot_num_tensors(const ftrun_snapshot_t* snap) {
-  return snap ? snap->snap->tensors().size() : 0;
-}
+size_t ftrun_snapshot_num_tensors(const ftrun_snapshot_t* snap) { return snap ? snap->snap->tensors().size() : 0; }
 
-int ftrun_snapshot_tensor_info(const ftrun_snapshot_t* snap, size_t i,
-                               const char** name, int* dtype, int* ndim,
+int ftrun_snapshot_tensor_info(const ftrun_snapshot_t* snap, size_t i, const char** name, int* dtype, int* ndim,
                                const int64_t** shape, uint64_t* nbytes) {
   if (snap == nullptr || i >= snap->snap->tensors().size()) return FTRUN_INVALID_ARGUMENT;
   const ftrun::TensorInfo& t = snap->snap->tensors()[i];
@@ -305,15 +287,13 @@ int ftrun_snapshot_tensor_info(const ftrun_snapshot_t* snap, size_t i,
   return FTRUN_OK;
 }
 
-void ftrun_snapshot_user_bytes(const ftrun_snapshot_t* snap, const void** data,
-                               size_t* len) {
+void ftrun_snapshot_user_bytes(const ftrun_snapshot_t* snap, const void** data, size_t* len) {
   const std::string* bytes = snap ? &snap->snap->user_bytes() : nullptr;
   if (data) *data = bytes ? bytes->data() : nullptr;
   if (len) *len = bytes ? bytes->size() : 0;
 }
 
-int ftrun_snapshot_read(const ftrun_snapshot_t* snap, const char* name,
-                        void* dst, uint64_t nbytes, char** errptr) {
+int ftrun_snapshot_read(const ftrun_snapshot_t* snap, const char* name, void* dst, uint64_t nbytes, char** errptr) {
   static const char kFn[] = "ftrun_snapshot_read";
   return Guard(kFn, errptr, [&]() -> Status {
     if (snap == nullptr) return NullArg(kFn, "snap");

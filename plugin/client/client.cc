@@ -1,3 +1,5 @@
+#include "ftrun/client.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -5,7 +7,6 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "ftrun/client.h"
 #include "plugin/client/client_impl.h"
 #include "plugin/client/device_saver.h"
 #include "plugin/common/bytes.h"
@@ -87,8 +88,10 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   UniqueFd memfd;
   FTRUN_RETURN_IF_ERROR(RecvFrame(impl->sock.get(), options.connect_timeout_ms, &type, &reply, &memfd)
                             .Annotate("waiting for the agent at " + path));
-  if (type == MsgType::kError) return DecodeError(reply).Annotate("agent at " + path + " refused rank " + std::to_string(impl->rank));
-  if (type != MsgType::kHelloOk || !memfd.valid()) return Status::Corruption("agent at " + path + " sent no store segment");
+  if (type == MsgType::kError)
+    return DecodeError(reply).Annotate("agent at " + path + " refused rank " + std::to_string(impl->rank));
+  if (type != MsgType::kHelloOk || !memfd.valid())
+    return Status::Corruption("agent at " + path + " sent no store segment");
   ByteReader r(reply);
   impl->job_id = r.GetString();
   impl->node = r.Get<int32_t>();
@@ -101,8 +104,8 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
     return Status::FailedPrecondition("agent at " + path + " serves job '" + impl->job_id + "', this rank is in job '" +
                                       expected_job + "'");
   }
-  FTRUN_RETURN_IF_ERROR(Arena::Attach(std::move(memfd), expected_job.empty() ? impl->job_id : expected_job,
-                                      &impl->arena));
+  FTRUN_RETURN_IF_ERROR(
+      Arena::Attach(std::move(memfd), expected_job.empty() ? impl->job_id : expected_job, &impl->arena));
   // The mapping is not populated: a rank maps the whole node store but only
   // ever touches its own extents (and the chunks it restores), so page
   // tables fill in as it goes and stay small.

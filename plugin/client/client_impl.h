@@ -58,8 +58,7 @@ struct Client::Impl {
 
   // Sends a request and waits for `expect` (or kError, returned as Status).
   // After a transport failure every later call fails with it (`broken`).
-  Status Call(MsgType type, const std::string& payload, MsgType expect, std::string* reply,
-              int timeout_ms = -1);
+  Status Call(MsgType type, const std::string& payload, MsgType expect, std::string* reply, int timeout_ms = -1);
   // Sends a request that has no reply.
   Status Notify(MsgType type, const std::string& payload);
   // The host save path (save.cc), also the building blocks of the CUDA one.

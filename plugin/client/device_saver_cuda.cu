@@ -157,9 +157,9 @@ Status CudaDeviceSaver::LaunchFingerprints(const std::vector<TensorRef>& tensors
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (first[i] == SIZE_MAX) continue;
     const TensorRef& t = tensors[i];
-    FTRUN_RETURN_IF_ERROR(Cuda(LaunchChunkFingerprints(t.data, t.nbytes, client_->chunk_size, dev_fps_ + 2 * first[i],
-                                                       stream_),
-                               "launching the chunk fingerprint kernel"));
+    FTRUN_RETURN_IF_ERROR(
+        Cuda(LaunchChunkFingerprints(t.data, t.nbytes, client_->chunk_size, dev_fps_ + 2 * first[i], stream_),
+             "launching the chunk fingerprint kernel"));
   }
   return Cuda(cudaMemcpyAsync(host_fps_, dev_fps_, total * sizeof(Fingerprint), cudaMemcpyDeviceToHost, stream_),
               "copying fingerprints to the host");

@@ -4,8 +4,9 @@
 namespace ftrun {
 
 Status DeviceSaver::Create(Client::Impl*, std::unique_ptr<DeviceSaver>*) {
-  return Status::Unimplemented("this libftrun was built without CUDA (no nvcc at build time); "
-                               "cannot save CUDA tensors");
+  return Status::Unimplemented(
+      "this libftrun was built without CUDA (no nvcc at build time); "
+      "cannot save CUDA tensors");
 }
 
 Status DeviceSaver::CopyToDevice(void*, const void*, uint64_t) {

@@ -38,8 +38,8 @@ Status Client::Impl::CheckTensors(const std::vector<TensorRef>& tensors) const {
       }
     }
     if (bytes != t.nbytes) {
-      return Status::InvalidArgument(where + ": shape " + ShapeString(t.shape) + " of " + DTypeName(t.dtype) +
-                                     " is " + std::to_string(bytes) + " bytes, nbytes is " + std::to_string(t.nbytes));
+      return Status::InvalidArgument(where + ": shape " + ShapeString(t.shape) + " of " + DTypeName(t.dtype) + " is " +
+                                     std::to_string(bytes) + " bytes, nbytes is " + std::to_string(t.nbytes));
     }
     if (t.nbytes > 0 && t.data == nullptr) return Status::InvalidArgument(where + " has no data pointer");
   }
@@ -167,8 +167,8 @@ void Client::Impl::ForgetChangeHistory() {
   for (auto& [name, entry] : cache) entry.changed_last.assign(entry.changed_last.size(), false);
 }
 
-Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& tensors,
-                              std::string_view user_bytes, SaveStats* stats, bool retried) {
+Status Client::Impl::SaveHost(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+                              SaveStats* stats, bool retried) {
   auto t0 = std::chrono::steady_clock::now();
   FTRUN_RETURN_IF_ERROR(CheckTensors(tensors));
   PendingSave p;

@@ -5,11 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FTRUN_CHECK(cond)                                                  \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "%s:%d: FTRUN_CHECK failed: %s\n", __FILE__,    \
-                   __LINE__, #cond);                                       \
-      std::abort();                                                        \
-    }                                                                      \
+#define FTRUN_CHECK(cond)                                                                 \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::fprintf(stderr, "%s:%d: FTRUN_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)

@@ -1,9 +1,8 @@
 #include "plugin/common/hash.h"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t
-#include <xxh_x86dispatch.h>  // XXH3_*_dispatch: runtime AVX2/AVX512 choice
-
-#include <emmintrin.h>  // SSE2 streaming stores (x86-64 baseline)
+#include <emmintrin.h>           // SSE2 streaming stores (x86-64 baseline)
+#include <xxh_x86dispatch.h>     // XXH3_*_dispatch: runtime AVX2/AVX512 choice
 
 #include <cstdint>
 #include <cstdio>
@@ -69,8 +68,6 @@ ChunkHash HashAndCopy(void* dst, const void* src, size_t n) {
   return ChunkHash{h.low64, h.high64};
 }
 
-uint32_t RecordChecksum(const void* data, size_t n) {
-  return static_cast<uint32_t>(XXH3_64bits_dispatch(data, n));
-}
+uint32_t RecordChecksum(const void* data, size_t n) { return static_cast<uint32_t>(XXH3_64bits_dispatch(data, n)); }
 
 }  // namespace ftrun

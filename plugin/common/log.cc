@@ -8,8 +8,8 @@ bool InitLogging(const std::string& process, int node, int rank, const std::stri
   auto lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") return false;
   auto logger = spdlog::stderr_color_mt(process);
-  std::string tag = "[node " + std::to_string(node) + " rank " +
-                    (rank < 0 ? std::string("-") : std::to_string(rank)) + "]";
+  std::string tag =
+      "[node " + std::to_string(node) + " rank " + (rank < 0 ? std::string("-") : std::to_string(rank)) + "]";
   logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ " + process + " " + tag + " %v");
   logger->set_level(lvl);
   logger->flush_on(spdlog::level::warn);

@@ -6,19 +6,32 @@ namespace ftrun {
 
 const char* CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case Code::kIoError: return "IO_ERROR";
-    case Code::kCorruption: return "CORRUPTION";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kTimeout: return "TIMEOUT";
-    case Code::kUnimplemented: return "UNIMPLEMENTED";
-    case Code::kChunkMissing: return "CHUNK_MISSING";
-    case Code::kIoTransient: return "IO_TRANSIENT";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case Code::kIoError:
+      return "IO_ERROR";
+    case Code::kCorruption:
+      return "CORRUPTION";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kTimeout:
+      return "TIMEOUT";
+    case Code::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case Code::kChunkMissing:
+      return "CHUNK_MISSING";
+    case Code::kIoTransient:
+      return "IO_TRANSIENT";
   }
   return "UNKNOWN";
 }

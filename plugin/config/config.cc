@@ -42,20 +42,17 @@ Status Error(const SourceLoc& loc, const std::string& field, const std::string& 
   return Status::InvalidArgument(FormatLoc(loc, field) + ": " + msg);
 }
 
-Status ParseSection(const std::string& file, const std::string& section, const YAML::Node& map,
-                    Config* c) {
+Status ParseSection(const std::string& file, const std::string& section, const YAML::Node& map, Config* c) {
   std::set<std::string> seen;
   for (const auto& kv : map) {
     SourceLoc loc = LocOf(file, kv.first.Mark());
-    if (!kv.first.IsScalar())
-      return Error(loc, section, "expected plain key names, got " + Describe(kv.first));
+    if (!kv.first.IsScalar()) return Error(loc, section, "expected plain key names, got " + Describe(kv.first));
     std::string field = section + "." + kv.first.Scalar();
     const Key* key = FindKey(section, kv.first.Scalar());
     if (key == nullptr) return Error(loc, field, "unknown key (known: " + KnownKeys(section) + ")");
     if (!seen.insert(key->name).second) return Error(loc, field, "duplicate key");
     if (!kv.second.IsScalar()) {
-      return Error(loc, field,
-                   std::string("expected ") + key->what + ", got " + Describe(kv.second));
+      return Error(loc, field, std::string("expected ") + key->what + ", got " + Describe(kv.second));
     }
     const std::string& text = kv.second.Scalar();
     Status st = key->set(text, c);
@@ -75,15 +72,12 @@ Status ParseDocument(const std::string& file, const std::string& yaml_text, Conf
     docs = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
     SourceLoc loc = LocOf(file, e.mark);
-    std::string where =
-        loc.line > 0 ? file + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column)
-                     : file;
+    std::string where = loc.line > 0 ? file + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) : file;
     return Status::InvalidArgument(where + ": YAML syntax error: " + e.msg);
   }
   if (docs.empty()) return Status::Ok();  // empty file: all defaults
   if (docs.size() > 1) {
-    return Error(LocOf(file, docs[1].Mark()), "",
-                 "expected one YAML document, found " + std::to_string(docs.size()));
+    return Error(LocOf(file, docs[1].Mark()), "", "expected one YAML document, found " + std::to_string(docs.size()));
   }
   const YAML::Node& root = docs[0];
   if (root.IsNull()) return Status::Ok();
@@ -94,16 +88,14 @@ Status ParseDocument(const std::string& file, const std::string& yaml_text, Conf
   std::set<std::string> seen;
   for (const auto& kv : root) {
     SourceLoc loc = LocOf(file, kv.first.Mark());
-    if (!kv.first.IsScalar())
-      return Error(loc, "", "expected section names, got " + Describe(kv.first));
+    if (!kv.first.IsScalar()) return Error(loc, "", "expected section names, got " + Describe(kv.first));
     const std::string& name = kv.first.Scalar();
     if (!IsSection(name)) return Error(loc, name, "unknown key (known: " + SectionList() + ")");
     if (!seen.insert(name).second) return Error(loc, name, "duplicate key");
     if (kv.second.IsNull()) continue;  // "job:" with nothing under it
     if (!kv.second.IsMap()) {
       return Error(loc, name,
-                   "expected a map of " + name + " settings (" + KnownKeys(name) + "), got " +
-                       Describe(kv.second));
+                   "expected a map of " + name + " settings (" + KnownKeys(name) + "), got " + Describe(kv.second));
     }
     FTRUN_RETURN_IF_ERROR(ParseSection(file, name, kv.second, c));
   }
@@ -164,11 +156,9 @@ Status ValidateConfig(const Config& c) {
     if (s.memory_budget < need) {
       int r = c.agent.ranks_per_node;
       return Error(s.memory_budget_loc, "store.memory_budget",
-                   FormatSize(s.memory_budget) +
-                       " cannot hold one snapshot of every rank plus one in flight (2 x " +
-                       std::to_string(r) + (r == 1 ? " rank x " : " ranks x ") +
-                       FormatSize(s.snapshot_bytes) + " = " + FormatSize(need) +
-                       "); raise it or lower store.snapshot_bytes");
+                   FormatSize(s.memory_budget) + " cannot hold one snapshot of every rank plus one in flight (2 x " +
+                       std::to_string(r) + (r == 1 ? " rank x " : " ranks x ") + FormatSize(s.snapshot_bytes) + " = " +
+                       FormatSize(need) + "); raise it or lower store.snapshot_bytes");
     }
   }
   if (s.memory_budget < s.chunk_size) {
@@ -189,11 +179,13 @@ Status ValidateClusterConfig(const Config& c, int num_nodes) {
   SourceLoc no_line{c.source, 0, 0};
   if (c.cluster.replicas >= num_nodes && num_nodes > 1) {
     return Error(no_line, "cluster.replicas",
-                 "expected fewer copies than nodes: " + std::to_string(c.cluster.replicas) + " replicas need at least " +
-                     std::to_string(c.cluster.replicas + 1) + " nodes, the job has " + std::to_string(num_nodes));
+                 "expected fewer copies than nodes: " + std::to_string(c.cluster.replicas) +
+                     " replicas need at least " + std::to_string(c.cluster.replicas + 1) + " nodes, the job has " +
+                     std::to_string(num_nodes));
   }
   const StoreConfig& s = c.store;
-  uint64_t copies = 2ull * static_cast<uint64_t>(c.agent.ranks_per_node) * (1 + static_cast<uint64_t>(c.cluster.replicas));
+  uint64_t copies =
+      2ull * static_cast<uint64_t>(c.agent.ranks_per_node) * (1 + static_cast<uint64_t>(c.cluster.replicas));
   if (num_nodes > 1 && s.snapshot_bytes > 0 && s.memory_budget / copies < s.snapshot_bytes) {
     return Error(s.memory_budget_loc, "store.memory_budget",
                  FormatSize(s.memory_budget) + " cannot hold this node's snapshots and " +
@@ -203,8 +195,9 @@ Status ValidateClusterConfig(const Config& c, int num_nodes) {
   }
   if (num_nodes > 1 && !c.persist.dir.empty() && c.persist.every_versions == 0) {
     return Error(c.persist.dir_loc, "persist.every_versions",
-                 "a job of " + std::to_string(num_nodes) + " nodes with persist.dir needs it above 0: every node "
-                 "writes the committed versions that are multiples of it, so that they complete on disk together");
+                 "a job of " + std::to_string(num_nodes) +
+                     " nodes with persist.dir needs it above 0: every node "
+                     "writes the committed versions that are multiples of it, so that they complete on disk together");
   }
   return Status::Ok();
 }

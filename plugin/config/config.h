@@ -58,19 +58,19 @@ struct StoreConfig {
 
 struct AgentConfig {
   std::string run_dir = DefaultRunDir();  // agent.run_dir: sockets, locks, job dirs (default_run_dir.h)
-  std::string log_level = "info";      // agent.log_level: trace|debug|info|warn|error
-  int ranks_per_node = 1;              // agent.ranks_per_node, >= 1 (the CLI may override)
+  std::string log_level = "info";         // agent.log_level: trace|debug|info|warn|error
+  int ranks_per_node = 1;                 // agent.ranks_per_node, >= 1 (the CLI may override)
 };
 
 // Multi-node jobs (read by the runner's coordinator and every agent).
 struct ClusterConfig {
-  int replicas = 1;                                      // cluster.replicas: copies on other nodes, >= 0
-  int spares = 0;                                        // cluster.spares: agents without ranks, >= 0
-  std::chrono::milliseconds heartbeat_interval{200};     // cluster.heartbeat_interval, > 0
-  int heartbeat_misses = 10;                             // cluster.heartbeat_misses, >= 1
-  std::chrono::milliseconds lost_node_timeout{60000};    // cluster.lost_node_timeout, > 0
-  std::chrono::milliseconds copy_timeout{5000};          // cluster.copy_timeout, > 0: a copy between agents
-                                                         // with no progress that long is cancelled
+  int replicas = 1;                                    // cluster.replicas: copies on other nodes, >= 0
+  int spares = 0;                                      // cluster.spares: agents without ranks, >= 0
+  std::chrono::milliseconds heartbeat_interval{200};   // cluster.heartbeat_interval, > 0
+  int heartbeat_misses = 10;                           // cluster.heartbeat_misses, >= 1
+  std::chrono::milliseconds lost_node_timeout{60000};  // cluster.lost_node_timeout, > 0
+  std::chrono::milliseconds copy_timeout{5000};        // cluster.copy_timeout, > 0: a copy between agents
+                                                       // with no progress that long is cancelled
 };
 
 // Committed versions written lazily to disk (plugin/persist/). A version is
@@ -90,7 +90,7 @@ struct PersistConfig {
   // write: a group-shared directory). Directories get the same with x where
   // r is set (0700, 0750, 0770).
   uint32_t file_mode = 0600;
-  SourceLoc dir_loc;                                // where dir came from
+  SourceLoc dir_loc;  // where dir came from
 };
 
 struct Config {

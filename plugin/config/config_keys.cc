@@ -27,8 +27,8 @@ Status ParseInt(const std::string& text, const char* what, int* out) {
   errno = 0;
   char* end = nullptr;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  bool digits_only = !text.empty() && end == text.c_str() + text.size() &&
-                     text.find_first_of(" \t") == std::string::npos;
+  bool digits_only =
+      !text.empty() && end == text.c_str() + text.size() && text.find_first_of(" \t") == std::string::npos;
   if (!digits_only || errno == ERANGE || v < INT_MIN || v > INT_MAX) {
     return Status::InvalidArgument(std::string("expected ") + what + ", got " + Quote(text));
   }
@@ -37,10 +37,8 @@ Status ParseInt(const std::string& text, const char* what, int* out) {
 }
 
 Status ParseBool(const std::string& text, bool* out) {
-  static const char* const kTrue[] = {"true", "True", "TRUE", "yes", "Yes",
-                                      "YES",  "on",   "On",   "ON"};
-  static const char* const kFalse[] = {"false", "False", "FALSE", "no", "No",
-                                       "NO",    "off",   "Off",   "OFF"};
+  static const char* const kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+  static const char* const kFalse[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
   for (const char* t : kTrue) {
     if (text == t) return *out = true, Status::Ok();
   }
@@ -53,8 +51,8 @@ Status ParseBool(const std::string& text, bool* out) {
 bool ValidJobId(const std::string& id) {
   if (id.size() > kMaxJobIdLength || (!id.empty() && id[0] == '.')) return false;
   for (char c : id) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) return false;
   }
   return true;
@@ -63,23 +61,16 @@ bool ValidJobId(const std::string& id) {
 std::string Bytes(uint64_t b) { return std::to_string(b) + " bytes"; }
 std::string Millis(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
-
 const Key kTable[] = {
     {"job", "id", "a job id of letters, digits, '.', '_' and '-'",
      [](const std::string& t, Config* c) { return c->job.id = t, Status::Ok(); },
      [](const Config& c) -> const char* {
-       return ValidJobId(c.job.id)
-                  ? nullptr
-                  : "at most 64 letters, digits, '.', '_' or '-', not starting with '.'";
+       return ValidJobId(c.job.id) ? nullptr : "at most 64 letters, digits, '.', '_' or '-', not starting with '.'";
      },
      [](const Config& c) { return Quote(c.job.id); }},
     {"job", "max_restarts", "an integer >= 0",
-     [](const std::string& t, Config* c) {
-       return ParseInt(t, "an integer >= 0", &c->job.max_restarts);
-     },
-     [](const Config& c) -> const char* {
-       return c.job.max_restarts >= 0 ? nullptr : "an integer >= 0";
-     },
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->job.max_restarts); },
+     [](const Config& c) -> const char* { return c.job.max_restarts >= 0 ? nullptr : "an integer >= 0"; },
      [](const Config& c) { return std::to_string(c.job.max_restarts); }},
     {"job", "hang_timeout", "a duration like 60s",
      [](const std::string& t, Config* c) { return ParseDuration(t, &c->job.hang_timeout); },
@@ -89,9 +80,7 @@ const Key kTable[] = {
      [](const Config& c) { return Millis(c.job.hang_timeout); }},
     {"job", "stop_grace", "a duration like 5s",
      [](const std::string& t, Config* c) { return ParseDuration(t, &c->job.stop_grace); },
-     [](const Config& c) -> const char* {
-       return c.job.stop_grace.count() >= 0 ? nullptr : "a duration >= 0 like 5s";
-     },
+     [](const Config& c) -> const char* { return c.job.stop_grace.count() >= 0 ? nullptr : "a duration >= 0 like 5s"; },
      [](const Config& c) { return Millis(c.job.stop_grace); }},
     {"store", "memory_budget", "a size like 4GiB or 512MiB",
      [](const std::string& t, Config* c) { return ParseSize(t, &c->store.memory_budget); },
@@ -102,14 +91,12 @@ const Key kTable[] = {
      [](const Config& c) -> const char* {
        uint64_t v = c.store.chunk_size;
        bool pow2 = v != 0 && (v & (v - 1)) == 0;
-       return pow2 && v >= kMinChunk && v <= kMaxChunk
-                  ? nullptr
-                  : "a power of two from 64KiB to 1GiB, like 4MiB";
+       return pow2 && v >= kMinChunk && v <= kMaxChunk ? nullptr : "a power of two from 64KiB to 1GiB, like 4MiB";
      },
      [](const Config& c) { return Bytes(c.store.chunk_size); }},
     {"store", "snapshot_bytes", "a size like 2GiB, or 0 for unknown",
-     [](const std::string& t, Config* c) { return ParseSize(t, &c->store.snapshot_bytes); },
-     nullptr, [](const Config& c) { return Bytes(c.store.snapshot_bytes); }},
+     [](const std::string& t, Config* c) { return ParseSize(t, &c->store.snapshot_bytes); }, nullptr,
+     [](const Config& c) { return Bytes(c.store.snapshot_bytes); }},
     {"store", "prefault", "true or false",
      [](const std::string& t, Config* c) { return ParseBool(t, &c->store.prefault); }, nullptr,
      [](const Config& c) { return std::string(c.store.prefault ? "true" : "false"); }},
@@ -196,9 +183,7 @@ const Key kTable[] = {
      [](const Config& c) { return Millis(c.persist.drain_timeout); }},
     {"agent", "run_dir", "a directory path",
      [](const std::string& t, Config* c) { return c->agent.run_dir = t, Status::Ok(); },
-     [](const Config& c) -> const char* {
-       return c.agent.run_dir.empty() ? "a directory path" : nullptr;
-     },
+     [](const Config& c) -> const char* { return c.agent.run_dir.empty() ? "a directory path" : nullptr; },
      [](const Config& c) { return Quote(c.agent.run_dir); }},
     {"agent", "log_level", "one of trace, debug, info, warn, error",
      [](const std::string& t, Config* c) { return c->agent.log_level = t, Status::Ok(); },
@@ -208,12 +193,8 @@ const Key kTable[] = {
      },
      [](const Config& c) { return Quote(c.agent.log_level); }},
     {"agent", "ranks_per_node", "an integer >= 1",
-     [](const std::string& t, Config* c) {
-       return ParseInt(t, "an integer >= 1", &c->agent.ranks_per_node);
-     },
-     [](const Config& c) -> const char* {
-       return c.agent.ranks_per_node >= 1 ? nullptr : "an integer >= 1";
-     },
+     [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 1", &c->agent.ranks_per_node); },
+     [](const Config& c) -> const char* { return c.agent.ranks_per_node >= 1 ? nullptr : "an integer >= 1"; },
      [](const Config& c) { return std::to_string(c.agent.ranks_per_node); }},
 };
 

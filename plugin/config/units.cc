@@ -147,8 +147,7 @@ Status ParseSize(const std::string& text, uint64_t* out) {
     *out = bytes;
     return Status::Ok();
   }
-  return SizeError(text,
-                   "unknown unit '" + q.unit + "'; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB");
+  return SizeError(text, "unknown unit '" + q.unit + "'; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB");
 }
 
 Status ParseDuration(const std::string& text, std::chrono::milliseconds* out) {
@@ -162,8 +161,7 @@ Status ParseDuration(const std::string& text, std::chrono::milliseconds* out) {
     uint64_t ms = 0;
     bool exact = true;
     using Rep = std::chrono::milliseconds::rep;
-    if (!Scale(q, u.factor, &ms, &exact) ||
-        ms > static_cast<uint64_t>(std::numeric_limits<Rep>::max())) {
+    if (!Scale(q, u.factor, &ms, &exact) || ms > static_cast<uint64_t>(std::numeric_limits<Rep>::max())) {
       return DurationError(text, "too large");
     }
     if (!exact) return DurationError(text, "finer than a millisecond");

@@ -55,9 +55,8 @@ Status ConnectUnix(const std::string& path, int timeout_ms, UniqueFd* out) {
     int err = errno;
     bool retry = err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR;
     if (!retry || std::chrono::steady_clock::now() >= deadline) {
-      return Status(Code::kUnavailable, "cannot connect to the ftrun agent at " + path + ": " +
-                                            std::strerror(err) + (retry ? " (gave up after " +
-                                            std::to_string(timeout_ms) + " ms)" : ""));
+      return Status(Code::kUnavailable, "cannot connect to the ftrun agent at " + path + ": " + std::strerror(err) +
+                                            (retry ? " (gave up after " + std::to_string(timeout_ms) + " ms)" : ""));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

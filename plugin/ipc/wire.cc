@@ -105,8 +105,10 @@ Status RecvExact(int fd, char* buf, size_t n, int timeout_ms, UniqueFd* received
       if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
         int passed;
         std::memcpy(&passed, CMSG_DATA(cm), sizeof(int));
-        if (received_fd != nullptr) received_fd->Reset(passed);
-        else ::close(passed);
+        if (received_fd != nullptr)
+          received_fd->Reset(passed);
+        else
+          ::close(passed);
       }
     }
     got += static_cast<size_t>(r);
@@ -157,8 +159,10 @@ Status FrameReader::ReadFrom(int fd, size_t budget) {
         int passed;
         std::memcpy(&passed, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
         UniqueFd owned(passed);
-        if (accept_fds_ && fds_.size() < kMaxPendingFds) fds_.push_back({at, std::move(owned)});
-        else if (accept_fds_) return Status::ResourceExhausted("peer passed more than " + std::to_string(kMaxPendingFds) + " descriptors");
+        if (accept_fds_ && fds_.size() < kMaxPendingFds)
+          fds_.push_back({at, std::move(owned)});
+        else if (accept_fds_)
+          return Status::ResourceExhausted("peer passed more than " + std::to_string(kMaxPendingFds) + " descriptors");
       }
     }
     if (r == 0) return Status::Unavailable("peer closed the connection");

@@ -6,8 +6,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,23 +18,23 @@
 namespace ftrun {
 
 enum class MsgType : uint16_t {
-  kHello = 1,      // rank -> agent: protocol version, rank, pid, job id
-  kHelloOk,        // agent -> rank (+ memfd): job, node, arena, restore version
-  kError,          // agent -> rank: code, message
-  kAlloc,          // rank -> agent: version, chunk lengths to reserve
-  kAllocOk,        // agent -> rank: offsets
-  kSave,           // rank -> agent: manifest
-  kSaveOk,         // agent -> rank: version, committed version
-  kLoad,           // rank -> agent: version (or latest committed)
-  kLoadOk,         // agent -> rank: manifest with arena offsets
-  kLoadDone,       // rank -> agent: unpin a loaded version (no reply)
-  kList,           // rank -> agent
-  kListOk,         // agent -> rank: committed, pending, restore
-  kProgress,       // rank -> agent: step (no reply)
-  kWaitCommitted,  // rank -> agent: version, timeout
-  kCommitted,      // agent -> rank: committed version
-  kCorruptChunk,   // rank -> agent: version, tensor, chunk index, the hash its bytes have
-  kCorruptChunkOk, // agent -> rank: what the agent found and did (text)
+  kHello = 1,       // rank -> agent: protocol version, rank, pid, job id
+  kHelloOk,         // agent -> rank (+ memfd): job, node, arena, restore version
+  kError,           // agent -> rank: code, message
+  kAlloc,           // rank -> agent: version, chunk lengths to reserve
+  kAllocOk,         // agent -> rank: offsets
+  kSave,            // rank -> agent: manifest
+  kSaveOk,          // agent -> rank: version, committed version
+  kLoad,            // rank -> agent: version (or latest committed)
+  kLoadOk,          // agent -> rank: manifest with arena offsets
+  kLoadDone,        // rank -> agent: unpin a loaded version (no reply)
+  kList,            // rank -> agent
+  kListOk,          // agent -> rank: committed, pending, restore
+  kProgress,        // rank -> agent: step (no reply)
+  kWaitCommitted,   // rank -> agent: version, timeout
+  kCommitted,       // agent -> rank: committed version
+  kCorruptChunk,    // rank -> agent: version, tensor, chunk index, the hash its bytes have
+  kCorruptChunkOk,  // agent -> rank: what the agent found and did (text)
 
   // ftrun-agent attaching to a Slurm standby agent (launcher/agent/standby.h).
   kAttach = 64,    // attacher -> standby (+ its stdout): argv, environment, cwd
@@ -66,8 +66,7 @@ ssize_t SendMsgWithFd(int sock, iovec* iov, size_t iovcnt, int pass_fd, int flag
 
 // Receives one whole frame, blocking up to timeout_ms (-1: forever). A
 // passed descriptor, if any, lands in *received_fd.
-Status RecvFrame(int fd, int timeout_ms, MsgType* type, std::string* payload,
-                 UniqueFd* received_fd = nullptr);
+Status RecvFrame(int fd, int timeout_ms, MsgType* type, std::string* payload, UniqueFd* received_fd = nullptr);
 
 // Incremental decoder for a non-blocking socket (the agent's and the
 // standby's side). Bounded: each ReadFrom takes at most `budget` bytes (then

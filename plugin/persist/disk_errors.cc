@@ -21,18 +21,24 @@ Status DiskErrno(const std::string& what, int err) {
 DiskErrorClass ClassifyDiskError(const Status& s) {
   switch (s.code()) {
     case Code::kIoTransient:
-    case Code::kTimeout: return DiskErrorClass::kTransient;
+    case Code::kTimeout:
+      return DiskErrorClass::kTransient;
     case Code::kCorruption:
-    case Code::kNotFound: return DiskErrorClass::kVersionBad;
-    default: return DiskErrorClass::kOther;
+    case Code::kNotFound:
+      return DiskErrorClass::kVersionBad;
+    default:
+      return DiskErrorClass::kOther;
   }
 }
 
 const char* DiskErrorClassName(DiskErrorClass c) {
   switch (c) {
-    case DiskErrorClass::kTransient: return "transient";
-    case DiskErrorClass::kVersionBad: return "version unreadable";
-    case DiskErrorClass::kOther: return "not retried";
+    case DiskErrorClass::kTransient:
+      return "transient";
+    case DiskErrorClass::kVersionBad:
+      return "version unreadable";
+    case DiskErrorClass::kOther:
+      return "not retried";
   }
   return "?";
 }
@@ -44,8 +50,8 @@ Status RetryTransient(const RetryPolicy& policy, const std::string& what, const 
     st = fn();
     if (st.ok() || ClassifyDiskError(st) != DiskErrorClass::kTransient) return st;
     if (i >= policy.attempts) {
-      return Status(st.code(), st.message() + " (a transient error, still failing after " + std::to_string(i) +
-                                   " tries)");
+      return Status(st.code(),
+                    st.message() + " (a transient error, still failing after " + std::to_string(i) + " tries)");
     }
     FTRUN_LOG_WARN("{}: {}; retrying in {} ms (try {} of {})", what, st.message(), wait.count(), i + 1,
                    policy.attempts);

@@ -31,8 +31,8 @@ DiskErrorClass ClassifyDiskError(const Status& s);
 const char* DiskErrorClassName(DiskErrorClass c);
 
 struct RetryPolicy {
-  int attempts = 6;                         // tries in all, the first included
-  std::chrono::milliseconds first{50};      // the wait after the first failure; doubles
+  int attempts = 6;                          // tries in all, the first included
+  std::chrono::milliseconds first{50};       // the wait after the first failure; doubles
   std::chrono::milliseconds max_wait{1000};  // each wait at most this
 };
 

@@ -114,10 +114,10 @@ class FaultEnv : public Env {
   std::mt19937_64 rng_;                                     // Guarded by mu_
   uint64_t failed_writes_ = 0;                              // Guarded by mu_
   std::map<std::string, std::vector<std::pair<uint64_t, int>>> read_flips_;  // Guarded by mu_
-  int read_err_ = 0;                                        // Guarded by mu_
-  mutable uint64_t read_faults_left_ = 0;                   // Guarded by mu_
-  std::string read_fault_part_;                             // Guarded by mu_
-  mutable uint64_t failed_reads_ = 0;                       // Guarded by mu_
+  int read_err_ = 0;                                                         // Guarded by mu_
+  mutable uint64_t read_faults_left_ = 0;                                    // Guarded by mu_
+  std::string read_fault_part_;                                              // Guarded by mu_
+  mutable uint64_t failed_reads_ = 0;                                        // Guarded by mu_
 };
 
 }  // namespace ftrun

@@ -54,7 +54,7 @@ void IoWorkers::Run(int nice) {
     if (queue_.empty()) return;  // closing, and nothing left
     std::function<Status()> job = std::move(queue_.front());
     queue_.pop_front();
-    cv_.notify_all();            // room for Submit
+    cv_.notify_all();    // room for Submit
     if (!error_.ok()) {  // dropped: a job failed before
       lock.unlock();
       job = nullptr;  // its captures may clean up (delete a tmp file)

@@ -1,6 +1,4 @@
 // A version's node marker, written last and only by a write that was not cancelled (persist_writer.h).
-#include "plugin/persist/persist_writer.h"
-
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
@@ -13,6 +11,7 @@
 
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/io_workers.h"
+#include "plugin/persist/persist_writer.h"
 
 namespace ftrun {
 
@@ -27,8 +26,8 @@ Status PersistWriter::CheckOwnMarker(uint64_t version, const NodeMarker& want, b
     for (const auto& r : m.ranks) k[r.rank] = {r.manifest_size, r.manifest_checksum.ToHex()};
     return k;
   };
-  if (have.job_id == want.job_id && have.world_size == want.world_size && have.has_epoch &&
-      have.epoch == want.epoch && key(have) == key(want)) {
+  if (have.job_id == want.job_id && have.world_size == want.world_size && have.has_epoch && have.epoch == want.epoch &&
+      key(have) == key(want)) {
     *done = true;  // a retry: this node's part is on disk already
     return Status::Ok();
   }

@@ -83,8 +83,8 @@ Status PersistReader::LoadVersion(uint64_t version, const std::map<int, Manifest
 }
 
 Status PersistReader::ReadChunk(const ChunkRef& ref, void* dst) const {
-  Status st = RetryTransient(retry_, "persist: reading chunk " + ref.hash.ToHex(),
-                             [&] { return CheckChunkFile(ref, dst); });
+  Status st =
+      RetryTransient(retry_, "persist: reading chunk " + ref.hash.ToHex(), [&] { return CheckChunkFile(ref, dst); });
   if (st.ok() || (st.code() != Code::kCorruption && st.code() != Code::kNotFound)) return st;
   return Status(st.code(), st.message() + "; the chunk had no RAM holder to repair it from");
 }

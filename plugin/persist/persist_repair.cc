@@ -1,7 +1,5 @@
 // What the writer did for a version, and a chunk file rewritten from RAM after the scrubber found it bad
 // (persist_writer.h).
-#include "plugin/persist/persist_writer.h"
-
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
@@ -14,6 +12,7 @@
 
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/io_workers.h"
+#include "plugin/persist/persist_writer.h"
 
 namespace ftrun {
 

@@ -67,12 +67,12 @@ class IoWorkers;
 using ChunkSource = std::function<Status(const ChunkRef& chunk, const void** data)>;
 
 struct PersistWriterOptions {
-  std::string dir;            // persist.dir: the root; created if missing (one level)
-  std::string job_id;         // names <dir>/<job_id>; recorded in every file
-  int world_size = 0;         // ranks in the job
-  int node = 0;               // this agent's node: names its marker and tmp files
-  uint64_t rate_limit = 0;    // bytes/s over all bytes written; 0 = unlimited
-  uint64_t burst = 0;         // token bucket size; 0 = RateLimiter's default
+  std::string dir;          // persist.dir: the root; created if missing (one level)
+  std::string job_id;       // names <dir>/<job_id>; recorded in every file
+  int world_size = 0;       // ranks in the job
+  int node = 0;             // this agent's node: names its marker and tmp files
+  uint64_t rate_limit = 0;  // bytes/s over all bytes written; 0 = unlimited
+  uint64_t burst = 0;       // token bucket size; 0 = RateLimiter's default
   // Hash chunk bytes before writing them under that hash. Cheap (XXH3, ~30
   // GB/s on a worker thread) and worth it: a chunk file is shared by every
   // later version that has those bytes, so one written wrong would poison all

@@ -221,12 +221,11 @@ Status CheckOwnDir(const std::string& path, bool group) {
   if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode) || st.st_uid != me ||
       (st.st_mode & (group ? S_IWOTH : (S_IWOTH | S_IWGRP)))) {
     return Status::FailedPrecondition("persist job directory '" + path + "' (in a directory any user can write) is " +
-                                      (S_ISLNK(st.st_mode)   ? std::string("a symlink")
+                                      (S_ISLNK(st.st_mode)    ? std::string("a symlink")
                                        : !S_ISDIR(st.st_mode) ? std::string("not a directory")
-                                       : st.st_uid != me
-                                           ? "owned by uid " + std::to_string(st.st_uid) + ", not this user (uid " +
-                                                 std::to_string(me) + ")"
-                                           : "writable by others (mode " + ModeString(st.st_mode) + ")") +
+                                       : st.st_uid != me      ? "owned by uid " + std::to_string(st.st_uid) +
+                                                               ", not this user (uid " + std::to_string(me) + ")"
+                                                         : "writable by others (mode " + ModeString(st.st_mode) + ")") +
                                       ": another user may have made it; refusing to write the job's state there");
   }
   return Status::Ok();
@@ -272,8 +271,8 @@ Status CheckPersistRoot(const std::string& dir, const std::string& job_id, uint3
                                       "use a directory of this user (chmod o-w)");
   }
   if (!group && st.st_uid != me && st.st_uid != 0) {
-    return Status::FailedPrecondition("persist directory '" + path + "' is owned by uid " +
-                                      std::to_string(st.st_uid) + ", not this user (uid " + std::to_string(me) +
+    return Status::FailedPrecondition("persist directory '" + path + "' is owned by uid " + std::to_string(st.st_uid) +
+                                      ", not this user (uid " + std::to_string(me) +
                                       "); for a directory shared by a group set persist.file_mode to 0640 or 0660");
   }
   if (!group && (st.st_mode & S_IWGRP)) {

@@ -88,8 +88,8 @@ class PosixWriteFile : public WritableFile {
   const std::string& path() const override { return path_; }
 
  private:
-  void EnsureContext();   // takes a context from the pool if the file has none
-  void ReleaseIfIdle();   // gives it back when nothing is buffered or in flight
+  void EnsureContext();                              // takes a context from the pool if the file has none
+  void ReleaseIfIdle();                              // gives it back when nothing is buffered or in flight
   Status AppendFromCaller(const char* p, size_t n);  // zero copy, see above
   int AcquireSlot(Status* st);
   Status Issue(int slot, uint64_t offset, size_t len);

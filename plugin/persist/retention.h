@@ -57,7 +57,7 @@ struct RetentionResult {
   uint64_t chunks_deleted = 0;
   uint64_t bytes_freed = 0;  // chunk and tmp files
   std::string gc_skipped;    // why chunks were not collected; "" when they were
-  uint64_t chunks_kept = 0;      // set aside as dead, then found live again (a writer meanwhile)
+  uint64_t chunks_kept = 0;  // set aside as dead, then found live again (a writer meanwhile)
 };
 
 Status ApplyRetention(const RetentionOptions& options, RetentionResult* result);

@@ -18,10 +18,18 @@ std::string FormatToDType(std::string format, py::ssize_t itemsize, DType* out) 
   const char c = format[0];
   auto by_size = [&](DType s1, DType s2, DType s4, DType s8) -> std::string {
     switch (itemsize) {
-      case 1: *out = s1; return "";
-      case 2: *out = s2; return "";
-      case 4: *out = s4; return "";
-      case 8: *out = s8; return "";
+      case 1:
+        *out = s1;
+        return "";
+      case 2:
+        *out = s2;
+        return "";
+      case 4:
+        *out = s4;
+        return "";
+      case 8:
+        *out = s8;
+        return "";
     }
     return "unsupported item size " + std::to_string(itemsize);
   };
@@ -31,14 +39,29 @@ std::string FormatToDType(std::string format, py::ssize_t itemsize, DType* out) 
     return "";
   };
   switch (c) {
-    case 'e': return exact(DType::kFloat16, 2);
-    case 'f': return exact(DType::kFloat32, 4);
-    case 'd': return exact(DType::kFloat64, 8);
-    case '?': return exact(DType::kBool, 1);
-    case 'c': return exact(DType::kUInt8, 1);
-    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+    case 'e':
+      return exact(DType::kFloat16, 2);
+    case 'f':
+      return exact(DType::kFloat32, 4);
+    case 'd':
+      return exact(DType::kFloat64, 8);
+    case '?':
+      return exact(DType::kBool, 1);
+    case 'c':
+      return exact(DType::kUInt8, 1);
+    case 'b':
+    case 'h':
+    case 'i':
+    case 'l':
+    case 'q':
+    case 'n':
       return by_size(DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64);
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+    case 'B':
+    case 'H':
+    case 'I':
+    case 'L':
+    case 'Q':
+    case 'N':
       return by_size(DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64);
   }
   return "unsupported buffer format '" + format + "'";
@@ -58,14 +81,17 @@ bool IsCContiguous(const py::buffer_info& info) {
 
 const char* NumpyDTypeName(DType d) {
   switch (d) {
-    case DType::kBFloat16: return "uint16";  // numpy has no bfloat16
-    case DType::kBool: return "bool";
-    default: return ftrun::DTypeName(d);
+    case DType::kBFloat16:
+      return "uint16";  // numpy has no bfloat16
+    case DType::kBool:
+      return "bool";
+    default:
+      return ftrun::DTypeName(d);
   }
 }
 
-ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value,
-                             const py::object& dtype_override, py::buffer_info* info) {
+ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py::object& dtype_override,
+                             py::buffer_info* info) {
   const std::string where = "tensor '" + name + "'";
   if (!PyObject_CheckBuffer(value.ptr())) {
     throw py::type_error(where + ": a " + std::string(py::str(value.get_type().attr("__name__"))) +
@@ -94,11 +120,9 @@ ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value,
   const auto size = static_cast<int64_t>(ftrun::DTypeSize(ref.dtype));
   if (info->itemsize == size) return ref;
   if (info->itemsize != 1 || ref.shape.empty() || ref.shape.back() % size != 0) {
-    throw py::value_error(where + ": cannot view a buffer of item size " +
-                          std::to_string(info->itemsize) + " as " + dtype_name +
-                          " (pass an item size of " + std::to_string(size) +
-                          ", or uint8 with a last dimension that is a multiple of " +
-                          std::to_string(size) + ")");
+    throw py::value_error(where + ": cannot view a buffer of item size " + std::to_string(info->itemsize) + " as " +
+                          dtype_name + " (pass an item size of " + std::to_string(size) +
+                          ", or uint8 with a last dimension that is a multiple of " + std::to_string(size) + ")");
   }
   ref.shape.back() /= size;
   return ref;

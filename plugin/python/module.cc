@@ -123,9 +123,15 @@ class PyClient {
     return std::move(*result);
   }
 
-  int rank() { return Call([](ftrun::Client& c) { return c.rank(); }); }
-  std::string job_id() { return Call([](ftrun::Client& c) { return c.job_id(); }); }
-  uint64_t chunk_size() { return Call([](ftrun::Client& c) { return c.chunk_size(); }); }
+  int rank() {
+    return Call([](ftrun::Client& c) { return c.rank(); });
+  }
+  std::string job_id() {
+    return Call([](ftrun::Client& c) { return c.job_id(); });
+  }
+  uint64_t chunk_size() {
+    return Call([](ftrun::Client& c) { return c.chunk_size(); });
+  }
 
   py::object restore_version() {
     uint64_t v = 0;
@@ -133,8 +139,8 @@ class PyClient {
     return has ? py::object(py::int_(v)) : py::object(py::none());
   }
 
-  py::dict Save(uint64_t version, const py::dict& tensors, const py::bytes& user_bytes,
-                const py::object& generations, const py::object& dtypes) {
+  py::dict Save(uint64_t version, const py::dict& tensors, const py::bytes& user_bytes, const py::object& generations,
+                const py::object& dtypes) {
     CheckNamesKnown(generations, tensors, "generations");
     CheckNamesKnown(dtypes, tensors, "dtypes");
     // Buffers stay held (and are released with the GIL) until we return.
@@ -154,15 +160,16 @@ class PyClient {
         throw py::value_error("generations['" + name + "'] must be a non-negative int");
       }
     }
-    std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()),
-                          static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));
+    std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));
     DetachMapped();
     ftrun::SaveStats stats;
     Check(Call([&](ftrun::Client& c) { return c.Save(version, refs, user, &stats); }));
     return StatsToDict(stats);
   }
 
-  void Wait() { Check(Call([](ftrun::Client& c) { return c.Wait(); })); }
+  void Wait() {
+    Check(Call([](ftrun::Client& c) { return c.Wait(); }));
+  }
 
   void WaitCommitted(uint64_t version, int timeout_ms) {
     Check(Call([&](ftrun::Client& c) { return c.WaitCommitted(version, timeout_ms); }));
@@ -178,8 +185,7 @@ class PyClient {
     py::dict d;
     d["committed"] = ToList(list.committed);
     d["pending"] = ToList(list.pending);
-    d["restore"] = list.has_restore ? py::object(py::int_(list.restore_version))
-                                    : py::object(py::none());
+    d["restore"] = list.has_restore ? py::object(py::int_(list.restore_version)) : py::object(py::none());
     return d;
   }
 
@@ -235,8 +241,10 @@ class PyClient {
       }
     }
     for (auto& m : live) {
-      if (m->tensor->detached()) m->open.reset();  // closes the snapshot once the last goes
-      else mapped_.push_back(m);
+      if (m->tensor->detached())
+        m->open.reset();  // closes the snapshot once the last goes
+      else
+        mapped_.push_back(m);
     }
     live.clear();
     Check(st);
@@ -251,8 +259,7 @@ class PyClient {
 };
 
 py::object PyClient::Load(const py::object& version_arg, bool map) {
-  const uint64_t version =
-      version_arg.is_none() ? ftrun::Client::kLatest : version_arg.cast<uint64_t>();
+  const uint64_t version = version_arg.is_none() ? ftrun::Client::kLatest : version_arg.cast<uint64_t>();
   auto open = std::make_shared<OpenSnapshot>();
   open->mu = mu_ptr_;
   Check(Call([&](ftrun::Client& c) {
@@ -342,14 +349,13 @@ PyStructSequence_Desc g_load_result_desc = {
 PYBIND11_MODULE(_ftrun, m) {
   m.doc() = ftrun::python::kModuleDoc;
 
-  g_error = PyErr_NewExceptionWithDoc(
-      "_ftrun.Error", "An ftrun call failed; .code is the status code name, .message the text.",
-      PyExc_RuntimeError, nullptr);
+  g_error = PyErr_NewExceptionWithDoc("_ftrun.Error",
+                                      "An ftrun call failed; .code is the status code name, .message the text.",
+                                      PyExc_RuntimeError, nullptr);
   if (g_error == nullptr) throw py::error_already_set();
   py::tuple bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
   g_invalid_argument = PyErr_NewExceptionWithDoc(
-      "_ftrun.InvalidArgumentError", "An ftrun call rejected its arguments (INVALID_ARGUMENT).",
-      bases.ptr(), nullptr);
+      "_ftrun.InvalidArgumentError", "An ftrun call rejected its arguments (INVALID_ARGUMENT).", bases.ptr(), nullptr);
   if (g_invalid_argument == nullptr) throw py::error_already_set();
   g_load_result = PyStructSequence_NewType(&g_load_result_desc);
   if (g_load_result == nullptr) throw py::error_already_set();
@@ -361,8 +367,8 @@ PYBIND11_MODULE(_ftrun, m) {
   py::class_<PyClient>(m, "Client",
                        "A rank's connection to its node agent. Use as a context manager or "
                        "call close(); calls after close raise Error (FAILED_PRECONDITION).")
-      .def(py::init<const std::string&, int, int>(), py::arg("socket_path") = "",
-           py::arg("rank") = -1, py::arg("connect_timeout_ms") = 10000,
+      .def(py::init<const std::string&, int, int>(), py::arg("socket_path") = "", py::arg("rank") = -1,
+           py::arg("connect_timeout_ms") = 10000,
            "Connects to the agent. socket_path '': $FTRUN_AGENT_SOCKET; rank -1: "
            "$FTRUN_RANK, else $RANK.")
       .def_property_readonly("rank", &PyClient::rank)
@@ -370,12 +376,10 @@ PYBIND11_MODULE(_ftrun, m) {
       .def_property_readonly("chunk_size", &PyClient::chunk_size)
       .def_property_readonly("restore_version", &PyClient::restore_version,
                              "The version to restore after a restart, or None at a fresh start.")
-      .def("save", &PyClient::Save, py::arg("version"), py::arg("tensors"),
-           py::arg("user_bytes") = py::bytes(""), py::arg("generations") = py::none(),
-           py::arg("dtypes") = py::none(), ftrun::python::kSaveDoc)
+      .def("save", &PyClient::Save, py::arg("version"), py::arg("tensors"), py::arg("user_bytes") = py::bytes(""),
+           py::arg("generations") = py::none(), py::arg("dtypes") = py::none(), ftrun::python::kSaveDoc)
       .def("wait", &PyClient::Wait, "Completes the last save's asynchronous part.")
-      .def("wait_committed", &PyClient::WaitCommitted, py::arg("version"),
-           py::arg("timeout_ms") = 60000,
+      .def("wait_committed", &PyClient::WaitCommitted, py::arg("version"), py::arg("timeout_ms") = 60000,
            "Blocks until `version` (or a newer one) is committed; Error TIMEOUT after "
            "timeout_ms.")
       .def("load", &PyClient::Load, py::arg("version") = py::none(), py::arg("map") = false, ftrun::python::kLoadDoc)

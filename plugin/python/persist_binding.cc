@@ -47,7 +47,7 @@ PyObject* g_load_result = nullptr;
 }
 
 bool IsDir(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
@@ -58,8 +58,8 @@ struct Found {
 };
 
 // The version to read (`want`, or the newest complete one) and its manifests.
-Status FindVersion(const std::string& dir, const std::string& job, bool has_version, uint64_t want,
-                   int world_size, Found* out) {
+Status FindVersion(const std::string& dir, const std::string& job, bool has_version, uint64_t want, int world_size,
+                   Found* out) {
   Env* env = PosixEnv();
   if (!IsDir(dir)) return Status::NotFound("persist dir '" + dir + "' does not exist or is not a directory");
   const std::string job_dir = PersistJobDir(dir, job);
@@ -71,8 +71,8 @@ Status FindVersion(const std::string& dir, const std::string& job, bool has_vers
   VersionScan scan;
   if (has_version) {
     if (!std::binary_search(versions.begin(), versions.end(), want)) {
-      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no version " +
-                              std::to_string(want) + " (no directory '" + VersionDir(job_dir, want) + "')");
+      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no version " + std::to_string(want) +
+                              " (no directory '" + VersionDir(job_dir, want) + "')");
     }
     scan = ScanVersion(env, job_dir, want);
     if (!scan.complete) {
@@ -92,8 +92,8 @@ Status FindVersion(const std::string& dir, const std::string& job, bool has_vers
   }
   if (world_size > 0 && world_size != scan.world_size) {
     return Status::FailedPrecondition("version " + std::to_string(scan.version) + " of job '" + job +
-                                      "' was written with world size " + std::to_string(scan.world_size) +
-                                      ", not " + std::to_string(world_size));
+                                      "' was written with world size " + std::to_string(scan.world_size) + ", not " +
+                                      std::to_string(world_size));
   }
   out->version = scan.version;
   out->world_size = scan.world_size;

@@ -13,14 +13,14 @@ Status PeerRoles::RunsRank(PeerId peer, int rank, const Member** member) const {
   auto it = members_.find(peer);
   if (it == members_.end()) {
     return Status::FailedPrecondition(who + " is not a member of the job (membership of epoch " +
-                                    std::to_string(epoch_) + "): fenced, or never admitted");
+                                      std::to_string(epoch_) + "): fenced, or never admitted");
   }
   const Member& x = it->second;
   if (x.slot < 0) return Status::FailedPrecondition(who + " is a spare: it runs no ranks");
   if (rank < x.first_rank || rank >= x.first_rank + x.ranks) {
     return Status::FailedPrecondition(who + " runs node " + std::to_string(x.slot) + " (ranks " +
-                                    std::to_string(x.first_rank) + ".." + std::to_string(x.first_rank + x.ranks - 1) +
-                                    "), not rank " + std::to_string(rank));
+                                      std::to_string(x.first_rank) + ".." + std::to_string(x.first_rank + x.ranks - 1) +
+                                      "), not rank " + std::to_string(rank));
   }
   *member = &x;
   return Status::Ok();
@@ -32,8 +32,8 @@ Status PeerRoles::MayOffer(PeerId peer, int rank) const {
   if (!s.ok()) return s;
   if (!held_slots_.count(x->slot)) {
     return Status::FailedPrecondition("agent " + std::to_string(peer) + " runs node " + std::to_string(x->slot) +
-                                    ", whose copies this agent does not keep (membership of epoch " +
-                                    std::to_string(epoch_) + ")");
+                                      ", whose copies this agent does not keep (membership of epoch " +
+                                      std::to_string(epoch_) + ")");
   }
   return Status::Ok();
 }

@@ -59,8 +59,9 @@ void Replicator::StartNext(PeerId to) {
     q.pop_front();
     const Manifest* m = store_->Find(job.rank, job.version);
     if (m == nullptr) {  // released (a newer commit) or discarded meanwhile
-      if (job.xfer & kPullBit) Reply(to, T(ClusterMsg::kOfferFailed), job.xfer, "this agent does not hold rank " +
-                                         std::to_string(job.rank) + " version " + std::to_string(job.version));
+      if (job.xfer & kPullBit)
+        Reply(to, T(ClusterMsg::kOfferFailed), job.xfer,
+              "this agent does not hold rank " + std::to_string(job.rank) + " version " + std::to_string(job.version));
       continue;
     }
     if (job.xfer == 0) job.xfer = next_xfer_++;
@@ -102,7 +103,8 @@ void Replicator::SourceCorrupt(Out& out, ChunkRef chunk) {
   const PeerId to = out.to;
   const Job job = out.job;
   Status s = Status::Corruption("chunk " + chunk.hash.ToHex() + " of rank " + std::to_string(job.rank) + " version " +
-                                std::to_string(job.version) + " is corrupted in the shared memory of the sending "
+                                std::to_string(job.version) +
+                                " is corrupted in the shared memory of the sending "
                                 "agent; not sent");
   ByteWriter w;
   w.Put<uint64_t>(job.xfer);
@@ -128,7 +130,8 @@ void Replicator::FinishOut(PeerId to, const Status& s) {
   }
   store_->Unpin(it->second.job.version);
   // Sends still in flight complete on their own; their tokens are forgotten.
-  for (auto t = send_tokens_.begin(); t != send_tokens_.end();) t = t->second.first == to ? send_tokens_.erase(t) : std::next(t);
+  for (auto t = send_tokens_.begin(); t != send_tokens_.end();)
+    t = t->second.first == to ? send_tokens_.erase(t) : std::next(t);
   out_.erase(it);
   StartNext(to);
 }
@@ -136,13 +139,26 @@ void Replicator::FinishOut(PeerId to, const Status& s) {
 bool Replicator::Handle(PeerId from, uint16_t type, const std::string& payload) {
   ByteReader r(payload);
   switch (static_cast<ClusterMsg>(type)) {
-    case ClusterMsg::kOffer: Offer(from, &r); return true;
-    case ClusterMsg::kWant: Want(from, &r); return true;
-    case ClusterMsg::kStored: Stored(from, &r); return true;
-    case ClusterMsg::kOfferFailed: OfferFailed(from, &r); return true;
-    case ClusterMsg::kPullRequest: PullRequest(from, &r); return true;
-    case ClusterMsg::kAbort: Aborted(from, &r); return true;
-    default: return false;
+    case ClusterMsg::kOffer:
+      Offer(from, &r);
+      return true;
+    case ClusterMsg::kWant:
+      Want(from, &r);
+      return true;
+    case ClusterMsg::kStored:
+      Stored(from, &r);
+      return true;
+    case ClusterMsg::kOfferFailed:
+      OfferFailed(from, &r);
+      return true;
+    case ClusterMsg::kPullRequest:
+      PullRequest(from, &r);
+      return true;
+    case ClusterMsg::kAbort:
+      Aborted(from, &r);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -224,7 +240,8 @@ void Replicator::OfferFailed(PeerId from, ByteReader* r) {
   uint64_t xfer = r->Get<uint64_t>();
   std::string message = r->GetString();
   auto it = out_.find(from);
-  if (it != out_.end() && it->second.job.xfer == xfer) FinishOut(from, Status::Unavailable("agent " + std::to_string(from) + " refused: " + message));
+  if (it != out_.end() && it->second.job.xfer == xfer)
+    FinishOut(from, Status::Unavailable("agent " + std::to_string(from) + " refused: " + message));
   auto p = pulls_.find(xfer);
   if (p != pulls_.end() && p->second.from == from && !in_.count({from, xfer})) {
     PullDone(xfer, from, Status::Unavailable(message));
@@ -257,8 +274,9 @@ void Replicator::Tick(std::chrono::steady_clock::time_point now) {
     stalled.insert(key.first);
     FTRUN_LOG_WARN("copy of rank {} version {} from agent {}: {} ({} receive(s) outstanding)", in.manifest.rank,
                    in.manifest.version, key.first, why, in.outstanding);
-    if (in.error.ok()) in.error = Status::Timeout("the copy made no progress for " + std::to_string(copy_timeout_.count()) +
-                                                  " ms (cluster.copy_timeout)");
+    if (in.error.ok())
+      in.error = Status::Timeout("the copy made no progress for " + std::to_string(copy_timeout_.count()) +
+                                 " ms (cluster.copy_timeout)");
     // Each ends in BulkDone (cancelled, or failed by the reset); FinishIn
     // then refuses the copy and lets the reservations go.
     for (uint64_t token : in.tokens) t_->CancelRecv(token);
@@ -270,11 +288,13 @@ void Replicator::Tick(std::chrono::steady_clock::time_point now) {
 
 void Replicator::PeerDown(PeerId peer) {
   queue_.erase(peer);
-  deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(), [&](const DeferredPull& p) { return p.from == peer; }),
-                  deferred_.end());
+  deferred_.erase(
+      std::remove_if(deferred_.begin(), deferred_.end(), [&](const DeferredPull& p) { return p.from == peer; }),
+      deferred_.end());
   FinishOut(peer, Status::Unavailable("agent " + std::to_string(peer) + " is down"));
   for (auto& [key, in] : in_) {
-    if (key.first == peer && in.error.ok()) in.error = Status::Unavailable("agent " + std::to_string(peer) + " is down");
+    if (key.first == peer && in.error.ok())
+      in.error = Status::Unavailable("agent " + std::to_string(peer) + " is down");
   }
   // Receives from it are cancelled by the transport; each ends in BulkDone.
   // A pull it never started an offer for fails now.

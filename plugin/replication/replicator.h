@@ -118,8 +118,8 @@ class Replicator {
   struct Out {  // one active transfer to a peer
     Job job;
     PeerId to;
-    std::vector<ChunkRef> chunks;  // the store's manifest's, in order
-    std::deque<std::pair<size_t, uint64_t>> todo;       // (chunk index, tag) still to send
+    std::vector<ChunkRef> chunks;                  // the store's manifest's, in order
+    std::deque<std::pair<size_t, uint64_t>> todo;  // (chunk index, tag) still to send
     uint64_t inflight_bytes = 0;
     int inflight = 0;
     uint64_t state_bytes = 0;
@@ -132,7 +132,7 @@ class Replicator {
     uint64_t xfer;
     uint64_t epoch;
     Manifest manifest;
-    uint64_t owner;  // reservation owner in the store
+    uint64_t owner;                // reservation owner in the store
     std::vector<uint64_t> tokens;  // posted receives
     int outstanding = 0;
     Status error;
@@ -184,9 +184,9 @@ class Replicator {
   uint64_t next_tag_ = 1;
   uint64_t next_owner_ = 1;
   std::map<PeerId, std::deque<Job>> queue_;
-  std::map<PeerId, Out> out_;                    // active, one per peer
+  std::map<PeerId, Out> out_;                                    // active, one per peer
   std::map<uint64_t, std::pair<PeerId, uint64_t>> send_tokens_;  // send token -> (peer, length)
-  std::map<std::pair<PeerId, uint64_t>, In> in_;  // (from, xfer) ->
+  std::map<std::pair<PeerId, uint64_t>, In> in_;                 // (from, xfer) ->
   struct RecvToken {
     std::pair<PeerId, uint64_t> key;  // in_'s
     ChunkRef* chunk;                  // in that transfer's manifest

@@ -4,11 +4,11 @@
 // (PeerRoles).
 #include <algorithm>
 
-#include "plugin/replication/replicator.h"
-#include "plugin/replication/replicator_wire.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/hash.h"
 #include "plugin/common/log.h"
+#include "plugin/replication/replicator.h"
+#include "plugin/replication/replicator_wire.h"
 
 namespace ftrun {
 
@@ -205,9 +205,12 @@ void Replicator::SetRoles(PeerRoles roles) {
   waiting.swap(deferred_);
   for (const DeferredPull& p : waiting) {
     Status s = roles_.MayPull(p.from, p.rank);
-    if (s.ok()) ServePull(p);
-    else if (p.epoch > roles_.epoch()) deferred_.push_back(p);  // a newer membership may still name it
-    else RefusePull(p, s);
+    if (s.ok())
+      ServePull(p);
+    else if (p.epoch > roles_.epoch())
+      deferred_.push_back(p);  // a newer membership may still name it
+    else
+      RefusePull(p, s);
   }
 }
 

@@ -20,9 +20,7 @@
 namespace ftrun {
 namespace {
 
-uint32_t HeaderChecksum(const ArenaHeader& h) {
-  return RecordChecksum(&h, offsetof(ArenaHeader, checksum));
-}
+uint32_t HeaderChecksum(const ArenaHeader& h) { return RecordChecksum(&h, offsetof(ArenaHeader, checksum)); }
 
 Status MapFd(int fd, uint64_t size, char** out) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -54,8 +52,7 @@ void Arena::Unmap() {
   size_ = 0;
 }
 
-Status Arena::Create(const std::string& job_id, uint32_t node, uint64_t bytes,
-                     uint64_t chunk_size, Arena* out) {
+Status Arena::Create(const std::string& job_id, uint32_t node, uint64_t bytes, uint64_t chunk_size, Arena* out) {
   if (bytes <= kArenaHeaderBytes) return Status::InvalidArgument("store segment too small");
   if (job_id.size() >= sizeof(ArenaHeader::job_id)) {
     return Status::InvalidArgument("job id '" + job_id + "' is longer than 63 characters");
@@ -88,8 +85,8 @@ Status Arena::Create(const std::string& job_id, uint32_t node, uint64_t bytes,
   h.data_offset = kArenaHeaderBytes;
   h.chunk_size = chunk_size;
   h.created_unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::system_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   h.agent_pid = ::getpid();
   h.checksum = HeaderChecksum(h);
   std::memcpy(a.base_, &h, sizeof(h));
@@ -103,7 +100,7 @@ Status Arena::Attach(UniqueFd fd, const std::string& expected_job_id, Arena* out
   if (seals < 0 || (seals & kArenaSeals) != kArenaSeals) {
     return Status::FailedPrecondition("store segment is not sealed against resizing (an agent of an older build?)");
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("fstat of the store segment", errno);
   auto size = static_cast<uint64_t>(st.st_size);
   if (size < kArenaHeaderBytes) {

@@ -31,7 +31,7 @@ struct ArenaHeader {
   uint64_t magic;
   uint32_t format_version;
   uint32_t node;
-  char job_id[64];  // NUL-terminated
+  char job_id[64];       // NUL-terminated
   uint64_t arena_bytes;  // whole segment, header included
   uint64_t data_offset;
   uint64_t chunk_size;
@@ -53,8 +53,7 @@ class Arena {
 
   // Agent side: creates a memfd of `bytes` (header included), seals its size
   // (kArenaSeals), maps it and writes the header. Does not touch the data pages (see Prefault).
-  static Status Create(const std::string& job_id, uint32_t node, uint64_t bytes,
-                       uint64_t chunk_size, Arena* out);
+  static Status Create(const std::string& job_id, uint32_t node, uint64_t bytes, uint64_t chunk_size, Arena* out);
   // Rank side: maps a received fd and checks magic, format version,
   // checksum and job id. Takes ownership of fd.
   static Status Attach(UniqueFd fd, const std::string& expected_job_id, Arena* out);

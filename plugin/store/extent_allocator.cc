@@ -6,8 +6,7 @@
 
 namespace ftrun {
 
-ExtentAllocator::ExtentAllocator(uint64_t base, uint64_t capacity)
-    : capacity_(capacity / kAlign * kAlign) {
+ExtentAllocator::ExtentAllocator(uint64_t base, uint64_t capacity) : capacity_(capacity / kAlign * kAlign) {
   FTRUN_CHECK(base % kAlign == 0);
   if (capacity_ > 0) InsertFree(base, capacity_);
 }
@@ -67,8 +66,6 @@ void ExtentAllocator::Free(uint64_t offset, uint64_t len) {
   InsertFree(offset, len);
 }
 
-uint64_t ExtentAllocator::largest_free() const {
-  return by_size_.empty() ? 0 : by_size_.rbegin()->first;
-}
+uint64_t ExtentAllocator::largest_free() const { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
 
 }  // namespace ftrun

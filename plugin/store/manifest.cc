@@ -12,15 +12,16 @@ Status CheckTensor(const TensorManifest& t, const std::string& what) {
   if (t.info.name.empty()) return Status::InvalidArgument(what + ": a tensor has an empty name");
   uint64_t bytes = DTypeSize(t.info.dtype);
   for (int64_t d : t.info.shape) {
-    if (d < 0) return Status::InvalidArgument(where + " has a negative dimension in shape " + ShapeString(t.info.shape));
+    if (d < 0)
+      return Status::InvalidArgument(where + " has a negative dimension in shape " + ShapeString(t.info.shape));
     if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
       return Status::InvalidArgument(where + ": shape " + ShapeString(t.info.shape) + " overflows 64 bits");
     }
   }
   if (bytes != t.info.nbytes) {
-    return Status::InvalidArgument(where + ": shape " + ShapeString(t.info.shape) + " of " +
-                                   DTypeName(t.info.dtype) + " is " + std::to_string(bytes) + " bytes, but " +
-                                   std::to_string(t.info.nbytes) + " were given");
+    return Status::InvalidArgument(where + ": shape " + ShapeString(t.info.shape) + " of " + DTypeName(t.info.dtype) +
+                                   " is " + std::to_string(bytes) + " bytes, but " + std::to_string(t.info.nbytes) +
+                                   " were given");
   }
   uint64_t sum = 0;
   for (const ChunkRef& c : t.chunks) {
@@ -90,7 +91,8 @@ Status DecodeManifest(ByteReader* r, const std::string& what, Manifest* out) {
     t.info.dtype = static_cast<DType>(dtype);
     t.info.device = static_cast<Device>(device);
     uint32_t nd = r->GetCount(8);
-    if (nd > kMaxDims) return Status::InvalidArgument(what + ": tensor '" + t.info.name + "' has more than 64 dimensions");
+    if (nd > kMaxDims)
+      return Status::InvalidArgument(what + ": tensor '" + t.info.name + "' has more than 64 dimensions");
     t.info.shape.resize(nd);
     for (auto& d : t.info.shape) d = r->Get<int64_t>();
     t.info.nbytes = r->Get<uint64_t>();
@@ -121,14 +123,14 @@ Status CheckSameLayout(const Manifest& before, const Manifest& after) {
     const TensorInfo& a = before.tensors[i].info;
     const TensorInfo& b = after.tensors[i].info;
     if (a.name != b.name) {
-      return Status::FailedPrecondition(who + " saves tensor #" + std::to_string(i) + " as '" + b.name +
-                                        "', it was '" + a.name + "' at version " + std::to_string(before.version) +
+      return Status::FailedPrecondition(who + " saves tensor #" + std::to_string(i) + " as '" + b.name + "', it was '" +
+                                        a.name + "' at version " + std::to_string(before.version) +
                                         " (a rank must save the same tensors every time)");
     }
     if (a.dtype != b.dtype || a.shape != b.shape) {
       return Status::FailedPrecondition(who + " saves tensor '" + b.name + "' as " + DTypeName(b.dtype) +
-                                        ShapeString(b.shape) + ", it was " + DTypeName(a.dtype) +
-                                        ShapeString(a.shape) + " at version " + std::to_string(before.version));
+                                        ShapeString(b.shape) + ", it was " + DTypeName(a.dtype) + ShapeString(a.shape) +
+                                        " at version " + std::to_string(before.version));
     }
   }
   if (before.tensors.size() != after.tensors.size()) {

@@ -21,8 +21,7 @@ uint64_t Footprint(uint64_t len) {
 SnapshotStore::SnapshotStore(uint64_t data_offset, uint64_t data_bytes, std::string budget_field)
     : alloc_(data_offset, data_bytes), budget_field_(std::move(budget_field)) {}
 
-Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengths,
-                              std::vector<uint64_t>* offsets) {
+Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets) {
   offsets->clear();
   offsets->reserve(lengths.size());
   auto& mine = reservations_[owner];
@@ -44,11 +43,11 @@ Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengt
         mine.pop_back();
       }
       offsets->clear();
-      return Status::ResourceExhausted(
-          "snapshot store full: this save needs " + FormatSize(wanted) + " of new chunks, " +
-          FormatSize(alloc_.free_bytes()) + " free of " + FormatSize(alloc_.capacity()) + " (" +
-          std::to_string(versions_.size()) + " versions held, the last committed one is never evicted); raise " +
-          budget_field_);
+      return Status::ResourceExhausted("snapshot store full: this save needs " + FormatSize(wanted) +
+                                       " of new chunks, " + FormatSize(alloc_.free_bytes()) + " free of " +
+                                       FormatSize(alloc_.capacity()) + " (" + std::to_string(versions_.size()) +
+                                       " versions held, the last committed one is never evicted); raise " +
+                                       budget_field_);
     }
     offsets->push_back(*off);
     mine.push_back({*off, len});
@@ -118,8 +117,8 @@ Status SnapshotStore::AddManifest(uint64_t owner, Manifest m) {
                                        ", which differs from the chunk already under that hash");
       }
       if (c.offset == kNoOffset && held == chunks_.end() && !added.count(c.hash)) {
-        return Status(Code::kChunkMissing, who + ": tensor '" + t.info.name + "' references chunk " +
-                                               c.hash.ToHex() + " which the store no longer holds");
+        return Status(Code::kChunkMissing, who + ": tensor '" + t.info.name + "' references chunk " + c.hash.ToHex() +
+                                               " which the store no longer holds");
       }
     }
   }
@@ -268,8 +267,10 @@ std::vector<std::pair<int, uint64_t>> SnapshotStore::DropChunk(const ChunkHash& 
       }
       dropped.push_back({r->first, version});
       auto node = v->second.extract(r++);
-      if (pins_.count(version)) dropped_[version].push_back(std::move(node));
-      else UnrefManifest(node.mapped());
+      if (pins_.count(version))
+        dropped_[version].push_back(std::move(node));
+      else
+        UnrefManifest(node.mapped());
     }
     v = v->second.empty() ? versions_.erase(v) : std::next(v);
   }

@@ -111,9 +111,9 @@ class SnapshotStore {
   uint64_t reserved_bytes_ = 0;
   uint64_t release_floor_ = 0;
   std::unordered_map<ChunkHash, Chunk, ChunkHashHasher> chunks_;
-  std::unordered_map<uint64_t, std::vector<Reservation>> reservations_;  // owner ->
+  std::unordered_map<uint64_t, std::vector<Reservation>> reservations_;              // owner ->
   std::unordered_map<uint64_t, std::vector<std::pair<ChunkHash, uint64_t>>> holds_;  // owner -> (hash, offset)
-  std::map<uint64_t, std::map<int, Manifest>> versions_;  // version -> rank ->
+  std::map<uint64_t, std::map<int, Manifest>> versions_;                             // version -> rank ->
   std::unordered_map<uint64_t, Chunk> condemned_;  // offset -> a dropped chunk still referenced
   std::map<uint64_t, std::vector<std::map<int, Manifest>::node_type>> dropped_;  // pinned version -> manifests
   std::map<uint64_t, int> pins_;

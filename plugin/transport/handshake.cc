@@ -24,7 +24,8 @@ std::string Hmac(std::string_view key, std::initializer_list<std::string_view> p
   EVP_MAC_CTX* ctx = mac ? EVP_MAC_CTX_new(mac) : nullptr;
   if (ctx == nullptr) throw std::runtime_error("OpenSSL HMAC unavailable");  // a broken install: nothing sensible to do
   char digest[] = "SHA256";
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_end()};
   std::string out(kMacBytes, '\0');
   size_t len = 0;
   bool ok = EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) == 1;

@@ -35,10 +35,10 @@ inline constexpr PeerId kCoordinatorPeer = 1u << 30;
 
 struct TransportEvent {
   enum class Kind {
-    kPeerUp,     // peer proved the secret; messages may flow
-    kPeerDown,   // connection lost or refused; status says why
-    kMessage,    // type + payload from peer
-    kBulkDone,   // a SendBulk or PostRecv with `token` finished (status)
+    kPeerUp,    // peer proved the secret; messages may flow
+    kPeerDown,  // connection lost or refused; status says why
+    kMessage,   // type + payload from peer
+    kBulkDone,  // a SendBulk or PostRecv with `token` finished (status)
   };
   Kind kind;
   PeerId peer = 0;
@@ -53,8 +53,8 @@ struct TransportStats {
   uint64_t bulk_bytes_received = 0;  // completed PostRecv bytes
   uint64_t message_bytes_sent = 0;   // message payloads queued
   uint64_t connections = 0;          // connection objects held, in any state (bounded: closed ones are freed)
-  uint64_t refused = 0;              // handshakes and messages refused (bad proof, bad MAC, out of sequence, over the cap)
-  uint64_t bulk_dropped = 0;         // bulk sends dropped: unauthenticated sender, or no receive posted for them
+  uint64_t refused = 0;       // handshakes and messages refused (bad proof, bad MAC, out of sequence, over the cap)
+  uint64_t bulk_dropped = 0;  // bulk sends dropped: unauthenticated sender, or no receive posted for them
 };
 
 class Transport {

@@ -89,7 +89,11 @@ ucs_status_t UcxTransport::Bulk(Conn* c, const void* header, size_t header_lengt
 void UcxTransport::DoSendBulk(PeerId peer, uint64_t tag, const void* data, uint64_t length, uint64_t token) {
   Conn* c = UpConn(peer);
   if (c == nullptr) {
-    Emit({TransportEvent::Kind::kBulkDone, peer, 0, {}, token,
+    Emit({TransportEvent::Kind::kBulkDone,
+          peer,
+          0,
+          {},
+          token,
           Status::Unavailable("no connection with peer " + std::to_string(peer))});
     return;
   }
@@ -102,14 +106,21 @@ void UcxTransport::DoSendBulk(PeerId peer, uint64_t tag, const void* data, uint6
   p.cb.send = &UcxTransport::OnSendDone;
   p.user_data = op;
   void* r = ucp_am_send_nbx(c->ep, kBulkAmId, op->header.data(), op->header.size(), data, length, &p);
-  if (r == nullptr) Finish(op, UCS_OK, length);
-  else if (UCS_PTR_IS_ERR(r)) Finish(op, UCS_PTR_STATUS(r), 0);
-  else op->request = r;
+  if (r == nullptr)
+    Finish(op, UCS_OK, length);
+  else if (UCS_PTR_IS_ERR(r))
+    Finish(op, UCS_PTR_STATUS(r), 0);
+  else
+    op->request = r;
 }
 
 void UcxTransport::DoPostRecv(PeerId peer, uint64_t tag, void* data, uint64_t length, uint64_t token) {
   if (UpConn(peer) == nullptr) {
-    Emit({TransportEvent::Kind::kBulkDone, peer, 0, {}, token,
+    Emit({TransportEvent::Kind::kBulkDone,
+          peer,
+          0,
+          {},
+          token,
           Status::Unavailable("no connection with peer " + std::to_string(peer))});
     return;
   }
@@ -118,7 +129,11 @@ void UcxTransport::DoPostRecv(PeerId peer, uint64_t tag, void* data, uint64_t le
   op->data = data;
   if (!posted_.emplace(std::make_pair(peer, tag), op).second) {
     delete op;
-    Emit({TransportEvent::Kind::kBulkDone, peer, 0, {}, token,
+    Emit({TransportEvent::Kind::kBulkDone,
+          peer,
+          0,
+          {},
+          token,
           Status::InvalidArgument("a receive from peer " + std::to_string(peer) + " under tag " + std::to_string(tag) +
                                   " is already posted")});
     return;

@@ -107,8 +107,8 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
   const bool over_cap = self->handshaking_in_ >= kMaxHandshaking;
   Conn* c = self->NewConn(nullptr, false, 0, remote);
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.field_mask =
+      UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.conn_request = req;
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &UcxTransport::OnEpError;
@@ -141,7 +141,7 @@ void UcxTransport::OnEpError(void* arg, ucp_ep_h, ucs_status_t st) {
 void UcxTransport::Refuse(Conn* c, const std::string& what) {
   ++stats_refused_;
   std::string who = c->state == Conn::State::kUp || c->outgoing ? "peer " + std::to_string(c->peer) + " at " + c->remote
-                                                                 : "an unauthenticated peer at " + c->remote;
+                                                                : "an unauthenticated peer at " + c->remote;
   FTRUN_LOG_WARN("refused {} from {}; closing the connection", what, who);
   CloseConn(c, Status::FailedPrecondition("refused " + what + " from " + who));
 }
@@ -165,7 +165,8 @@ void UcxTransport::BecomeUp(Conn* c) {
       if (o != c && !o->outgoing) stale.push_back(o);
     }
     for (Conn* o : stale) {
-      FTRUN_LOG_DEBUG("peer {} reconnected from {}: closing its older connection from {}", c->peer, c->remote, o->remote);
+      FTRUN_LOG_DEBUG("peer {} reconnected from {}: closing its older connection from {}", c->peer, c->remote,
+                      o->remote);
       CloseConn(o, Status::Unavailable("replaced by a newer connection from the same peer"));
     }
   }

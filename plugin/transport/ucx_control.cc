@@ -45,8 +45,7 @@ void UcxTransport::Message(Conn* c, const WireHeader& h, std::string payload) {
 void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload) {
   if (c->refused) return;  // never challenged: it closes soon, whatever it sends
   ByteReader r(payload);
-  if (c->outgoing && c->state == Conn::State::kAwaitChallenge && type == kChallenge &&
-      payload.size() == kNonceBytes) {
+  if (c->outgoing && c->state == Conn::State::kAwaitChallenge && type == kChallenge && payload.size() == kNonceBytes) {
     c->nonce = NewNonce();
     // Bound to both nonces and both ids: the id is the one this side meant
     // to reach, so the hello is worthless to anyone else.
@@ -66,9 +65,10 @@ void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload)
     std::string transcript = HandshakeTranscript(c->nonce, their_nonce, id, o_.self);
     if (!r.ok() || their_nonce.size() != kNonceBytes || !MacEqual(mac, HandshakeMac(o_.secret, "hello", transcript))) {
       ++stats_refused_;
-      FTRUN_LOG_WARN("refused a peer at {} (claims id {}): its hello does not prove the job secret for this "
-                     "connection and this agent (id {}): a wrong secret, or a proof relayed from another connection",
-                     c->remote, id, o_.self);
+      FTRUN_LOG_WARN(
+          "refused a peer at {} (claims id {}): its hello does not prove the job secret for this "
+          "connection and this agent (id {}): a wrong secret, or a proof relayed from another connection",
+          c->remote, id, o_.self);
       return CloseConn(c, Status::FailedPrecondition("peer did not prove the job secret"));
     }
     c->peer = id;
@@ -85,8 +85,8 @@ void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload)
     std::string mac = r.GetString();
     if (!r.ok() || id != c->peer || !MacEqual(mac, HandshakeMac(o_.secret, "welcome", c->transcript))) {
       ++stats_refused_;
-      FTRUN_LOG_WARN("refused peer {} at {}: its welcome does not prove the job secret for this connection",
-                     c->peer, c->remote);
+      FTRUN_LOG_WARN("refused peer {} at {}: its welcome does not prove the job secret for this connection", c->peer,
+                     c->remote);
       return CloseConn(c, Status::FailedPrecondition("peer " + std::to_string(c->peer) + " at " + c->remote +
                                                      " did not prove the job secret"));
     }
@@ -105,7 +105,11 @@ void UcxTransport::DoSend(PeerId peer, uint16_t type, std::string payload) {
     it->second->pending.emplace_back(type, std::move(payload));
     return;
   }
-  Emit({TransportEvent::Kind::kPeerDown, peer, 0, {}, 0,
+  Emit({TransportEvent::Kind::kPeerDown,
+        peer,
+        0,
+        {},
+        0,
         Status::Unavailable("no connection with peer " + std::to_string(peer) + ": message dropped")});
 }
 
@@ -123,7 +127,8 @@ void UcxTransport::SendOnConn(Conn* c, uint16_t type, std::string payload) {
   p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
   p.cb.send = &UcxTransport::OnSendDone;
   p.user_data = op;
-  void* r = ucp_am_send_nbx(c->ep, kAmId, op->header.data(), op->header.size(), op->payload.data(), op->payload.size(), &p);
+  void* r =
+      ucp_am_send_nbx(c->ep, kAmId, op->header.data(), op->header.size(), op->payload.data(), op->payload.size(), &p);
   if (!UCS_PTR_IS_PTR(r)) delete op;  // done at once, or failed: the ep error handler reports failures
 }
 

@@ -34,7 +34,7 @@ namespace ftrun {
 
 struct UcxTransportOptions {
   PeerId self = 0;
-  std::string secret;        // the job secret (secret.h)
+  std::string secret;  // the job secret (secret.h)
   std::string listen_ip = "127.0.0.1";
   uint16_t listen_port = 0;  // 0: any free port (see address())
   std::chrono::milliseconds handshake_timeout{5000};

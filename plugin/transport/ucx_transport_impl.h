@@ -71,13 +71,13 @@ struct Conn {
   ucp_ep_h ep = nullptr;
   State state = State::kAwaitChallenge;
   bool outgoing = false;
-  bool refused = false;  // over kMaxHandshaking: closed after kRefuseDelay (CheckDeadlines)
-  PeerId peer = 0;     // expected (outgoing) or proven (incoming, once up)
-  std::string nonce;   // ours: the challenge (incoming) or hello nonce (outgoing)
-  std::string transcript;  // the handshake's (handshake.h), once both nonces are known
-  SessionFrames session;   // the session key and sequence numbers, once up
+  bool refused = false;      // over kMaxHandshaking: closed after kRefuseDelay (CheckDeadlines)
+  PeerId peer = 0;           // expected (outgoing) or proven (incoming, once up)
+  std::string nonce;         // ours: the challenge (incoming) or hello nonce (outgoing)
+  std::string transcript;    // the handshake's (handshake.h), once both nonces are known
+  SessionFrames session;     // the session key and sequence numbers, once up
   bool warned_bulk = false;  // logged a dropped bulk send already
-  std::string remote;  // for logs
+  std::string remote;        // for logs
   Clock::time_point started;
   std::vector<std::pair<uint16_t, std::string>> pending;  // sent before up
   void* close_request = nullptr;  // the endpoint's close, while in progress: the Conn is freed after it
@@ -211,10 +211,10 @@ class UcxTransport : public Transport {
   std::unordered_map<ucp_ep_h, Conn*> by_ep_;
   std::map<PeerId, Conn*> connecting_;
   std::map<PeerId, std::vector<Conn*>> up_;
-  size_t handshaking_in_ = 0;      // incoming connections in their handshake (kMaxHandshaking)
-  std::map<uint64_t, Op*> recvs_;  // token -> posted receive (matched or not)
+  size_t handshaking_in_ = 0;                          // incoming connections in their handshake (kMaxHandshaking)
+  std::map<uint64_t, Op*> recvs_;                      // token -> posted receive (matched or not)
   std::map<std::pair<PeerId, uint64_t>, Op*> posted_;  // (peer, tag) -> receive not matched yet
-  std::vector<std::pair<Conn*, Status>> failed_;  // ep errors, handled after progress
+  std::vector<std::pair<Conn*, Status>> failed_;       // ep errors, handled after progress
   uint64_t tags_dropped_ = 0;
   char scratch_[4096];  // where dropped tag messages go (truncated)
 };

@@ -8,7 +8,12 @@
 
 #include "ftrun/ftrun.h"
 
-#define FAIL(...) do { fprintf(stderr, "c_client: " __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
+#define FAIL(...)                              \
+  do {                                         \
+    fprintf(stderr, "c_client: " __VA_ARGS__); \
+    fprintf(stderr, "\n");                     \
+    return 1;                                  \
+  } while (0)
 
 int main(void) {
   char* err = NULL;
@@ -25,10 +30,18 @@ int main(void) {
     steps[0] = (int64_t)v;
     ftrun_tensor_t t[2];
     memset(t, 0, sizeof(t));
-    t[0].name = "w"; t[0].dtype = FTRUN_DTYPE_FLOAT32; t[0].ndim = 1; t[0].shape = shape;
-    t[0].data = w; t[0].nbytes = N * sizeof(float);
-    t[1].name = "step"; t[1].dtype = FTRUN_DTYPE_INT64; t[1].ndim = 1; t[1].shape = one;
-    t[1].data = steps; t[1].nbytes = sizeof(int64_t);
+    t[0].name = "w";
+    t[0].dtype = FTRUN_DTYPE_FLOAT32;
+    t[0].ndim = 1;
+    t[0].shape = shape;
+    t[0].data = w;
+    t[0].nbytes = N * sizeof(float);
+    t[1].name = "step";
+    t[1].dtype = FTRUN_DTYPE_INT64;
+    t[1].ndim = 1;
+    t[1].shape = one;
+    t[1].data = steps;
+    t[1].nbytes = sizeof(int64_t);
     ftrun_save_stats_t st;
     memset(&st, 0, sizeof(st));
     st.field_mask = FTRUN_SAVE_STATS_FIELD_ALL;

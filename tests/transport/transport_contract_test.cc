@@ -2,6 +2,7 @@
 // peers in real processes (transport_peer): handshake and secret, messages,
 // bulk both ways, refused connections, and a peer SIGKILLed mid-transfer.
 // Deadlines here bound a hang; they are not performance assertions.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -9,8 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
-
-#include <fcntl.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -53,8 +52,10 @@ pid_t Spawn(std::vector<std::string> args, const std::string& stdout_file = "", 
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   ::posix_spawn_file_actions_init(&fa);
-  if (!stdout_file.empty()) ::posix_spawn_file_actions_addopen(&fa, 1, stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (!stderr_file.empty()) ::posix_spawn_file_actions_addopen(&fa, 2, stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (!stdout_file.empty())
+    ::posix_spawn_file_actions_addopen(&fa, 1, stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (!stderr_file.empty())
+    ::posix_spawn_file_actions_addopen(&fa, 2, stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = 0;
   int rc = ::posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), environ);
   ::posix_spawn_file_actions_destroy(&fa);
@@ -119,8 +120,8 @@ std::unique_ptr<Transport> Make(PeerId self, const std::string& secret_file) {
 }
 
 // Waits up to `seconds` for an event matching `want`; other events are kept.
-TransportEvent WaitFor(Transport& t, std::vector<TransportEvent>& seen, const std::function<bool(const TransportEvent&)>& want,
-                       int seconds = 20) {
+TransportEvent WaitFor(Transport& t, std::vector<TransportEvent>& seen,
+                       const std::function<bool(const TransportEvent&)>& want, int seconds = 20) {
   auto deadline = Clock::now() + std::chrono::seconds(seconds);
   while (true) {
     for (auto it = seen.begin(); it != seen.end(); ++it) {
@@ -210,7 +211,8 @@ TEST_CASE("transport: bulk bytes arrive intact in both directions") {
     t->Send(7, 3, U64s({len + 100, len}));
     WaitFor(*t, seen, IsMsg(7, 8));
     t->SendBulk(7, len + 100, data.data(), len, 1000 + len);
-    TransportEvent done = WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == 1000 + len; });
+    TransportEvent done =
+        WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == 1000 + len; });
     REQUIRE(done.status.ok());
     std::string reply = WaitFor(*t, seen, IsMsg(7, 4)).payload;
     ByteReader r(reply);
@@ -220,7 +222,8 @@ TEST_CASE("transport: bulk bytes arrive intact in both directions") {
     std::vector<char> in(len);
     t->PostRecv(7, len + 200, in.data(), len, 2000 + len);
     t->Send(7, 5, U64s({len + 200, len, 42}));
-    done = WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == 2000 + len; });
+    done =
+        WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == 2000 + len; });
     REQUIRE(done.status.ok());
     REQUIRE(in == Pattern(42, len));
   }
@@ -248,7 +251,8 @@ TEST_CASE("transport: a peer SIGKILLed mid-transfer is reported and the others k
   TransportEvent down = WaitFor(*t, seen, IsKind(Kind::kPeerDown, 7), 30);
   REQUIRE(!down.status.ok());
   for (uint64_t token : {1, 2}) {
-    TransportEvent e = WaitFor(*t, seen, [&](const TransportEvent& x) { return x.kind == Kind::kBulkDone && x.token == token; }, 30);
+    TransportEvent e = WaitFor(
+        *t, seen, [&](const TransportEvent& x) { return x.kind == Kind::kBulkDone && x.token == token; }, 30);
     if (token == 2) REQUIRE(!e.status.ok());  // the receive can never complete
   }
   INFO("failure reported after " << std::chrono::duration<double>(Clock::now() - start).count() << " s");
@@ -258,7 +262,8 @@ TEST_CASE("transport: a peer SIGKILLed mid-transfer is reported and the others k
   std::vector<char> in2(1 << 20);
   t->PostRecv(8, 13, in2.data(), in2.size(), 3);
   t->Send(8, 5, U64s({13, in2.size(), 5}));
-  REQUIRE(WaitFor(*t, seen, [](const TransportEvent& x) { return x.kind == Kind::kBulkDone && x.token == 3; }).status.ok());
+  REQUIRE(
+      WaitFor(*t, seen, [](const TransportEvent& x) { return x.kind == Kind::kBulkDone && x.token == 3; }).status.ok());
   REQUIRE(in2 == Pattern(5, in2.size()));
 }
 
@@ -316,7 +321,8 @@ TEST_CASE("transport: a secret file readable by others or malformed is refused w
 // a file the test reads.
 class Rogue {
  public:
-  Rogue(const std::string& dir, const std::string& name, std::vector<std::string> args) : out_(dir + "/" + name + ".out") {
+  Rogue(const std::string& dir, const std::string& name, std::vector<std::string> args)
+      : out_(dir + "/" + name + ".out") {
     args.insert(args.begin(), std::string(FTRUN_BINARY_DIR) + "/tests/transport_rogue");
     pid_ = Spawn(std::move(args), out_);
   }
@@ -378,8 +384,9 @@ TEST_CASE("transport: a hello relayed to another peer is refused and logged", "[
   Peer victim(dir, 7, secret, dir + "/victim.log");
   auto t = Make(1, secret);
   std::vector<TransportEvent> seen;
-  Rogue relay(dir, "relay", {"relay", "--address-file", dir + "/relay.addr", "--target", victim.address(), "--inject",
-                             "exit", "--seconds", "30"});
+  Rogue relay(dir, "relay",
+              {"relay", "--address-file", dir + "/relay.addr", "--target", victim.address(), "--inject", "exit",
+               "--seconds", "30"});
   t->Connect(9, RelayAddress(dir + "/relay.addr"));  // it thinks the relay is peer 9
   REQUIRE(!WaitFor(*t, seen, IsKind(Kind::kPeerDown, 9)).status.ok());
   INFO("victim's log:\n" << ReadFile(dir + "/victim.log") << "relay's events:\n" << relay.output());
@@ -393,7 +400,8 @@ TEST_CASE("transport: a hello relayed to another peer is refused and logged", "[
 // on (it is between them), but it does not have the session key: a message
 // it changes or sends twice is refused, logged, and the connection closed;
 // the victim keeps serving.
-TEST_CASE("transport: a message tampered with or replayed on a relayed connection is refused and logged", "[security]") {
+TEST_CASE("transport: a message tampered with or replayed on a relayed connection is refused and logged",
+          "[security]") {
   for (std::string how : {"tamper", "replay"}) {
     INFO(how);
     std::string dir = TempDir();
@@ -401,8 +409,9 @@ TEST_CASE("transport: a message tampered with or replayed on a relayed connectio
     Peer victim(dir, 7, secret, dir + "/victim.log");
     auto t = Make(1, secret);
     std::vector<TransportEvent> seen;
-    Rogue relay(dir, "relay", {"relay", "--address-file", dir + "/relay.addr", "--target", victim.address(), "--inject",
-                               how, "--seconds", "30"});
+    Rogue relay(dir, "relay",
+                {"relay", "--address-file", dir + "/relay.addr", "--target", victim.address(), "--inject", how,
+                 "--seconds", "30"});
     t->Connect(7, RelayAddress(dir + "/relay.addr"));
     WaitFor(*t, seen, IsKind(Kind::kPeerUp, 7));  // a true relay: the handshake is the two peers'
     t->Send(7, 1, "ping through the relay");
@@ -412,7 +421,8 @@ TEST_CASE("transport: a message tampered with or replayed on a relayed connectio
     INFO("victim's log:\n" << ReadFile(dir + "/victim.log"));
     REQUIRE(FileHas(dir + "/victim.log", "refused a"));
     REQUIRE(FileHas(dir + "/victim.log", how == "tamper" ? "MAC does not match" : "out of sequence"));
-    for (const auto& e : seen) REQUIRE(!(e.kind == Kind::kMessage && e.type == 2 && e.payload != "ping through the relay"));
+    for (const auto& e : seen)
+      REQUIRE(!(e.kind == Kind::kMessage && e.type == 2 && e.payload != "ping through the relay"));
     RequireServes(*t, seen, 7, victim.address());
   }
 }
@@ -431,9 +441,10 @@ TEST_CASE("transport: bulk data from a connection that never authenticated is dr
   t->Connect(7, victim.address());
   WaitFor(*t, seen, IsKind(Kind::kPeerUp, 7));
   const uint64_t len = 4096;
-  Rogue at_victim(dir, "rogue7", {"eager", "--target", victim.address(), "--tags", "64", "--length", "4096",
-                                  "--seconds", "60"});
-  Rogue at_us(dir, "rogue1", {"eager", "--target", t->address(), "--tags", "64", "--length", "4096", "--seconds", "60"});
+  Rogue at_victim(dir, "rogue7",
+                  {"eager", "--target", victim.address(), "--tags", "64", "--length", "4096", "--seconds", "60"});
+  Rogue at_us(dir, "rogue1",
+              {"eager", "--target", t->address(), "--tags", "64", "--length", "4096", "--seconds", "60"});
   REQUIRE(at_victim.Says("sent"));
   REQUIRE(at_us.Says("sent"));
   uint64_t token = 1;
@@ -443,7 +454,9 @@ TEST_CASE("transport: bulk data from a connection that never authenticated is dr
     t->Send(7, 3, U64s({tag, len}));  // the victim posts a receive under `tag`
     WaitFor(*t, seen, IsMsg(7, 8));
     t->SendBulk(7, tag, data.data(), len, token);
-    REQUIRE(WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == token; }).status.ok());
+    REQUIRE(WaitFor(*t, seen, [&](const TransportEvent& e) {
+              return e.kind == Kind::kBulkDone && e.token == token;
+            }).status.ok());
     ++token;
     std::string reply = WaitFor(*t, seen, IsMsg(7, 4)).payload;
     ByteReader r(reply);
@@ -452,7 +465,9 @@ TEST_CASE("transport: bulk data from a connection that never authenticated is dr
     std::vector<char> in(len);
     t->PostRecv(7, tag, in.data(), len, token);  // and we get the victim's
     t->Send(7, 5, U64s({tag, len, tag + 1000}));
-    REQUIRE(WaitFor(*t, seen, [&](const TransportEvent& e) { return e.kind == Kind::kBulkDone && e.token == token; }).status.ok());
+    REQUIRE(WaitFor(*t, seen, [&](const TransportEvent& e) {
+              return e.kind == Kind::kBulkDone && e.token == token;
+            }).status.ok());
     REQUIRE(in == Pattern(tag + 1000, len));
     ++token;
   }
@@ -472,7 +487,8 @@ TEST_CASE("transport: connect/close churn and silent connections keep the connec
   REQUIRE(churn.output().find("challenges 0 ") == std::string::npos);  // it did reach the handshake
   auto settled = [&](uint64_t bound) {
     auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (t->stats().connections > bound && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (t->stats().connections > bound && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return t->stats().connections;
   };
   REQUIRE(settled(2) <= 2);

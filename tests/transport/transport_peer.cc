@@ -11,13 +11,13 @@
 //   5 fetch: tag, length, seed -> bulk send of Pattern(seed) under tag;
 //                              when done 6: status code
 //   7 exit                  -> exits 0
+#include <poll.h>
 #include <xxhash.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <poll.h>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,10 +35,14 @@ int main(int argc, char** argv) {
   std::string secret_file, address_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--id") o.self = static_cast<PeerId>(std::stoul(v));
-    else if (k == "--secret-file") secret_file = v;
-    else if (k == "--address-file") address_file = v;
-    else if (k == "--listen") o.listen_ip = v;
+    if (k == "--id")
+      o.self = static_cast<PeerId>(std::stoul(v));
+    else if (k == "--secret-file")
+      secret_file = v;
+    else if (k == "--address-file")
+      address_file = v;
+    else if (k == "--listen")
+      o.listen_ip = v;
   }
   InitLogging("transport_peer", static_cast<int>(o.self), -1, "info");  // to stderr, flushed per warning
   Status s = ReadSecretFile(secret_file, &o.secret);

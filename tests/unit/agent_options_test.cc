@@ -38,8 +38,8 @@ TEST_CASE("DeepSpeed's --world_info decodes in hostfile order", "[agent]") {
 TEST_CASE("the launch argv of deepspeed.launcher.launch is accepted", "[agent]") {
   AgentOptions o;
   REQUIRE(Parse({"--world_info=eyJ3b3JrZXItMSI6IFswLCAxXSwgIndvcmtlci0wIjogWzIsIDMsIDVdfQ==", "--node_rank=1",
-                 "--master_addr=10.0.0.1", "--master_port=29600", "--job-id", "j1", "--run-dir", "/tmp/x",
-                 "train.py", "--lr", "3"},
+                 "--master_addr=10.0.0.1", "--master_port=29600", "--job-id", "j1", "--run-dir", "/tmp/x", "train.py",
+                 "--lr", "3"},
                 &o)
               .ok());
   CHECK(o.num_nodes == 2);

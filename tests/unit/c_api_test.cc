@@ -2,10 +2,9 @@
 // protocol, and NULL arguments. Save/load round trips through the C API run
 // in the integration tests, where an agent is up.
 
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -30,8 +29,7 @@ TEST_CASE("connecting to a socket that does not exist fails with the path") {
   const std::string path = MissingSocketPath();
   ftrun_client_options_t options;
   std::memset(&options, 0, sizeof(options));
-  options.field_mask = FTRUN_CLIENT_FIELD_SOCKET_PATH | FTRUN_CLIENT_FIELD_RANK |
-                       FTRUN_CLIENT_FIELD_CONNECT_TIMEOUT;
+  options.field_mask = FTRUN_CLIENT_FIELD_SOCKET_PATH | FTRUN_CLIENT_FIELD_RANK | FTRUN_CLIENT_FIELD_CONNECT_TIMEOUT;
   options.socket_path = path.c_str();
   options.rank = 0;
   options.connect_timeout_ms = 200;
@@ -50,8 +48,7 @@ TEST_CASE("connecting to a socket that does not exist fails with the path") {
 
 TEST_CASE("errptr: a new message replaces and frees the old one") {
   char* err = nullptr;
-  REQUIRE(ftrun_save(nullptr, 1, nullptr, 0, nullptr, 0, nullptr, &err) ==
-          FTRUN_INVALID_ARGUMENT);
+  REQUIRE(ftrun_save(nullptr, 1, nullptr, 0, nullptr, 0, nullptr, &err) == FTRUN_INVALID_ARGUMENT);
   REQUIRE(err != nullptr);
   CHECK(Contains(err, "ftrun_save"));
 
@@ -62,9 +59,7 @@ TEST_CASE("errptr: a new message replaces and frees the old one") {
   CHECK_FALSE(Contains(err, "ftrun_save"));
   ftrun_free(err);
 
-  SECTION("errptr itself may be NULL") {
-    CHECK(ftrun_report_progress(nullptr, 3, nullptr) == FTRUN_INVALID_ARGUMENT);
-  }
+  SECTION("errptr itself may be NULL") { CHECK(ftrun_report_progress(nullptr, 3, nullptr) == FTRUN_INVALID_ARGUMENT); }
   SECTION("ftrun_free(NULL) is a no-op") { ftrun_free(nullptr); }
   SECTION("a failure without a previous message sets one") {
     char* fresh = nullptr;
@@ -84,23 +79,19 @@ TEST_CASE("NULL arguments give INVALID_ARGUMENT with a message naming them") {
     CHECK(Contains(err, arg + " is NULL"));
   };
 
-  expect(ftrun_client_connect(MissingSocketPath().c_str(), 0, nullptr, &err),
-         "ftrun_client_connect", "out");
+  expect(ftrun_client_connect(MissingSocketPath().c_str(), 0, nullptr, &err), "ftrun_client_connect", "out");
   expect(ftrun_client_connect_opts(nullptr, nullptr, &err), "ftrun_client_connect", "out");
-  expect(ftrun_save(nullptr, 1, nullptr, 0, nullptr, 0, nullptr, &err), "ftrun_save",
-         "client");
+  expect(ftrun_save(nullptr, 1, nullptr, 0, nullptr, 0, nullptr, &err), "ftrun_save", "client");
   expect(ftrun_wait(nullptr, &err), "ftrun_wait", "client");
   expect(ftrun_wait_committed(nullptr, 1, 0, &err), "ftrun_wait_committed", "client");
   expect(ftrun_report_progress(nullptr, 1, &err), "ftrun_report_progress", "client");
   size_t n = 7;
-  expect(ftrun_list_versions(nullptr, nullptr, 0, &n, &err), "ftrun_list_versions",
-         "client");
+  expect(ftrun_list_versions(nullptr, nullptr, 0, &n, &err), "ftrun_list_versions", "client");
   ftrun_snapshot_t* snap = reinterpret_cast<ftrun_snapshot_t*>(&n);  // not NULL
   expect(ftrun_load(nullptr, FTRUN_LATEST, &snap, &err), "ftrun_load", "client");
   CHECK(snap == nullptr);
   char dst[4];
-  expect(ftrun_snapshot_read(nullptr, "x", dst, sizeof(dst), &err), "ftrun_snapshot_read",
-         "snap");
+  expect(ftrun_snapshot_read(nullptr, "x", dst, sizeof(dst), &err), "ftrun_snapshot_read", "snap");
   ftrun_free(err);
 }
 
@@ -114,8 +105,7 @@ TEST_CASE("accessors and destructors accept NULL handles") {
   CHECK(ftrun_snapshot_version(nullptr) == 0);
   CHECK(ftrun_snapshot_num_tensors(nullptr) == 0);
   const char* name = "unchanged";
-  CHECK(ftrun_snapshot_tensor_info(nullptr, 0, &name, nullptr, nullptr, nullptr, nullptr) ==
-        FTRUN_INVALID_ARGUMENT);
+  CHECK(ftrun_snapshot_tensor_info(nullptr, 0, &name, nullptr, nullptr, nullptr, nullptr) == FTRUN_INVALID_ARGUMENT);
   CHECK(std::strcmp(name, "unchanged") == 0);
   const void* data = &version;
   size_t len = 9;
@@ -134,6 +124,4 @@ TEST_CASE("code names match ftrun::CodeName") {
   CHECK(std::string(ftrun_code_name(99)) == "UNKNOWN");
 }
 
-TEST_CASE("the header compiles as C and behaves the same from C") {
-  CHECK(ftrun_c_header_check() == 0);
-}
+TEST_CASE("the header compiles as C and behaves the same from C") { CHECK(ftrun_c_header_check() == 0); }

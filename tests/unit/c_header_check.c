@@ -1,10 +1,10 @@
 /* Compiles include/ftrun/ftrun.h as C (the test target builds this file as a
  * C object) and exercises its types from C. c_api_test.cc calls
  * ftrun_c_header_check() and expects 0. */
-#include "ftrun/ftrun.h"
-
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ftrun/ftrun.h"
 
 int ftrun_c_header_check(void);
 

@@ -1,8 +1,8 @@
 // Every cluster message: what Encode writes, Decode reads back whole; a
 // payload cut short or with bytes left over is refused, naming the message.
-#include <catch2/catch.hpp>
-
 #include "recovery/cluster_messages.h"
+
+#include <catch2/catch.hpp>
 
 namespace ftrun {
 namespace {
@@ -51,14 +51,14 @@ TEST_CASE("cluster messages: each decodes what its encoder wrote, and refuses a 
   RoundTrip(PullFailedMsg{6, 3, 40, "agent 2 is down"}, [](auto& a, auto& b) {
     return a.epoch == b.epoch && a.rank == b.rank && a.version == b.version && a.message == b.message;
   });
-  RoundTrip(DiskFailedMsg{6, 40, "chunk file 'x': its bytes hash to y"}, [](auto& a, auto& b) {
-    return a.epoch == b.epoch && a.version == b.version && a.message == b.message;
-  });
+  RoundTrip(DiskFailedMsg{6, 40, "chunk file 'x': its bytes hash to y"},
+            [](auto& a, auto& b) { return a.epoch == b.epoch && a.version == b.version && a.message == b.message; });
   RoundTrip(CommitMsg{41, 6}, [](auto& a, auto& b) { return a.version == b.version && a.epoch == b.epoch; });
   RoundTrip(StopMsg{3, "giving up"}, [](auto& a, auto& b) { return a.code == b.code && a.message == b.message; });
   RoundTrip(DropAboveMsg{40}, [](auto& a, auto& b) { return a.version == b.version; });
-  RoundTrip(FencedMsg{"node 1 was given to agent 4"}, [](auto& a, auto& b) { return a.message == b.message; },
-            /*prefix_ok=*/true);  // its payload is its message
+  RoundTrip(
+      FencedMsg{"node 1 was given to agent 4"}, [](auto& a, auto& b) { return a.message == b.message; },
+      /*prefix_ok=*/true);  // its payload is its message
   MembershipMsg m;
   m.epoch = 3;
   m.members = {{0, 0, "10.0.0.1:1", 0, 2}, {1, -1, "10.0.0.2:1", 0, 0}};

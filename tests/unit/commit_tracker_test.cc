@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "recovery/commit_tracker.h"
+
+#include <catch2/catch.hpp>
 
 using ftrun::CommitTracker;
 

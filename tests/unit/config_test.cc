@@ -1,5 +1,4 @@
 #include "plugin/config/config.h"
-#include "tests/unit/temp_dir.h"
 
 #include <ftw.h>
 #include <stdlib.h>
@@ -8,6 +7,8 @@
 #include <chrono>
 #include <fstream>
 #include <string>
+
+#include "tests/unit/temp_dir.h"
 
 namespace ftrun {
 namespace {
@@ -31,8 +32,7 @@ bool Contains(const std::string& haystack, const std::string& needle) {
 
 // Loads `text` from a file named bad.yaml and expects an InvalidArgument whose
 // message starts with "<path>:<line>: <field>: " and contains `detail`.
-void ExpectError(const std::string& text, int line, const std::string& field,
-                 const std::string& detail) {
+void ExpectError(const std::string& text, int line, const std::string& field, const std::string& detail) {
   TempDir dir;
   std::string path = dir.Write("bad.yaml", text);
   Config c = DefaultConfig();
@@ -72,10 +72,8 @@ TEST_CASE("DefaultConfig has the documented defaults", "[config]") {
 }
 
 TEST_CASE("FormatLoc", "[config]") {
-  CHECK(FormatLoc({"configs/x.yaml", 12, 3}, "store.memory_budget") ==
-        "configs/x.yaml:12: store.memory_budget");
-  CHECK(FormatLoc({"configs/x.yaml", 0, 0}, "store.memory_budget") ==
-        "configs/x.yaml: store.memory_budget");
+  CHECK(FormatLoc({"configs/x.yaml", 12, 3}, "store.memory_budget") == "configs/x.yaml:12: store.memory_budget");
+  CHECK(FormatLoc({"configs/x.yaml", 0, 0}, "store.memory_budget") == "configs/x.yaml: store.memory_budget");
   CHECK(FormatLoc(SourceLoc{}, "store.memory_budget") == "<default>: store.memory_budget");
   CHECK(FormatLoc({"x.yaml", 4, 1}, "") == "x.yaml:4");
 }
@@ -180,42 +178,35 @@ TEST_CASE("unknown keys are errors", "[config]") {
               "unknown key (known: id, max_restarts, hang_timeout, stop_grace)");
   ExpectError("store:\n  chunk_size: 1MiB\n  budget: 1GiB\n", 3, "store.budget",
               "unknown key (known: memory_budget, chunk_size, snapshot_bytes, prefault)");
-  ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
-              "unknown key (known: job, store, agent, cluster, persist)");
+  ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage", "unknown key (known: job, store, agent, cluster, persist)");
   ExpectError("persist:\n  dir: /d\n  every: 10\n", 3, "persist.every",
               "unknown key (known: dir, every_versions, every_seconds, keep, rate_limit, direct_io, file_mode, "
               "drain_timeout)");
-  ExpectError("agent:\n  log_level: info\n  log_level: warn\n", 3, "agent.log_level",
-              "duplicate key");
+  ExpectError("agent:\n  log_level: info\n  log_level: warn\n", 3, "agent.log_level", "duplicate key");
 }
 
 TEST_CASE("wrong node types are errors", "[config]") {
   ExpectError("store:\n  memory_budget:\n    value: 4GiB\n", 2, "store.memory_budget",
               "expected a size like 4GiB or 512MiB, got a map");
-  ExpectError("agent:\n  ranks_per_node: [1, 2]\n", 2, "agent.ranks_per_node",
-              "expected an integer >= 1, got a list");
+  ExpectError("agent:\n  ranks_per_node: [1, 2]\n", 2, "agent.ranks_per_node", "expected an integer >= 1, got a list");
   ExpectError("job:\n  max_restarts:\n", 2, "job.max_restarts", "got nothing");
   ExpectError("job: fast\n", 1, "job", "expected a map of job settings");
   ExpectError("store:\n  - memory_budget: 4GiB\n", 1, "store", "got a list");
 }
 
 TEST_CASE("bad values name the field and quote the text", "[config]") {
-  ExpectError("job:\n  id: x\n\nagent:\n  run_dir: /tmp\nstore:\n  memory_budget: 4 gigs\n", 7,
-              "store.memory_budget", "expected a size like 4GiB or 512MiB, got '4 gigs'");
+  ExpectError("job:\n  id: x\n\nagent:\n  run_dir: /tmp\nstore:\n  memory_budget: 4 gigs\n", 7, "store.memory_budget",
+              "expected a size like 4GiB or 512MiB, got '4 gigs'");
   ExpectError("agent: {}\n\n\njob:\n  max_restarts: three\n", 5, "job.max_restarts",
               "expected an integer >= 0, got 'three'");
-  ExpectError("job:\n  max_restarts: -1\n", 2, "job.max_restarts",
-              "expected an integer >= 0, got '-1'");
-  ExpectError("job:\n  max_restarts: 99999999999\n", 2, "job.max_restarts",
-              "expected an integer >= 0");
-  ExpectError("agent:\n  ranks_per_node: 0\n", 2, "agent.ranks_per_node",
-              "expected an integer >= 1, got '0'");
+  ExpectError("job:\n  max_restarts: -1\n", 2, "job.max_restarts", "expected an integer >= 0, got '-1'");
+  ExpectError("job:\n  max_restarts: 99999999999\n", 2, "job.max_restarts", "expected an integer >= 0");
+  ExpectError("agent:\n  ranks_per_node: 0\n", 2, "agent.ranks_per_node", "expected an integer >= 1, got '0'");
   ExpectError("job:\n  hang_timeout: 10\n", 2, "job.hang_timeout",
               "expected a duration like 30s, 500ms, 2m or 1h, got '10'");
   ExpectError("job:\n  stop_grace: 5 sec\n", 2, "job.stop_grace", "got '5 sec'");
   ExpectError("job:\n  hang_timeout: 0s\n", 2, "job.hang_timeout", "expected a duration > 0");
-  ExpectError("store:\n  prefault: maybe\n", 2, "store.prefault",
-              "expected true or false, got 'maybe'");
+  ExpectError("store:\n  prefault: maybe\n", 2, "store.prefault", "expected true or false, got 'maybe'");
   ExpectError("agent:\n  log_level: verbose\n", 2, "agent.log_level",
               "expected one of trace, debug, info, warn, error, got 'verbose'");
   ExpectError("agent:\n  run_dir: ''\n", 2, "agent.run_dir", "expected a directory path");
@@ -224,26 +215,22 @@ TEST_CASE("bad values name the field and quote the text", "[config]") {
 
 TEST_CASE("chunk_size must be a power of two from 64KiB to 1GiB", "[config]") {
   for (const char* bad : {"3MiB", "32KiB", "2GiB", "0", "4MB"}) {
-    ExpectError(
-        std::string("store:\n  chunk_size: ") + bad + "\n", 2, "store.chunk_size",
-        std::string("expected a power of two from 64KiB to 1GiB, like 4MiB, got '") + bad + "'");
+    ExpectError(std::string("store:\n  chunk_size: ") + bad + "\n", 2, "store.chunk_size",
+                std::string("expected a power of two from 64KiB to 1GiB, like 4MiB, got '") + bad + "'");
   }
   Config c;
   CHECK(ParseConfig("store:\n  chunk_size: 1GiB\n  memory_budget: 2GiB\n", "ok.yaml", &c).ok());
 }
 
 TEST_CASE("the budget must hold two snapshots of every rank", "[config]") {
-  ExpectError(
-      "agent:\n  ranks_per_node: 2\nstore:\n  snapshot_bytes: 512MiB\n  memory_budget: 1GiB\n", 5,
-      "store.memory_budget",
-      "1.0 GiB cannot hold one snapshot of every rank plus one in flight "
-      "(2 x 2 ranks x 512 MiB = 2.0 GiB); raise it or lower store.snapshot_bytes");
+  ExpectError("agent:\n  ranks_per_node: 2\nstore:\n  snapshot_bytes: 512MiB\n  memory_budget: 1GiB\n", 5,
+              "store.memory_budget",
+              "1.0 GiB cannot hold one snapshot of every rank plus one in flight "
+              "(2 x 2 ranks x 512 MiB = 2.0 GiB); raise it or lower store.snapshot_bytes");
 
   // Exactly enough is fine.
   Config c;
-  CHECK(ParseConfig(
-            "agent: {ranks_per_node: 2}\nstore: {snapshot_bytes: 512MiB, memory_budget: 2GiB}\n",
-            "ok.yaml", &c)
+  CHECK(ParseConfig("agent: {ranks_per_node: 2}\nstore: {snapshot_bytes: 512MiB, memory_budget: 2GiB}\n", "ok.yaml", &c)
             .ok());
 
   // A defaulted budget has no line; the message still names the file.
@@ -266,11 +253,10 @@ TEST_CASE("ValidateConfig re-checks after a command-line override", "[config]") 
   c.agent.ranks_per_node = 8;  // as if --ranks-per-node 8
   Status st = ValidateConfig(c);
   CHECK(st.code() == Code::kInvalidArgument);
-  CHECK(st.message() ==
-        path +
-            ":4: store.memory_budget: 16.0 GiB cannot hold one snapshot of every rank "
-            "plus one in flight (2 x 8 ranks x 2.0 GiB = 32.0 GiB); raise it or "
-            "lower store.snapshot_bytes");
+  CHECK(st.message() == path +
+                            ":4: store.memory_budget: 16.0 GiB cannot hold one snapshot of every rank "
+                            "plus one in flight (2 x 8 ranks x 2.0 GiB = 32.0 GiB); raise it or "
+                            "lower store.snapshot_bytes");
 
   Config d = DefaultConfig();
   d.agent.ranks_per_node = 0;
@@ -340,14 +326,13 @@ TEST_CASE("persist keys are read", "[config]") {
   CHECK(c.persist.dir_loc.line == 2);
   // Only one trigger is needed.
   CHECK(ParseConfig("persist: {dir: /p, every_seconds: 0s, every_versions: 1}\n", "a.yaml", &c).ok());
-  CHECK(ParseConfig("persist: {dir: /p}\n", "b.yaml", &c).ok());  // every_seconds defaults to 300s
+  CHECK(ParseConfig("persist: {dir: /p}\n", "b.yaml", &c).ok());            // every_seconds defaults to 300s
   CHECK(ParseConfig("persist: {every_seconds: 0s}\n", "c.yaml", &c).ok());  // no dir: off
 }
 
 TEST_CASE("bad persist values name the field", "[config]") {
   ExpectError("persist:\n  keep: 0\n", 2, "persist.keep", "expected an integer >= 1, got '0'");
-  ExpectError("persist:\n  every_versions: -1\n", 2, "persist.every_versions",
-              "expected an integer >= 0, got '-1'");
+  ExpectError("persist:\n  every_versions: -1\n", 2, "persist.every_versions", "expected an integer >= 0, got '-1'");
   ExpectError("persist:\n  every_seconds: 300\n", 2, "persist.every_seconds",
               "expected a duration like 30s, 500ms, 2m or 1h, got '300'");
   ExpectError("persist:\n  rate_limit: 10KiB\n", 2, "persist.rate_limit",

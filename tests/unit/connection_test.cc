@@ -1,11 +1,11 @@
+#include "launcher/agent/connection.h"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
-
-#include "launcher/agent/connection.h"
 
 using namespace ftrun;
 

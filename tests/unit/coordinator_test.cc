@@ -1,8 +1,9 @@
 // The coordinator's state machine, driven by hand: messages in, a manual
 // clock, and a recording outbox.
+#include "recovery/coordinator.h"
+
 #include <catch2/catch.hpp>
 
-#include "recovery/coordinator.h"
 #include "recovery/coordinator_json.h"
 
 namespace ftrun {
@@ -566,7 +567,7 @@ TEST_CASE("coordinator: a node that halted before a disk re-plan counts as halte
   for (PeerId a = 0; a < 3; ++a) f.Msg(a, ClusterMsg::kReady, EncodeU64(0));  // restored 5 from disk
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
   f.Msg(2, ClusterMsg::kRankFailed, RankFailedMsg(0));  // no copy of 5 in RAM: every node reads it again
-  const uint64_t halted_in = 1;                          // the recovery's first epoch
+  const uint64_t halted_in = 1;                         // the recovery's first epoch
   const uint64_t e1 = f.c->epoch();
   REQUIRE(LastPull(f, 0).from_disk);
   REQUIRE(LastPull(f, 0).epoch == e1);
@@ -594,7 +595,7 @@ TEST_CASE("coordinator: it asks for a scan of the disk and goes on with the answ
   REQUIRE(f.c->committed() == 3u);
   f.hold_scans = true;  // the disk worker is slow
   f.Down(1);
-  f.Down(2);  // node 2 held node 1's only copy: rank 1 has no live copy
+  f.Down(2);                    // node 2 held node 1's only copy: rank 1 has no live copy
   REQUIRE(f.scans_asked == 2);  // one scan for the recovery, however many losses
   const size_t sent = f.out.sent.size();
   for (int i = 0; i < 50; ++i) {  // longer than lost_node_timeout: heartbeats flow, nothing is decided
@@ -623,7 +624,7 @@ TEST_CASE("coordinator: a message without its epoch is ignored, not read as epoc
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 0);  // every node reads 5 first
   f.Msg(0, ClusterMsg::kReady, EncodeU64(0));
   f.Msg(1, ClusterMsg::kReady, EncodeU64(0));
-  f.Msg(2, ClusterMsg::kReady, "");       // truncated
+  f.Msg(2, ClusterMsg::kReady, "");                          // truncated
   f.Msg(2, ClusterMsg::kReady, std::string("\x00\x00", 2));  // short
   CHECK(f.out.Count(0, ClusterMsg::kStart) == 0);
   f.Msg(2, ClusterMsg::kReady, EncodeU64(0));

@@ -1,13 +1,12 @@
 // The event loop the agent and the runner run on: sources by tag, signals
 // through the signalfd (never as handlers), the periodic tick.
-#include <catch2/catch.hpp>
+#include "launcher/common/event_loop.h"
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-
-#include "launcher/common/event_loop.h"
+#include <catch2/catch.hpp>
 
 namespace ftrun {
 namespace {

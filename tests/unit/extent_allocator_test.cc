@@ -1,8 +1,8 @@
+#include "plugin/store/extent_allocator.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <random>
-
-#include "plugin/store/extent_allocator.h"
 
 using ftrun::ExtentAllocator;
 

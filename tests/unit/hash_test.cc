@@ -1,14 +1,15 @@
+#include "plugin/common/hash.h"
+
 #include <catch2/catch.hpp>
 #include <random>
 #include <vector>
-
-#include "plugin/common/hash.h"
 
 using ftrun::ChunkHash;
 
 TEST_CASE("HashAndCopy copies exactly and hashes like HashBytes", "[hash]") {
   std::mt19937_64 rng(7);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{4095}, size_t{65536}, size_t{65537}, size_t{4u << 20}, size_t{(4u << 20) + 13}}) {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{4095}, size_t{65536}, size_t{65537}, size_t{4u << 20}, size_t{(4u << 20) + 13}}) {
     std::vector<char> src(n), dst(n, 0);
     for (auto& c : src) c = static_cast<char>(rng());
     ChunkHash h = ftrun::HashAndCopy(dst.data(), src.data(), n);

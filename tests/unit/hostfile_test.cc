@@ -1,3 +1,5 @@
+#include "launcher/runner/hostfile.h"
+
 #include <ftw.h>
 #include <stdlib.h>
 
@@ -10,7 +12,6 @@
 
 #include "launcher/agent/options.h"
 #include "tests/unit/temp_dir.h"
-#include "launcher/runner/hostfile.h"
 
 using namespace ftrun;
 
@@ -46,8 +47,8 @@ std::vector<NodeSlots> Select(const std::string& include, const std::string& exc
   return out;
 }
 
-std::string SelectError(const std::string& include, const std::string& exclude, int num_nodes = -1,
-                        int num_gpus = -1, const std::string& text = kThreeHosts) {
+std::string SelectError(const std::string& include, const std::string& exclude, int num_nodes = -1, int num_gpus = -1,
+                        const std::string& text = kThreeHosts) {
   std::vector<NodeSlots> out{NodeSlots{"untouched", {0}, ""}};
   Status s = SelectNodes(Hosts(text), include, exclude, num_nodes, num_gpus, &out);
   CHECK(s.code() == Code::kInvalidArgument);
@@ -99,16 +100,12 @@ TEST_CASE("hostfile: every malformed line names path:line and what was expected"
         "hosts.txt:3: expected 'HOST slots=N [rack=NAME]', got 'foo bar'");
   CHECK(ParseError("node1\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1'");
   CHECK(ParseError("node1 slots=\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots='");
-  CHECK(ParseError("node1 slots=abc\n") ==
-        "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots=abc'");
+  CHECK(ParseError("node1 slots=abc\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots=abc'");
   CHECK(ParseError("node1 slots=4x\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots=4x'");
-  CHECK(ParseError("node1 slots=-1\n") ==
-        "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots=-1'");
-  CHECK(ParseError("node1 slots = 4\n") ==
-        "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots = 4'");
+  CHECK(ParseError("node1 slots=-1\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots=-1'");
+  CHECK(ParseError("node1 slots = 4\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 slots = 4'");
   CHECK(ParseError("node1 gpus=4\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'node1 gpus=4'");
-  CHECK(ParseError("slots=4 node1\n") ==
-        "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'slots=4 node1'");
+  CHECK(ParseError("slots=4 node1\n") == "hosts.txt:1: expected 'HOST slots=N [rack=NAME]', got 'slots=4 node1'");
   CHECK(ParseError("\n\nnode1 slots=4 extra\n") ==
         "hosts.txt:3: expected 'HOST slots=N [rack=NAME]', got 'node1 slots=4 extra'");
   CHECK(ParseError("node1 slots=4 rack=\n") ==
@@ -210,7 +207,8 @@ TEST_CASE("select: --exclude drops hosts or slots", "[runner][select]") {
   CHECK(n[1].host == "c");
 
   CHECK(SelectError("", "a@b@c") == "--exclude 'a@b@c' leaves no slots; expected at least one to remain");
-  CHECK(SelectError("", "b", -1, -1, "b slots=2\n") == "--exclude 'b' leaves no slots; expected at least one to remain");
+  CHECK(SelectError("", "b", -1, -1, "b slots=2\n") ==
+        "--exclude 'b' leaves no slots; expected at least one to remain");
 }
 
 TEST_CASE("select: --num_nodes and --num_gpus keep the first hosts and slots", "[runner][select]") {

@@ -1,11 +1,11 @@
+#include "launcher/agent/instance_lock.h"
+
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
-
-#include "launcher/agent/instance_lock.h"
 
 using ftrun::InstanceLock;
 

@@ -1,9 +1,9 @@
 // The coordinator a one-node job's agent hosts (launcher/agent/
 // local_coordinator.h): the agent's reports go in, its orders come out
 // through Pump, with no transport; one node's ranks, commits and restarts.
-#include <catch2/catch.hpp>
-
 #include "launcher/agent/local_coordinator.h"
+
+#include <catch2/catch.hpp>
 
 namespace ftrun {
 namespace {
@@ -37,8 +37,7 @@ struct FakeAgent {
   template <class M>
   void Report(const M& m) {
     c->Report(M::kType, Encode(m));
-    c->Pump([this](uint16_t type, const std::string& p) { got.emplace_back(static_cast<ClusterMsg>(type), p); },
-            now);
+    c->Pump([this](uint16_t type, const std::string& p) { got.emplace_back(static_cast<ClusterMsg>(type), p); }, now);
   }
   int Count(ClusterMsg t) const {
     int n = 0;
@@ -92,8 +91,10 @@ TEST_CASE("one node: a version commits once every rank of the node holds it", "[
   CHECK(a.Count(ClusterMsg::kCommit) == 2);
 }
 
-TEST_CASE("one node: a rank's failure halts the node, which restarts from the committed version, until "
-          "job.max_restarts", "[local_coordinator]") {
+TEST_CASE(
+    "one node: a rank's failure halts the node, which restarts from the committed version, until "
+    "job.max_restarts",
+    "[local_coordinator]") {
   FakeAgent a(/*max_restarts=*/1);
   a.Report(HeldMsg{0, {{4, 5}, {5, 5}, {6, 5}}});
   a.Report(HeldMsg{0, {{4, 6}, {5, 6}}});  // version 6 not whole when rank 6 dies
@@ -133,8 +134,10 @@ TEST_CASE("one node: a corrupted chunk that took the last copy stops the job nam
   CHECK(a.Count(ClusterMsg::kStart) == 1);  // never started again on wrong bytes
 }
 
-TEST_CASE("one node with a persist directory: nothing starts before the disk scan answers; a scan that fails "
-          "stops the job with exit 2", "[local_coordinator]") {
+TEST_CASE(
+    "one node with a persist directory: nothing starts before the disk scan answers; a scan that fails "
+    "stops the job with exit 2",
+    "[local_coordinator]") {
   SECTION("the newest version on disk is read before the start") {
     FakeAgent a(2, /*disk=*/true);
     REQUIRE(a.scans == 1);

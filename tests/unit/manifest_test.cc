@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "plugin/store/manifest.h"
+
+#include <catch2/catch.hpp>
 
 using namespace ftrun;
 
@@ -94,7 +94,8 @@ TEST_CASE("random and mutated bytes never crash the manifest decoder", "[manifes
   for (int i = 0; i < 20000; ++i) {
     std::string bytes = good;
     if (i % 2 == 0) {
-      for (int k = 0; k < 1 + static_cast<int>(next() % 4); ++k) bytes[next() % bytes.size()] = static_cast<char>(next());
+      for (int k = 0; k < 1 + static_cast<int>(next() % 4); ++k)
+        bytes[next() % bytes.size()] = static_cast<char>(next());
     } else {
       bytes.resize(next() % 256);
       for (auto& c : bytes) c = static_cast<char>(next());

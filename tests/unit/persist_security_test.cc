@@ -91,8 +91,7 @@ class PausingEnv : public Env {
 
 }  // namespace
 
-TEST_CASE("a write stuck across a go-back (Cancel, wait, ClearCancel) never writes its marker",
-          "[persist][security]") {
+TEST_CASE("a write stuck across a go-back (Cancel, wait, ClearCancel) never writes its marker", "[persist][security]") {
   ScratchDir dir;
   ChunkBank bank;
   std::vector<Manifest> ms = {bank.Build(0, 7, {{"w", 200000, 1}})};
@@ -142,8 +141,7 @@ TEST_CASE("a write decided before a Cancel cannot write its marker after ClearCa
   CHECK_FALSE(PosixEnv()->FileExists(VersionDir(dir.path() + "/persist/job", 3) + "/" + NodeMarkerName(0)));
 }
 
-TEST_CASE("a version whose node markers carry different epochs is refused, naming both files",
-          "[persist][security]") {
+TEST_CASE("a version whose node markers carry different epochs is refused, naming both files", "[persist][security]") {
   ScratchDir dir;
   ChunkBank bank;
   const std::string root = dir.path() + "/persist";

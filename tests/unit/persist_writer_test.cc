@@ -429,7 +429,7 @@ TEST_CASE("aligned appends are written from the caller's memory and never touche
   PosixEnvOptions deflt, small, no_ring, refused, refused_small;
   small.buffer_size = 8192;  // a 1 MiB append is 128 pieces, 3 in flight at a time
   small.queue_depth = 3;
-  no_ring.io_uring = false;  // one O_DIRECT pwrite from the caller's memory
+  no_ring.io_uring = false;                  // one O_DIRECT pwrite from the caller's memory
   refused.refuse_direct = Refuse::kAtWrite;  // the first direct write fails: buffered from then on
   refused_small = small;
   refused_small.refuse_direct = Refuse::kAtWrite;
@@ -449,9 +449,9 @@ TEST_CASE("aligned appends are written from the caller's memory and never touche
       // scribbled over as soon as its Append returned.
       using Plan = std::vector<std::pair<size_t, bool>>;
       const std::vector<Plan> plans = {
-          {{(1u << 20) + 4096, true}},                              // all zero copy
-          {{4096, true}, {(3u << 20) + 1000, true}},                // a chunk file: header, then bytes and a tail
-          {{100, false}, {1u << 20, true}, {4096, true}},           // buffered first: the rest is copied
+          {{(1u << 20) + 4096, true}},                     // all zero copy
+          {{4096, true}, {(3u << 20) + 1000, true}},       // a chunk file: header, then bytes and a tail
+          {{100, false}, {1u << 20, true}, {4096, true}},  // buffered first: the rest is copied
           {{(1u << 20), true}, {0, true}, {5000, false}, {8192, true}},
           {{12288, true}, {12288, true}, {1, false}},
       };
@@ -580,10 +580,10 @@ TEST_CASE("I/O workers: lower priority, jobs submitted from other workers, dropp
     IoWorkers w(2, 4, 19);
     std::atomic<int> nice{-100};
     REQUIRE(w.Submit([&] {
-      errno = 0;
-      nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
-      return Status::Ok();
-    }).ok());
+               errno = 0;
+               nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+               return Status::Ok();
+             }).ok());
     REQUIRE(w.Finish().ok());
     CHECK(nice == 19);
   }

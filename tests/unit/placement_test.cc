@@ -1,8 +1,8 @@
+#include "recovery/placement.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
-
-#include "recovery/placement.h"
 
 namespace ftrun {
 

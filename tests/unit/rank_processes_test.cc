@@ -1,14 +1,14 @@
 // RankProcesses with real processes (/bin/sh), real signals and a manual
 // clock: stops that escalate after the grace, the drain of a stopped rank's
 // children, hang detection.
+#include "launcher/agent/rank_processes.h"
+
 #include <signal.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <thread>
-
-#include "launcher/agent/rank_processes.h"
 
 namespace ftrun {
 namespace {
@@ -50,8 +50,10 @@ void WaitExeced(pid_t pid) {
   FAIL("pid " << pid << " never exec'd /bin/sh");
 }
 
-TEST_CASE("rank processes: a rank that ignores SIGTERM is killed once stop_grace has passed, and the stop ends "
-          "only when its children are gone too", "[rank_processes]") {
+TEST_CASE(
+    "rank processes: a rank that ignores SIGTERM is killed once stop_grace has passed, and the stop ends "
+    "only when its children are gone too",
+    "[rank_processes]") {
   REQUIRE(BecomeSubreaper().ok());  // the test reaps the ranks' orphans, as the agent does
   ManualClock clock;
   RankProcesses::Options o;
@@ -94,8 +96,10 @@ TEST_CASE("rank processes: a stop with no rank alive drains at once; an unknown 
   CHECK_FALSE(ranks.stopping());
 }
 
-TEST_CASE("rank processes: a rank with no progress for hang_timeout is hung, unless it waits for a commit while "
-          "another rank works", "[rank_processes]") {
+TEST_CASE(
+    "rank processes: a rank with no progress for hang_timeout is hung, unless it waits for a commit while "
+    "another rank works",
+    "[rank_processes]") {
   REQUIRE(BecomeSubreaper().ok());
   ManualClock clock;
   RankProcesses::Options o;

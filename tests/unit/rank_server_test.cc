@@ -2,13 +2,14 @@
 // clock: frames reach the handler, replies reach the client, a silent
 // connection is closed after its hello deadline, a protocol breach is cut
 // off with an error, and connections without a hello are bounded.
+#include "launcher/agent/rank_server.h"
+
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "launcher/agent/rank_server.h"
 #include "plugin/ipc/unix_socket.h"
 
 namespace ftrun {
@@ -49,9 +50,12 @@ struct Server {
     std::vector<EventLoop::Ready> ready;
     REQUIRE(loop.Wait(&ready).ok());
     for (const auto& r : ready) {
-      if (r.tag == kListenTag) server->Accept();
-      else if (r.tag == EventLoop::kTickTag) loop.TakeTicks();
-      else if (server->Owns(r.tag)) server->Ready(r.tag, r.events);
+      if (r.tag == kListenTag)
+        server->Accept();
+      else if (r.tag == EventLoop::kTickTag)
+        loop.TakeTicks();
+      else if (server->Owns(r.tag))
+        server->Ready(r.tag, r.events);
     }
     server->Sync();
     server->Tick();
@@ -68,8 +72,7 @@ struct Server {
   }
 };
 
-TEST_CASE("rank server: frames reach the handler in order, replies reach the rank, a close is seen",
-          "[rank_server]") {
+TEST_CASE("rank server: frames reach the handler in order, replies reach the rank, a close is seen", "[rank_server]") {
   Server s;
   UniqueFd c = s.Connect();
   REQUIRE(SendFrame(c.get(), MsgType::kHello, "hi").ok());
@@ -87,8 +90,7 @@ TEST_CASE("rank server: frames reach the handler in order, replies reach the ran
   CHECK(s.server->size() == 0);
 }
 
-TEST_CASE("rank server: a connection that says nothing is closed once its hello deadline has passed",
-          "[rank_server]") {
+TEST_CASE("rank server: a connection that says nothing is closed once its hello deadline has passed", "[rank_server]") {
   Server s;
   UniqueFd c = s.Connect();
   REQUIRE(s.RoundsUntil([&] { return s.server->size() == 1; }));
@@ -102,8 +104,7 @@ TEST_CASE("rank server: a connection that says nothing is closed once its hello 
   CHECK_FALSE(RecvFrame(c.get(), 2000, &type, &payload).ok());  // the agent's end is closed
 }
 
-TEST_CASE("rank server: a hello frame over its size limit is cut off with an error that says so",
-          "[rank_server]") {
+TEST_CASE("rank server: a hello frame over its size limit is cut off with an error that says so", "[rank_server]") {
   Server s;
   UniqueFd c = s.Connect();
   std::string big(Connection::kMaxHelloFrame + 1, 'x');

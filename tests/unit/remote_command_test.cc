@@ -38,15 +38,25 @@ Argv RemoteWords(const std::string& cmd) {
   return words;
 }
 
-const Argv kExpectedRemote = {"cd", "/home/me/my job", "&&", "exec", "env", "NCCL_DEBUG=INFO", "FTRUN_JOB_ID=j1",
-                              "/opt/ftrun/ftrun-agent", "--agent-id", "3", "--", "python", "train.py", "--msg",
+const Argv kExpectedRemote = {"cd",
+                              "/home/me/my job",
+                              "&&",
+                              "exec",
+                              "env",
+                              "NCCL_DEBUG=INFO",
+                              "FTRUN_JOB_ID=j1",
+                              "/opt/ftrun/ftrun-agent",
+                              "--agent-id",
+                              "3",
+                              "--",
+                              "python",
+                              "train.py",
+                              "--msg",
                               "it's"};
 
 }  // namespace
 
-TEST_CASE("local: the agent's own argv") {
-  CHECK(Build(Launch("local")) == Launch("local").agent_argv);
-}
+TEST_CASE("local: the agent's own argv") { CHECK(Build(Launch("local")) == Launch("local").agent_argv); }
 
 TEST_CASE("ssh: batch mode, port and launcher args before the host, one quoted remote command") {
   AgentLaunch l = Launch("ssh");
@@ -54,7 +64,8 @@ TEST_CASE("ssh: batch mode, port and launcher args before the host, one quoted r
   l.launcher_args = {"-i", "/keys/id"};
   Argv argv = Build(l);
   REQUIRE(argv.size() == 9);
-  CHECK(Argv(argv.begin(), argv.begin() + 8) == Argv{"ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "/keys/id", "node7"});
+  CHECK(Argv(argv.begin(), argv.begin() + 8) ==
+        Argv{"ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "/keys/id", "node7"});
   CHECK(RemoteWords(argv[8]) == kExpectedRemote);
 }
 
@@ -80,18 +91,29 @@ TEST_CASE("openmpi: one process per mpirun, unbound, root allowed only as root")
 TEST_CASE("mpich and impi: hydra flags; mvapich: mpirun_rsh with VAR=VAL before the program") {
   for (const char* name : {"mpich", "impi"}) {
     Argv argv = Build(Launch(name));
-    CHECK(Argv(argv.begin(), argv.begin() + 8) == Argv{"mpirun", "-n", "1", "-hosts", "node7", "-wdir", "/home/me/my job", "env"});
+    CHECK(Argv(argv.begin(), argv.begin() + 8) ==
+          Argv{"mpirun", "-n", "1", "-hosts", "node7", "-wdir", "/home/me/my job", "env"});
   }
   Argv argv = Build(Launch("mvapich"));
-  CHECK(Argv(argv.begin(), argv.begin() + 6) == Argv{"mpirun_rsh", "-np", "1", "node7", "NCCL_DEBUG=INFO", "FTRUN_JOB_ID=j1"});
+  CHECK(Argv(argv.begin(), argv.begin() + 6) ==
+        Argv{"mpirun_rsh", "-np", "1", "node7", "NCCL_DEBUG=INFO", "FTRUN_JOB_ID=j1"});
 }
 
 TEST_CASE("slurm: a one-task step on the node, not killed with the others, launcher args before the command") {
   AgentLaunch l = Launch("slurm");
   l.launcher_args = {"--cpus-per-task=32"};
   Argv argv = Build(l);
-  Argv head = {"srun", "--nodes=1", "--ntasks=1", "--nodelist=node7", "--kill-on-bad-exit=0", "--cpu-bind=none",
-               "--chdir=/home/me/my job", "--cpus-per-task=32", "env", "NCCL_DEBUG=INFO", "FTRUN_JOB_ID=j1"};
+  Argv head = {"srun",
+               "--nodes=1",
+               "--ntasks=1",
+               "--nodelist=node7",
+               "--kill-on-bad-exit=0",
+               "--cpu-bind=none",
+               "--chdir=/home/me/my job",
+               "--cpus-per-task=32",
+               "env",
+               "NCCL_DEBUG=INFO",
+               "FTRUN_JOB_ID=j1"};
   CHECK(Argv(argv.begin(), argv.begin() + 11) == head);
   CHECK(Argv(argv.begin() + 11, argv.end()) == l.agent_argv);
 }
@@ -125,12 +147,12 @@ TEST_CASE("ForwardedEnv: DeepSpeed's prefixes, then .deepspeed_env lines, later 
   TempDir dir;
   std::ofstream(dir.path() + "/a") << "# comment\nFOO=1\nNCCL_DEBUG=WARN\n\nnot a var\n";
   std::ofstream(dir.path() + "/b") << "FOO=2\n";
-  std::vector<std::string> vars = {"NCCL_DEBUG=INFO", "PYTHONPATH=/x", "UCX_TLS=tcp", "MV2_X=1", "FTRUN_LOG=1",
-                                   "HOME=/root", "SECRET=no", "NOEQUALS"};
+  std::vector<std::string> vars = {"NCCL_DEBUG=INFO", "PYTHONPATH=/x", "UCX_TLS=tcp", "MV2_X=1",
+                                   "FTRUN_LOG=1",     "HOME=/root",    "SECRET=no",   "NOEQUALS"};
   std::vector<char*> env;
   for (auto& v : vars) env.push_back(v.data());
   env.push_back(nullptr);
   auto out = ForwardedEnv(env.data(), {dir.path() + "/a", dir.path() + "/missing", dir.path() + "/b"});
-  CHECK(out == std::vector<std::string>{"FOO=2", "FTRUN_LOG=1", "MV2_X=1", "NCCL_DEBUG=WARN", "PYTHONPATH=/x",
-                                        "UCX_TLS=tcp"});
+  CHECK(out ==
+        std::vector<std::string>{"FOO=2", "FTRUN_LOG=1", "MV2_X=1", "NCCL_DEBUG=WARN", "PYTHONPATH=/x", "UCX_TLS=tcp"});
 }

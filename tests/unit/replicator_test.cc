@@ -1,14 +1,13 @@
 // The replicator between two stores over an in-process transport: a pull
 // copies a (rank, version) with every chunk checked, and a chunk corrupted in
 // the source's shared memory is never sent.
-#include <catch2/catch.hpp>
+#include "plugin/replication/replicator.h"
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <map>
 #include <tuple>
 #include <utility>
-
-#include "plugin/replication/replicator.h"
 
 namespace ftrun {
 namespace {
@@ -85,7 +84,9 @@ class FakeTransport : public Transport {
 
 struct Node {
   Node(FakeNet* net, PeerId id)
-      : arena(kBase + kData), store(kBase, kData, "x"), transport(net, id),
+      : arena(kBase + kData),
+        store(kBase, kData, "x"),
+        transport(net, id),
         replicator(&transport, &store, arena.data(), 4096, net->clock) {}
   std::vector<char> arena;
   SnapshotStore store;

@@ -1,3 +1,5 @@
+#include "launcher/runner/runner_options.h"
+
 #include <ftw.h>
 #include <stdlib.h>
 
@@ -7,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "launcher/runner/runner_options.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace ftrun;
@@ -100,12 +101,38 @@ TEST_CASE("runner: defaults match deepspeed's", "[runner][options]") {
 }
 
 TEST_CASE("runner: every deepspeed flag, in both value forms", "[runner][options]") {
-  RunnerOptions o = Ok({"-H", "/etc/hosts.txt", "--num_nodes=2", "--num_gpus", "4", "--master_addr", "10.0.0.1",
-                        "--master_port=29600", "--node_rank", "1", "--launcher", "OpenMPI", "--launcher_args",
-                        "-x FOO --mca btl ^openib", "--module", "--no_local_rank", "--no_ssh", "--no_ssh_check",
-                        "--force_multi", "--save_pid", "--enable_each_rank_log", "/logs", "--bind_cores_to_rank",
-                        "--bind_core_list=0-15,32,40-47", "--ssh_port", "2222", "--log_level", "WARNING", "-q",
-                        "pkg.train", "--lr", "3"});
+  RunnerOptions o = Ok({"-H",
+                        "/etc/hosts.txt",
+                        "--num_nodes=2",
+                        "--num_gpus",
+                        "4",
+                        "--master_addr",
+                        "10.0.0.1",
+                        "--master_port=29600",
+                        "--node_rank",
+                        "1",
+                        "--launcher",
+                        "OpenMPI",
+                        "--launcher_args",
+                        "-x FOO --mca btl ^openib",
+                        "--module",
+                        "--no_local_rank",
+                        "--no_ssh",
+                        "--no_ssh_check",
+                        "--force_multi",
+                        "--save_pid",
+                        "--enable_each_rank_log",
+                        "/logs",
+                        "--bind_cores_to_rank",
+                        "--bind_core_list=0-15,32,40-47",
+                        "--ssh_port",
+                        "2222",
+                        "--log_level",
+                        "WARNING",
+                        "-q",
+                        "pkg.train",
+                        "--lr",
+                        "3"});
   CHECK(o.hostfile == "/etc/hosts.txt");
   CHECK(o.hostfile_given);
   CHECK(o.num_nodes == 2);
@@ -155,9 +182,9 @@ TEST_CASE("runner: every deepspeed flag, in both value forms", "[runner][options
 }
 
 TEST_CASE("runner: ftrun's own flags", "[runner][options]") {
-  RunnerOptions o = Ok({"--config", "ftrun.yaml", "--spares", "2", "--status_file", "/tmp/s.json",
-                        "--agent_exec_prefix", "ip netns exec ns{node}", "--agent_addr", "10.99.{node}.2",
-                        "--coordinator_addr=10.99.0.1", "t.py"});
+  RunnerOptions o =
+      Ok({"--config", "ftrun.yaml", "--spares", "2", "--status_file", "/tmp/s.json", "--agent_exec_prefix",
+          "ip netns exec ns{node}", "--agent_addr", "10.99.{node}.2", "--coordinator_addr=10.99.0.1", "t.py"});
   CHECK(o.config == "ftrun.yaml");
   CHECK(o.spares == 2);
   CHECK(o.status_file == "/tmp/s.json");
@@ -236,7 +263,8 @@ TEST_CASE("runner: --help and -h return the help text", "[runner][options]") {
 TEST_CASE("runner: bad command lines name the flag and what was expected", "[runner][options]") {
   const std::string tail = "\nRun 'ftrun --help' for usage.";
   CHECK(Err({}) == "ftrun: no training script given; expected ftrun [options] SCRIPT [ARGS...]" + tail);
-  CHECK(Err({"--num_gpus", "2"}) == "ftrun: no training script given; expected ftrun [options] SCRIPT [ARGS...]" + tail);
+  CHECK(Err({"--num_gpus", "2"}) ==
+        "ftrun: no training script given; expected ftrun [options] SCRIPT [ARGS...]" + tail);
   CHECK(Err({"--module", "--"}) == "ftrun: no training script given; expected ftrun [options] SCRIPT [ARGS...]" + tail);
   CHECK(Err({"--bogus", "t.py"}) == "ftrun: unknown flag '--bogus'" + tail);
   CHECK(Err({"--bogus=1", "t.py"}) == "ftrun: unknown flag '--bogus'" + tail);
@@ -275,8 +303,7 @@ TEST_CASE("runner: out-of-range values and bad choices are refused", "[runner][o
         "ftrun: --master_port: expected a port from 1 to 65535, got 65536" + tail);
   CHECK(Err({"--node_rank", "-2", "t.py"}) == "ftrun: --node_rank: expected a node index >= 0, got -2" + tail);
   CHECK(Err({"--ssh_port", "0", "t.py"}) == "ftrun: --ssh_port: expected a port from 1 to 65535, got 0" + tail);
-  CHECK(Err({"--spares", "-3", "t.py"}) ==
-        "ftrun: --spares: expected a number of spare nodes >= 0, got -3" + tail);
+  CHECK(Err({"--spares", "-3", "t.py"}) == "ftrun: --spares: expected a number of spare nodes >= 0, got -3" + tail);
   CHECK(Err({"--bind_core_list", "3-1", "t.py"}) ==
         "ftrun: --bind_core_list: expected core ids like '0-15,32,40-47', got '3-1'" + tail);
   CHECK(Err({"--bind_core_list", "0,,1", "t.py"}) ==
@@ -297,8 +324,8 @@ TEST_CASE("runner: conflicting flags are refused, naming both", "[runner][option
   CHECK(Err({"--exclude", "a", "--num_accelerators", "1", "t.py"}) ==
         "ftrun: --exclude cannot be combined with --num_gpus; pick hosts and slots with one or the other" + tail);
   CHECK(Err({"--module", "--no_python", "t.py"}) == "ftrun: --module and --no_python are mutually exclusive" + tail);
-  CHECK(Err({"--no_ssh", "--launcher", "ssh", "t.py"}) == "ftrun: --no_ssh cannot be combined with --launcher ssh" +
-                                                              tail);
+  CHECK(Err({"--no_ssh", "--launcher", "ssh", "t.py"}) ==
+        "ftrun: --no_ssh cannot be combined with --launcher ssh" + tail);
   CHECK(Err({"--launcher_args", "-x 'FOO", "t.py"}) ==
         "ftrun: --launcher_args: unterminated single quote at offset 3 in '-x 'FOO'; expected a closing '" + tail);
   CHECK(Err({"--agent_exec_prefix", "ip netns exec \"ns{node}", "t.py"}) ==

@@ -140,7 +140,9 @@ TEST_CASE("a connection that floods the agent is cut off", "[security][agent]") 
 
 TEST_CASE("cgroup v2 paths from /proc/<pid>/cgroup are checked", "[security][standby]") {
   std::string p;
-  REQUIRE(ParseCgroupV2Path("12:memory:/slurm/uid_1000/job_5\n0::/system.slice/slurmstepd.scope/job_5/step_0/user/task_0\n", &p).ok());
+  REQUIRE(ParseCgroupV2Path(
+              "12:memory:/slurm/uid_1000/job_5\n0::/system.slice/slurmstepd.scope/job_5/step_0/user/task_0\n", &p)
+              .ok());
   CHECK(p == "/system.slice/slurmstepd.scope/job_5/step_0/user/task_0");
   REQUIRE(ParseCgroupV2Path("0::/\n", &p).ok());
   CHECK(p == "/");

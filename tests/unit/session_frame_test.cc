@@ -1,8 +1,8 @@
 // The framing of an agent link after its handshake (session_frame.h): what
 // one side seals, the other opens, and nothing else.
-#include <catch2/catch.hpp>
-
 #include "plugin/transport/session_frame.h"
+
+#include <catch2/catch.hpp>
 
 using namespace ftrun;
 
@@ -54,9 +54,7 @@ TEST_CASE("session frames: a tampered, replayed, reordered or reflected message 
     REQUIRE(l.acceptor.OpenMessage(second, "two").ok());
     CHECK_THAT(l.acceptor.OpenMessage(second, "two").message(), Catch::Contains("replayed"));
   }
-  SECTION("reflected back to its sender") {
-    CHECK_FALSE(l.connector.OpenMessage(first, "one").ok());
-  }
+  SECTION("reflected back to its sender") { CHECK_FALSE(l.connector.OpenMessage(first, "one").ok()); }
   SECTION("another session's key") {
     Link other;
     CHECK_FALSE(other.acceptor.OpenMessage(first, "one").ok());

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "plugin/store/snapshot_store.h"
+
+#include <catch2/catch.hpp>
 
 using namespace ftrun;
 
@@ -108,8 +108,11 @@ TEST_CASE("the store refuses bad manifests and changes nothing", "[store]") {
 TEST_CASE("the budget is never exceeded and the error names the config field", "[store]") {
   SnapshotStore s(kBase, 4 * 4096, "configs/x.yaml:7: store.memory_budget");
   auto offs = Reserve(s, 1, {4096, 4096, 4096});
-  REQUIRE(s.AddManifest(1, Make(0, 1, {{std::string(4096, 'a'), true}, {std::string(4096, 'b'), true},
-                                       {std::string(4096, 'c'), true}}, offs)).ok());
+  REQUIRE(s.AddManifest(
+               1, Make(0, 1,
+                       {{std::string(4096, 'a'), true}, {std::string(4096, 'b'), true}, {std::string(4096, 'c'), true}},
+                       offs))
+              .ok());
   s.ReleaseReservations(1);
   std::vector<uint64_t> more;
   Status st = s.Reserve(1, {4096, 4096}, &more);
@@ -211,10 +214,10 @@ TEST_CASE("a dropped chunk's pinned manifests and holds stay valid until release
   s.ReleaseReservations(1);
   const ChunkHash bad = HashBytes("aaaa", 4);
   const Manifest* reader_view = s.Find(0, 1);
-  s.Pin(1);                             // a reader (the flusher, a rank's load) uses version 1
-  REQUIRE(s.HoldChunk(7, bad));         // an incoming copy references the bad chunk
+  s.Pin(1);                      // a reader (the flusher, a rank's load) uses version 1
+  REQUIRE(s.HoldChunk(7, bad));  // an incoming copy references the bad chunk
   REQUIRE(s.DropChunk(bad).size() == 1);
-  CHECK(s.Find(0, 1) == nullptr);       // no longer listed ...
+  CHECK(s.Find(0, 1) == nullptr);                     // no longer listed ...
   CHECK(reader_view->tensors[0].chunks.size() == 2);  // ... but still alive for the reader
   CHECK(s.Stats().used_bytes == 2 * 4096);
 

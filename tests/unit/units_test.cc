@@ -65,9 +65,8 @@ TEST_CASE("ParseSize accepts binary, decimal and bare byte counts", "[units]") {
 }
 
 TEST_CASE("ParseSize rejects junk, negatives, overflow and wrong case", "[units]") {
-  for (const char* bad :
-       {"", "   ", "4 gigs", "GiB", "4gib", "4GIB", "4kb", "4XB", "abc", "4GiBs", "4.GiB", ".5GiB",
-        "4..5GiB", "1.5", "1.5B", "+4GiB", "4 4GiB", "0x10", "1.1234567GiB"}) {
+  for (const char* bad : {"", "   ", "4 gigs", "GiB", "4gib", "4GIB", "4kb", "4XB", "abc", "4GiBs", "4.GiB", ".5GiB",
+                          "4..5GiB", "1.5", "1.5B", "+4GiB", "4 4GiB", "0x10", "1.1234567GiB"}) {
     Status st = SizeError(bad);
     INFO("input '" << bad << "': " << st.ToString());
     CHECK(st.code() == Code::kInvalidArgument);
@@ -78,8 +77,8 @@ TEST_CASE("ParseSize rejects junk, negatives, overflow and wrong case", "[units]
   CHECK(neg.code() == Code::kInvalidArgument);
   CHECK(neg.message().find("negative") != std::string::npos);
 
-  for (const char* big : {"18446744073709551616", "16777216TiB", "99999999999999999999999GiB",
-                          "18446744073709551615.5KiB"}) {
+  for (const char* big :
+       {"18446744073709551616", "16777216TiB", "99999999999999999999999GiB", "18446744073709551615.5KiB"}) {
     Status st = SizeError(big);
     INFO(big << ": " << st.ToString());
     CHECK(st.code() == Code::kInvalidArgument);
@@ -103,8 +102,8 @@ TEST_CASE("ParseDuration requires a unit", "[units]") {
   CHECK(bare.message().find("expected a duration like 30s") != std::string::npos);
   CHECK(bare.message().find("unit is required") != std::string::npos);
 
-  for (const char* bad : {"", "s", "30sec", "30 seconds", "30S", "-1s", "1.5ms", "0.0001s", "1d",
-                          "abc", "9999999999999999999h"}) {
+  for (const char* bad :
+       {"", "s", "30sec", "30 seconds", "30S", "-1s", "1.5ms", "0.0001s", "1d", "abc", "9999999999999999999h"}) {
     Status st = DurError(bad);
     INFO("input '" << bad << "': " << st.ToString());
     CHECK(st.code() == Code::kInvalidArgument);

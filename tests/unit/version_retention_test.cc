@@ -1,8 +1,8 @@
 // VersionRetention against a real SnapshotStore: which versions go after a
 // commit, a halt, a start, a round and a save.
-#include <catch2/catch.hpp>
-
 #include "launcher/agent/version_retention.h"
+
+#include <catch2/catch.hpp>
 
 namespace ftrun {
 namespace {
@@ -41,8 +41,7 @@ struct Node {
   std::vector<uint64_t> Versions() const { return store.Versions(); }
 };
 
-TEST_CASE("retention: a commit frees what is below it, except a pinned version until it is unpinned",
-          "[retention]") {
+TEST_CASE("retention: a commit frees what is below it, except a pinned version until it is unpinned", "[retention]") {
   Node n;
   for (uint64_t v = 1; v <= 3; ++v) n.Save(0, v);
   n.store.Pin(1);  // a rank still loading version 1

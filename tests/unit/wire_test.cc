@@ -1,10 +1,10 @@
+#include "plugin/ipc/wire.h"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <thread>
-
-#include "plugin/ipc/wire.h"
 
 using namespace ftrun;
 
