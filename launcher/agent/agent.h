@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "launcher/agent/connection.h"
+#include "launcher/agent/coordinator_link.h"
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/local_coordinator.h"
@@ -180,6 +181,7 @@ class Agent {
   void Start(const StartMsg& m);
   void Stopped();  // the stopped ranks' groups are empty: halted, or started again
   void CoordinatorLost(const std::string& why);
+  bool CoordinatorUp() const { return local_coord_ || (link_ && link_->up()); }
   void RoundFailed(uint64_t version);
 
   // Constant after construction, except the node's place in the job, which
@@ -229,6 +231,7 @@ class Agent {
 
   // The coordinator and the cluster.
   std::unique_ptr<LocalCoordinator> local_coord_;  // a one-node job's
+  std::unique_ptr<CoordinatorLink> link_;          // a multi-node job's (the runner's coordinator)
   static constexpr uint64_t kTransportTag = 4;
   struct PullState {
     std::vector<uint32_t> holders;
@@ -254,9 +257,8 @@ class Agent {
   // Read by the flusher's writer thread (its marker guard).
   std::shared_ptr<std::atomic<int64_t>> marker_lease_ = std::make_shared<std::atomic<int64_t>>(0);
   bool assigned_ = false;
-  bool coord_up_ = false;
   bool reply_halted_ = false;
-  Clock::time_point coord_last_heard_, coord_lost_since_, last_heartbeat_, last_connect_try_, pull_started_;
+  Clock::time_point pull_started_;
   std::map<PeerId, std::string> members_;
   std::optional<StartMsg> pending_start_;
   std::map<int, PullState> pulls_;

@@ -38,9 +38,36 @@ Status Agent::SetupCluster() {
     if (it != members_.end()) transport_->Connect(peer, it->second);
   };
   FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
-  coord_lost_since_ = clock_.Now();
-  last_connect_try_ = clock_.Now();
-  transport_->Connect(kCoordinatorPeer, o_.coordinator);
+  CoordinatorLink::Options lo;
+  lo.peer = kCoordinatorPeer;
+  lo.address = o_.coordinator;
+  lo.heartbeat_interval = o_.config.cluster.heartbeat_interval;
+  lo.heartbeat_misses = o_.config.cluster.heartbeat_misses;
+  lo.lost_node_timeout = o_.config.cluster.lost_node_timeout;
+  link_ = std::make_unique<CoordinatorLink>(transport_.get(), lo, clock_);
+  link_->on_up = [this] {
+    FTRUN_LOG_INFO("connected to the coordinator at {}", o_.coordinator);
+    RegisterWithCoordinator();
+  };
+  link_->on_heartbeat = [this] {
+    Report(HeartbeatMsg{epoch_});
+    // A connection to a holder that failed (or was reset) is made again:
+    // nothing else would, until the next membership change. A no-op for
+    // one that is up or being made.
+    for (PeerId h : replicator_->holders()) {
+      auto it = members_.find(h);
+      if (it != members_.end()) transport_->Connect(h, it->second);
+    }
+  };
+  link_->on_lost = [this](const std::string& why) { CoordinatorLost(why); };
+  link_->on_give_up = [this] {
+    exit_code_ = 1;
+    if (state_ == State::kRunning)
+      BeginStop(StopCause::kShutdown, "no coordinator");
+    else if (state_ != State::kStopping)
+      state_ = State::kDone;
+  };
+  link_->Connect();
   FTRUN_LOG_INFO("agent {} listening for peers at {}; coordinator {}", o_.agent_id, transport_->address(),
                  o_.coordinator);
   return Status::Ok();
@@ -80,16 +107,11 @@ void Agent::TransportEvents() {
     const bool coord = e.peer == kCoordinatorPeer;
     switch (e.kind) {
       case TransportEvent::Kind::kPeerUp:
-        if (coord) {
-          coord_up_ = true;
-          coord_last_heard_ = now;
-          FTRUN_LOG_INFO("connected to the coordinator at {}", o_.coordinator);
-          RegisterWithCoordinator();
-        }
+        if (coord) link_->PeerUp();
         break;
       case TransportEvent::Kind::kPeerDown:
         if (coord) {
-          if (coord_up_) CoordinatorLost(e.status.message());
+          link_->PeerDown(e.status.message());
         } else {
           FTRUN_LOG_WARN("agent {} down: {}", e.peer, e.status.message());
           replicator_->PeerDown(e.peer);
@@ -97,7 +119,7 @@ void Agent::TransportEvents() {
         break;
       case TransportEvent::Kind::kMessage:
         if (coord) {
-          coord_last_heard_ = now;
+          link_->Heard();
           CoordinatorMessage(e.type, e.payload);
           // The lease (marker_lease_). Once the coordinator ended the job
           // nobody replaces this node: the drain may finish after it is gone.
@@ -180,7 +202,6 @@ void Agent::ApplyMembership(const MembershipMsg& m) {
 
 void Agent::CoordinatorTick(Clock::time_point now) {
   if (local_coord_) return local_coord_->Tick(now);
-  const auto interval = o_.config.cluster.heartbeat_interval;
   if (!pulls_.empty() && !pull_failed_ && now - pull_started_ > o_.config.cluster.lost_node_timeout) {
     // A pull that never ends must not hang the job: the coordinator decides.
     auto [rank, p] = *pulls_.begin();
@@ -190,38 +211,7 @@ void Agent::CoordinatorTick(Clock::time_point now) {
     Report(PullFailedMsg{pull_epoch_, rank, p.version, "no answer from the holders within cluster.lost_node_timeout"});
   }
   replicator_->Tick(now);  // cancels copies that stalled (cluster.copy_timeout)
-  if (coord_up_) {
-    if (now - last_heartbeat_ >= interval) {
-      last_heartbeat_ = now;
-      Report(HeartbeatMsg{epoch_});
-      // A connection to a holder that failed (or was reset) is made again:
-      // nothing else would, until the next membership change. A no-op for
-      // one that is up or being made.
-      for (PeerId h : replicator_->holders()) {
-        auto it = members_.find(h);
-        if (it != members_.end()) transport_->Connect(h, it->second);
-      }
-    }
-    if (now - coord_last_heard_ > interval * o_.config.cluster.heartbeat_misses) {
-      CoordinatorLost("no message for " + std::to_string((interval * o_.config.cluster.heartbeat_misses).count()) +
-                      " ms (cluster.heartbeat_misses x cluster.heartbeat_interval)");
-    }
-    return;
-  }
-  if (now - coord_lost_since_ > o_.config.cluster.lost_node_timeout) {
-    FTRUN_LOG_ERROR("no coordinator at {} for {} ms (cluster.lost_node_timeout): giving up", o_.coordinator,
-                    o_.config.cluster.lost_node_timeout.count());
-    exit_code_ = 1;
-    if (state_ == State::kRunning)
-      BeginStop(StopCause::kShutdown, "no coordinator");
-    else if (state_ != State::kStopping)
-      state_ = State::kDone;
-    return;
-  }
-  if (now - last_connect_try_ >= interval) {
-    last_connect_try_ = now;
-    transport_->Connect(kCoordinatorPeer, o_.coordinator);
-  }
+  link_->Tick(now);        // heartbeats, silence, reconnecting, giving up
 }
 
 void Agent::ClusterRankSaved(int rank, uint64_t version) {

@@ -38,7 +38,6 @@ Status Agent::SetupLocalCoordinator() {
     };
   }
   local_coord_ = std::make_unique<LocalCoordinator>(std::move(co), static_cast<PeerId>(o_.agent_id));
-  coord_up_ = true;
   RegisterWithCoordinator();
   return Status::Ok();
 }
@@ -70,7 +69,7 @@ void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
   if (type != ClusterMsg::kHeld) FlushHeld();
   if (local_coord_)
     local_coord_->Report(type, payload);
-  else if (coord_up_)
+  else if (link_ && link_->up())
     transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
 }
 

@@ -112,8 +112,8 @@ void Agent::Start(const StartMsg& m) {
   if (!ranks_->slots().empty()) SpawnGeneration();
 }
 
+// The link lost the coordinator (a transport error, or silence).
 void Agent::CoordinatorLost(const std::string& why) {
-  coord_up_ = false;
   // Until re-admitted (a pull or a start), another agent may take this node
   // and go back below what this one committed: no drain meanwhile. (After
   // the job's end was ordered the runner may simply have gone.)
@@ -121,8 +121,6 @@ void Agent::CoordinatorLost(const std::string& why) {
     fenced_ = true;
     marker_lease_->store(0);
   }
-  coord_lost_since_ = clock_.Now();
-  transport_->Disconnect(kCoordinatorPeer);
   FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);
   reply_halted_ = false;
   pending_start_.reset();

@@ -65,7 +65,7 @@ void Agent::WriteStatus() {
   if (remote()) {
     j["agent"] = o_.agent_id;
     j["epoch"] = epoch_;
-    j["coordinator_connected"] = coord_up_;
+    j["coordinator_connected"] = CoordinatorUp();
     j["holders"] = replicator_->holders();
     j["address"] = transport_->address();
     TransportStats ts = transport_->stats();
