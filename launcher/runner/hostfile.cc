@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plugin/common/file.h"
+#include "plugin/config/config_keys.h"
 
 namespace ftrun {
 namespace {
@@ -18,7 +19,7 @@ constexpr char kLineFormat[] = "'HOST slots=N [rack=NAME]'";
 constexpr char kSpecFormat[] = "NODE_SPEC[@NODE_SPEC...] with NODE_SPEC=NAME[:SLOT[,SLOT...]]";
 constexpr size_t kMaxListedHosts = 16;
 
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
+using config_keys::Quote;
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 

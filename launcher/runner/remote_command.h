@@ -48,4 +48,15 @@ std::vector<std::string> ForwardedEnv(char** env, const std::vector<std::string>
 // One word for a POSIX shell: 'it'\''s'.
 std::string ShellQuote(const std::string& word);
 
+// Splits `s` into words the way a POSIX shell does, without expansions:
+// blanks separate words; '...' is literal; "..." is literal except that
+// backslash escapes $ ` " \ and newline; outside quotes a backslash escapes
+// the next character and backslash-newline is removed. '' and "" give an
+// empty word. An unterminated quote or a trailing lone backslash is
+// InvalidArgument saying so.
+Status ShellSplit(const std::string& s, std::vector<std::string>* out);
+
+// Replaces every "{node}" in `tmpl` with `node_index`.
+std::string ExpandNodeTemplate(const std::string& tmpl, int node_index);
+
 }  // namespace ftrun

@@ -11,13 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/runner/remote_command.h"
+#include "plugin/config/config_keys.h"
+
 namespace ftrun {
 namespace {
 
 constexpr const char* kLaunchers[] = {"pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi", "local", "ssh"};
 constexpr const char* kLogLevels[] = {"trace", "debug", "info", "warn", "error"};
 
-std::string Quote(const std::string& s) { return "'" + s + "'"; }
+using config_keys::Quote;
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -305,80 +308,6 @@ Status ParseRunnerOptions(int argc, char** argv, RunnerOptions* out, bool* help)
   o.argv.assign(argv + 1, argv + argc);
   *out = std::move(o);
   return Status::Ok();
-}
-
-Status ShellSplit(const std::string& s, std::vector<std::string>* out) {
-  std::vector<std::string> words;
-  std::string word;
-  bool in_word = false;  // a word has started (possibly empty, from '' or "")
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == ' ' || c == '\t' || c == '\n') {
-      if (in_word) words.push_back(std::move(word));
-      word.clear();
-      in_word = false;
-    } else if (c == '\\') {
-      if (i + 1 >= s.size()) {
-        return Status::InvalidArgument("expected a character after the backslash at the end of " + Quote(s));
-      }
-      char next = s[++i];
-      if (next == '\n') continue;  // line continuation
-      word.push_back(next);
-      in_word = true;
-    } else if (c == '\'') {
-      size_t end = s.find('\'', i + 1);
-      if (end == std::string::npos) {
-        return Status::InvalidArgument("unterminated single quote at offset " + std::to_string(i) + " in " + Quote(s) +
-                                       "; expected a closing '");
-      }
-      word.append(s, i + 1, end - i - 1);
-      in_word = true;
-      i = end;
-    } else if (c == '"') {
-      size_t start = i;
-      bool closed = false;
-      for (++i; i < s.size(); ++i) {
-        char d = s[i];
-        if (d == '"') {
-          closed = true;
-          break;
-        }
-        if (d == '\\' && i + 1 < s.size() &&
-            (s[i + 1] == '$' || s[i + 1] == '`' || s[i + 1] == '"' || s[i + 1] == '\\' || s[i + 1] == '\n')) {
-          if (s[++i] != '\n') word.push_back(s[i]);
-          continue;
-        }
-        word.push_back(d);
-      }
-      if (!closed) {
-        return Status::InvalidArgument("unterminated double quote at offset " + std::to_string(start) + " in " +
-                                       Quote(s) + "; expected a closing \"");
-      }
-      in_word = true;
-    } else {
-      word.push_back(c);
-      in_word = true;
-    }
-  }
-  if (in_word) words.push_back(std::move(word));
-  *out = std::move(words);
-  return Status::Ok();
-}
-
-std::string ExpandNodeTemplate(const std::string& tmpl, int node_index) {
-  static const std::string kKey = "{node}";
-  const std::string value = std::to_string(node_index);
-  std::string out;
-  size_t start = 0;
-  for (;;) {
-    size_t pos = tmpl.find(kKey, start);
-    if (pos == std::string::npos) break;
-    out.append(tmpl, start, pos - start);
-    out += value;
-    start = pos + kKey.size();
-  }
-  out.append(tmpl, start, std::string::npos);
-  return out;
 }
 
 Status LoadHosts(const RunnerOptions& o, std::vector<HostEntry>* out) {

@@ -80,17 +80,6 @@ struct RunnerOptions {
 // success.
 Status ParseRunnerOptions(int argc, char** argv, RunnerOptions* out, bool* help);
 
-// Splits `s` into words the way a POSIX shell does, without expansions:
-// blanks separate words; '...' is literal; "..." is literal except that
-// backslash escapes $ ` " \ and newline; outside quotes a backslash escapes
-// the next character and backslash-newline is removed. '' and "" give an
-// empty word. An unterminated quote or a trailing lone backslash is
-// InvalidArgument saying so.
-Status ShellSplit(const std::string& s, std::vector<std::string>* out);
-
-// Replaces every "{node}" in `tmpl` with `node_index`.
-std::string ExpandNodeTemplate(const std::string& tmpl, int node_index);
-
 // The hosts to run on. Reads o.hostfile. When --hostfile was not given and
 // the default file does not exist, that is not an error (DeepSpeed runs
 // locally then): *out is one entry {"localhost", slots = num_gpus > 0 ?

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/runner/remote_command.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace ftrun;
