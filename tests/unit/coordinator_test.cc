@@ -111,6 +111,24 @@ TEST_CASE("coordinator: starts once every node registered, commits only at full 
   REQUIRE(f.c->committed() == 5u);
 }
 
+TEST_CASE("coordinator: its status counts commits and held reports, and the lag from the last save to the commit",
+          "[coordinator][status]") {
+  Fixture f(0);
+  for (int a = 0; a < 3; ++a) f.Msg(static_cast<PeerId>(a), ClusterMsg::kHeld, HeldMsg(0, {{a, 5}}));
+  f.now += milliseconds(40);  // every rank saved 5; the copies land 40 ms later
+  for (int a = 0; a < 3; ++a) f.Msg(static_cast<PeerId>((a + 1) % 3), ClusterMsg::kHeld, HeldMsg(0, {{a, 5}}));
+  REQUIRE(f.c->committed() == 5u);
+  const CoordinatorView v = f.c->View();
+  CHECK(v.commits == 1);
+  CHECK(v.held_reports == 6);
+  REQUIRE(v.last_commit_lag_ms);
+  CHECK(*v.last_commit_lag_ms == Approx(40.0));
+  const auto j = StatusJson(v);
+  CHECK(j["commits"] == 1);
+  CHECK(j["held_reports"] == 6);
+  CHECK(j["last_commit_lag_ms"].get<double>() == Approx(40.0));
+}
+
 TEST_CASE("coordinator: a lost node is replaced by a spare that pulls from the holders, then all restart") {
   Fixture f(1);
   f.SaveEverywhere(3, 0);
