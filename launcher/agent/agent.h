@@ -233,9 +233,15 @@ class Agent {
   std::unique_ptr<LocalCoordinator> local_coord_;  // a one-node job's
   std::unique_ptr<CoordinatorLink> link_;          // a multi-node job's (the runner's coordinator)
   static constexpr uint64_t kTransportTag = 4;
+  // A pull goes through its holders this many times before the coordinator
+  // hears it failed: a connection reset (a peer's stalled copy, a network
+  // fault) fails a pull from a holder that still has the shard, and the
+  // second time round it reconnects.
+  static constexpr int kPullRounds = 2;
   struct PullState {
     std::vector<uint32_t> holders;
     size_t next = 0;
+    int round = 0;  // each holder is asked twice at most (kPullRounds)
     uint64_t version = 0;
     uint64_t xfer = 0;  // the pull in flight
   };

@@ -65,6 +65,12 @@ void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, co
   if (!s.ok()) {
     FTRUN_LOG_WARN("pull of rank {} version {} from agent {} failed: {}", rank, version, from, s.message());
     if (++it->second.next < it->second.holders.size()) return PullFrom(rank);
+    if (++it->second.round < kPullRounds) {
+      FTRUN_LOG_INFO("pull of rank {} version {}: asking its {} holder(s) once more", rank, version,
+                     it->second.holders.size());
+      it->second.next = 0;
+      return PullFrom(rank);
+    }
     pulls_.erase(it);
     pull_failed_ = true;  // never "ready": the coordinator decides
     return Report(PullFailedMsg{pull_epoch_, rank, version, s.message()});
