@@ -19,6 +19,7 @@
 #include "plugin/common/safe_dir.h"
 #include "plugin/config/units.h"
 #include "plugin/ipc/unix_socket.h"
+#include "plugin/persist/persist_reader.h"
 
 namespace ftrun {
 namespace {
@@ -65,6 +66,18 @@ Status Agent::Setup() {
   ranks_ = std::make_unique<RankProcesses>(clock_, ro);
   ranks_->Assign(o_.first_global_rank, o_.spare ? 0 : o_.local_ranks);
   retention_ = std::make_unique<VersionRetention>(store_.get(), &tracker_);
+  CorruptChunks::Repair repair;  // from the chunk's file in the persist directory (its hash checked)
+  if (persist()) {
+    repair = [this](const ChunkRef& ref, char* dst) {
+      if (!persist()) return Status::FailedPrecondition("persist.dir is off");
+      return PersistReader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size).CheckChunkFile(ref, dst);
+    };
+  }
+  corrupt_ = std::make_unique<CorruptChunks>(store_.get(), arena_.base(), std::move(repair),
+                                             "the persist directory (" + o_.config.persist.dir + ")");
+  corrupt_->on_change = [this] { status_dirty_ = true; };
+  restorer_ = std::make_unique<DiskRestorer>(store_.get(), arena_.base(), clock_);
+  restorer_->on_done = [this](DiskRestorer::Result r) { DiskRestored(std::move(r)); };
   service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = ranks_->ByRank(rank)) RankEvent(*s, &RankSlot::first_step);
@@ -151,7 +164,12 @@ void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload)
   slot->last_progress = clock_.Now();
   if (type == MsgType::kProgress) return;
   if (type == MsgType::kLoadDone) RankEvent(*slot, &RankSlot::restored);
-  if (type == MsgType::kCorruptChunk) return CorruptChunkReported(conn, payload);
+  if (type == MsgType::kCorruptChunk) {
+    CorruptChunkReport r;
+    Status s = CorruptChunkReport::Decode(payload, &r);
+    (void)(s.ok() ? conn.Send(MsgType::kCorruptChunkOk, corrupt_->Reported(conn.rank, r).message) : conn.SendError(s));
+    return;
+  }
   if (!service_->Handle(conn, type, payload)) {
     (void)conn.SendError(Status::InvalidArgument("unknown request type " + std::to_string(static_cast<int>(type))));
   }

@@ -26,6 +26,8 @@
 
 #include "launcher/agent/connection.h"
 #include "launcher/agent/coordinator_link.h"
+#include "launcher/agent/corrupt_chunks.h"
+#include "launcher/agent/disk_restorer.h"
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/local_coordinator.h"
@@ -33,6 +35,7 @@
 #include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
+#include "launcher/agent/shard_pulls.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/agent/version_retention.h"
@@ -98,56 +101,19 @@ class Agent {
   void RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field);
   void WriteStatus();
 
-  // Corrupted chunks (agent.cc): a rank's load found a chunk whose bytes do
-  // not match its hash and said so; the agent checks its copy at once and,
-  // when the generation stops (Settle), repairs it in place from the persist
-  // directory or drops it with every manifest that references it, so that
-  // the restart restores it from a good copy (a holder's, by the pull the
-  // coordinator orders, or the disk's, or the job stops naming it).
-  struct CorruptChunk {
-    int rank = 0;
-    uint64_t version = 0;
-    std::string tensor;
-    uint64_t index = 0;
-    ChunkRef ref;              // the store's: hash, length, arena offset
-    ChunkHash seen;            // what its bytes hashed to
-    bool dropped = false;      // no copy here any more: waiting for a repair
-    std::string Name() const;  // "rank R tensor 'T' chunk #i of version V"
-  };
-  void CorruptChunkReported(Connection& conn, const std::string& payload);
-  void CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chunk);
+  // Chunks found corrupted in shared memory (corrupt_chunks.h): settled
+  // when a generation stops, the snapshots dropped with them reported.
   void SettleCorruptChunks();
-  void CorruptRepaired(const CorruptChunk& c, const std::string& from);
-  bool RepairChunkFromDisk(const CorruptChunk& c);
 
   // The persist directory (agent_persist.cc).
   bool persist() const;
   void PersistCommitted(uint64_t version);
   void DrainPersist();
-  Status ReserveForDisk(Manifest* m, std::vector<ChunkRef*>* want);
   void PullFromDisk(const PullMsg& m);
   void DropFilesAbove(uint64_t version, const std::vector<int>& ranks);
 
-  // A restore from the persist directory (agent_restore.cc): the
-  // reads run on disk_worker_, one rank's chunks at a time, so the loop keeps
-  // heartbeating; the loop reserves the extents, adds the manifests and
-  // reports. A newer pull or a halt makes it stale (pull_seq_ moves): its
-  // result is dropped when its read in flight ends.
-  struct DiskRestore {
-    PullMsg pull;
-    uint64_t seq = 0;
-    std::vector<int> ranks;
-    std::vector<Manifest> todo;  // this node's ranks of the version, not in the store yet
-    size_t next = 0;
-    uint64_t bytes = 0;
-    Clock::time_point t0;
-  };
-  void BeginDiskRestore(const PullMsg& m);
-  void DiskRestoreLoaded(const Status& s, std::vector<Manifest> all);
-  void DiskRestoreNextRank();
-  void DiskRestoreRankRead(const Status& s, uint64_t bytes);
-  void DiskRestoreEnd(Status s);
-  bool DiskRestoreStale();
+  // A restore from the persist directory (disk_restorer.h) ended.
+  void DiskRestored(DiskRestorer::Result r);
 
   // The coordinator: the runner's over UCX (agent_cluster.cc), or the
   // agent's own for a one-node job (local_coordinator.h).
@@ -175,8 +141,6 @@ class Agent {
   void Ended(int code, const std::string& message, bool fenced);
   void ApplyMembership(const MembershipMsg& m);
   void StartPulls(const PullMsg& m);
-  void PullFrom(int rank);
-  void PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s);
   void Halt(uint64_t epoch);
   void Start(const StartMsg& m);
   void Stopped();  // the stopped ranks' groups are empty: halted, or started again
@@ -213,18 +177,14 @@ class Agent {
   static constexpr uint64_t kFlushTag = 5;   // (4: the transport's)
   std::unique_ptr<Flusher> flusher_;         // created at the first commit with persist.dir set
   static constexpr uint64_t kDiskTag = 6;
-  static constexpr uint64_t kDiskOwner = ~0ull - 7;  // the store reservation owner of a disk restore
-  // Declared after arena_: joined (its reads into the arena cancelled) first.
+  std::unique_ptr<DiskRestorer> restorer_;  // this node's restores from the persist directory
+  // Declared after arena_ and restorer_: joined (its reads into the arena
+  // cancelled) first.
   std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore or disk scan
   Status StartDiskWorker();
-  std::optional<DiskRestore> restore_;   // in flight
-  std::optional<PullMsg> next_restore_;  // arrived while one was in flight
-  uint64_t pull_seq_ = 0;                // each pull plan and each halt
   int exit_code_ = 0;
   std::vector<Recovery> recoveries_;
-  std::vector<CorruptChunk> corrupt_;
-  uint64_t chunks_corrupt_found_ = 0;
-  uint64_t chunks_corrupt_repaired_ = 0;
+  std::unique_ptr<CorruptChunks> corrupt_;
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;
   std::string status_error_;  // the last status write error logged (logged once)
@@ -233,18 +193,6 @@ class Agent {
   std::unique_ptr<LocalCoordinator> local_coord_;  // a one-node job's
   std::unique_ptr<CoordinatorLink> link_;          // a multi-node job's (the runner's coordinator)
   static constexpr uint64_t kTransportTag = 4;
-  // A pull goes through its holders this many times before the coordinator
-  // hears it failed: a connection reset (a peer's stalled copy, a network
-  // fault) fails a pull from a holder that still has the shard, and the
-  // second time round it reconnects.
-  static constexpr int kPullRounds = 2;
-  struct PullState {
-    std::vector<uint32_t> holders;
-    size_t next = 0;
-    int round = 0;  // each holder is asked twice at most (kPullRounds)
-    uint64_t version = 0;
-    uint64_t xfer = 0;  // the pull in flight
-  };
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Replicator> replicator_;
   uint64_t epoch_ = 0;
@@ -264,12 +212,9 @@ class Agent {
   std::shared_ptr<std::atomic<int64_t>> marker_lease_ = std::make_shared<std::atomic<int64_t>>(0);
   bool assigned_ = false;
   bool reply_halted_ = false;
-  Clock::time_point pull_started_;
   std::map<PeerId, std::string> members_;
   std::optional<StartMsg> pending_start_;
-  std::map<int, PullState> pulls_;
-  uint64_t pull_epoch_ = 0;
-  bool pull_failed_ = false;
+  std::unique_ptr<ShardPulls> pulls_;                   // this node's shards from their holders (shard_pulls.h)
   std::vector<std::pair<int, uint64_t>> held_pending_;  // (rank, version) held, not yet reported (FlushHeld)
   std::optional<uint64_t> round_;                       // the version the current commit round copies
   std::set<int> round_waiting_;                // local ranks that have not saved round_ yet: copied when they do

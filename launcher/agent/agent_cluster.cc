@@ -22,11 +22,25 @@ Status Agent::SetupCluster() {
       std::make_unique<Replicator>(transport_.get(), store_.get(), arena_.base(), o_.config.store.chunk_size, clock_);
   replicator_->on_stored = [this](int rank, uint64_t version) { held_pending_.push_back({rank, version}); };
   replicator_->on_pulled = [this](uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s) {
-    PullEnded(pull, from, rank, version, s);
+    pulls_->Ended(pull, from, rank, version, s);
+  };
+  pulls_ = std::make_unique<ShardPulls>(clock_, o_.config.cluster.lost_node_timeout,
+                                        [this](PeerId holder, int rank, uint64_t version) {
+                                          auto it = members_.find(holder);
+                                          if (it != members_.end()) transport_->Connect(holder, it->second);
+                                          return replicator_->Pull(holder, rank, version);
+                                        });
+  pulls_->on_ready = [this](uint64_t epoch) { Report(ReadyMsg{epoch}); };
+  pulls_->on_failed = [this](const PullFailedMsg& m) { Report(m); };
+  pulls_->on_pulled = [this](int rank, uint64_t version, PeerId from) {
+    corrupt_->Pulled(rank, version, "agent " + std::to_string(from));
   };
   replicator_->on_copy_failed = [this](int, uint64_t version, const Status&) { RoundFailed(version); };
+  // A chunk it was to send is corrupted in our shared memory (it did not
+  // send it): as a rank's report, settled at once.
   replicator_->on_corrupt = [this](int rank, uint64_t version, const ChunkRef& c) {
-    CorruptChunkSending(rank, version, c);
+    corrupt_->FoundSending(rank, version, c);
+    SettleCorruptChunks();
   };
   replicator_->SetCopyTimeout(o_.config.cluster.copy_timeout);
   // A stalled copy was cancelled: reset the connection with that agent (a
@@ -71,34 +85,6 @@ Status Agent::SetupCluster() {
   FTRUN_LOG_INFO("agent {} listening for peers at {}; coordinator {}", o_.agent_id, transport_->address(),
                  o_.coordinator);
   return Status::Ok();
-}
-
-// The replicator found a chunk it was to send corrupted in our shared
-// memory (and did not send it): the same as a rank's report, settled at once.
-void Agent::CorruptChunkSending(int rank, uint64_t version, const ChunkRef& chunk) {
-  CorruptChunk c;
-  c.rank = rank;
-  c.version = version;
-  c.ref = chunk;
-  c.seen = HashBytes(arena_.base() + chunk.offset, chunk.length);
-  const Manifest* m = store_->Find(rank, version);
-  for (size_t t = 0; m != nullptr && t < m->tensors.size() && c.tensor.empty(); ++t) {
-    const auto& chunks = m->tensors[t].chunks;
-    for (size_t j = 0; j < chunks.size(); ++j) {
-      if (chunks[j].hash != chunk.hash) continue;
-      c.tensor = m->tensors[t].info.name;
-      c.index = j;
-      break;
-    }
-  }
-  FTRUN_LOG_WARN(
-      "{} (store offset {}, {} bytes): its bytes hash to {}, expected {}: corrupted in shared memory; not "
-      "sent to a peer",
-      c.Name(), chunk.offset, chunk.length, c.seen.ToHex(), chunk.hash.ToHex());
-  chunks_corrupt_found_++;
-  status_dirty_ = true;
-  corrupt_.push_back(c);
-  SettleCorruptChunks();
 }
 
 void Agent::TransportEvents() {
@@ -202,14 +188,7 @@ void Agent::ApplyMembership(const MembershipMsg& m) {
 
 void Agent::CoordinatorTick(Clock::time_point now) {
   if (local_coord_) return local_coord_->Tick(now);
-  if (!pulls_.empty() && !pull_failed_ && now - pull_started_ > o_.config.cluster.lost_node_timeout) {
-    // A pull that never ends must not hang the job: the coordinator decides.
-    auto [rank, p] = *pulls_.begin();
-    FTRUN_LOG_ERROR("pull of rank {} version {} did not finish within {} ms (cluster.lost_node_timeout)", rank,
-                    p.version, o_.config.cluster.lost_node_timeout.count());
-    pull_failed_ = true;
-    Report(PullFailedMsg{pull_epoch_, rank, p.version, "no answer from the holders within cluster.lost_node_timeout"});
-  }
+  pulls_->Tick(now);       // a plan that never ends is the coordinator's to decide
   replicator_->Tick(now);  // cancels copies that stalled (cluster.copy_timeout)
   link_->Tick(now);        // heartbeats, silence, reconnecting, giving up
 }

@@ -12,8 +12,7 @@
 namespace ftrun {
 
 void Agent::Halt(uint64_t epoch) {
-  ++pull_seq_;  // a restore from disk in flight is stale now
-  next_restore_.reset();
+  restorer_->Cancel();  // a restore from disk in flight is stale now
   JoinEpoch(epoch);
   round_waiting_.clear();
   round_.reset();  // the stopped generation's round is over
@@ -77,13 +76,7 @@ void Agent::Start(const StartMsg& m) {
         *m.version, names);
     return Report(MissingMsg{m.epoch, missing});
   }
-  for (const CorruptChunk& c : corrupt_) {
-    if (c.dropped && ranks_->ByRank(c.rank) != nullptr) {
-      FTRUN_LOG_WARN("{}: not repaired; the job goes on from version {}", c.Name(), m.version.value_or(0));
-    }
-  }
-  corrupt_.erase(std::remove_if(corrupt_.begin(), corrupt_.end(), [](const CorruptChunk& c) { return c.dropped; }),
-                 corrupt_.end());
+  corrupt_->GiveUpDropped([this](int rank) { return ranks_->ByRank(rank) != nullptr; }, m.version);
   generation_ = static_cast<int>(m.epoch);
   restore_version_ = m.version;
   if (m.version) {

@@ -132,6 +132,16 @@ void Agent::FailRank(const std::string& reason, const ExitInfo& info, bool early
   BeginStop(StopCause::kFailure, reason);
 }
 
+// The chunks this node's ranks (or its replicator) found corrupted are
+// repaired or dropped; the coordinator learns which snapshots went with
+// them before it plans the restart.
+void Agent::SettleCorruptChunks() {
+  CorruptChunks::Dropped d = corrupt_->Settle();
+  if (d.snapshots.empty()) return;
+  status_dirty_ = true;
+  Report(DroppedMsg{epoch_, std::move(d.snapshots), std::move(d.why)});
+}
+
 // What a rank said last: its stderr pipe's tail, or its own log file's.
 std::string Agent::LastWords(const RankSlot& s) {
   constexpr size_t kLines = 10;

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "launcher/agent/agent.h"
+#include "launcher/agent/test_faults.h"
 #include "plugin/common/log.h"
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/persist_reader.h"
@@ -93,7 +94,10 @@ void Agent::PullFromDisk(const PullMsg& m) {
   // a version given up on a read error must not be lost before the job has
   // a newer one, and nothing newer is written before that commit.
   retention_->StartsFrom(m.version);
-  BeginDiskRestore(m);
+  Status s = persist() ? StartDiskWorker() : Status::Ok();
+  if (!s.ok()) FTRUN_LOG_ERROR("persist: cannot start the disk worker: {}", s.message());
+  DiskRestorer::Where where{o_.config.persist.dir, o_.job_id, o_.world_size, o_.node_rank, RestoreReadEnv()};
+  restorer_->Begin(m, where, s.ok() ? disk_worker_.get() : nullptr);
 }
 
 // This node's marker and its ranks' manifests in versions above `version`:
@@ -119,35 +123,24 @@ void Agent::DropFilesAbove(uint64_t version, const std::vector<int>& ranks) {
   }
 }
 
-// A chunk corrupted in shared memory, rewritten in place from its file in
-// the persist directory (the reader checks its hash), when one is there.
-bool Agent::RepairChunkFromDisk(const CorruptChunk& c) {
-  if (!persist()) return false;
-  PersistReader reader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size);
-  Status s = reader.CheckChunkFile(c.ref, arena_.base() + c.ref.offset);
-  if (s.ok()) return true;
-  FTRUN_LOG_WARN("{}: no good copy in the persist directory ({})", c.Name(), s.message());
-  return false;
-}
-
-// For a manifest read from disk: holds the chunks the store has already and
-// reserves an extent for each distinct one it lacks (`want`, offsets set).
-// The caller releases kDiskOwner's reservations once done.
-Status Agent::ReserveForDisk(Manifest* m, std::vector<ChunkRef*>* want) {
-  std::vector<uint64_t> lengths;
-  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
-  for (auto& t : m->tensors) {
-    for (auto& c : t.chunks) {
-      c.offset = kNoOffset;
-      if (!seen.insert(c.hash).second || store_->HoldChunk(kDiskOwner, c.hash)) continue;
-      want->push_back(&c);
-      lengths.push_back(c.length);
-    }
+// This node's ranks of the version are in the store (the coordinator is
+// told they are held, and that this node is ready), or the version cannot
+// be restored (an older one is tried) or nothing can be (the job stops).
+void Agent::DiskRestored(DiskRestorer::Result r) {
+  if (r.outcome == DiskRestorer::Outcome::kVersionBad) {
+    retention_->RestoreFailed(r.version);
+    return Report(DiskFailedMsg{r.epoch, r.version, r.message});
   }
-  std::vector<uint64_t> offsets;
-  FTRUN_RETURN_IF_ERROR(store_->Reserve(kDiskOwner, lengths, &offsets));
-  for (size_t i = 0; i < want->size(); ++i) (*want)[i]->offset = offsets[i];
-  return Status::Ok();
+  if (r.outcome == DiskRestorer::Outcome::kFatal) {
+    retention_->RestoreFailed(r.version);
+    return Report(FatalMsg{r.epoch, r.message, 2});
+  }
+  tracker_.Committed(r.version);
+  service_->OnCommitted(r.version);
+  HeldMsg held{r.epoch, {}};
+  for (int rank : r.ranks) held.items.push_back({rank, r.version});
+  Report(held);
+  Report(ReadyMsg{r.epoch});
 }
 
 }  // namespace ftrun

@@ -13,20 +13,10 @@ namespace ftrun {
 
 void Agent::StartPulls(const PullMsg& m) {
   JoinEpoch(m.epoch);
-  fenced_ = false;  // re-admitted
-  pulls_.clear();
-  pull_failed_ = false;
-  pull_epoch_ = m.epoch;
-  pull_started_ = clock_.Now();
-  ++pull_seq_;  // a restore from disk in flight is stale now
-  next_restore_.reset();
-  if (m.from_disk) {
-    if (restore_) {  // its read in flight ends first (DiskRestoreStale starts this one)
-      next_restore_ = m;
-      return;
-    }
-    return PullFromDisk(m);
-  }
+  fenced_ = false;                     // re-admitted
+  restorer_->Cancel();                 // a restore from disk in flight is stale now
+  if (pulls_) pulls_->Begin(m.epoch);  // (a one-node job's plans are all from disk)
+  if (m.from_disk) return PullFromDisk(m);
   if (!m.ranks.empty()) {
     // The committed version (a replacement may never have seen its commit):
     // a halt before the start must not drop it as uncommitted.
@@ -38,57 +28,16 @@ void Agent::StartPulls(const PullMsg& m) {
       Report(HeldMsg{m.epoch, {{rank, m.version}}});
       continue;
     }
-    if (holders.empty() || !replicator_) {  // (a one-node job has no holders)
+    if (holders.empty() || !pulls_) {  // (a one-node job has no holders)
       return Report(FatalMsg{
           m.epoch, "rank " + std::to_string(rank) + " version " + std::to_string(m.version) + ": no live holder"});
     }
-    PullState& p = pulls_[rank];
-    p.holders = holders;
-    p.version = m.version;
-    PullFrom(rank);
+    pulls_->Add(rank, m.version, holders);
   }
-  if (pulls_.empty()) Report(ReadyMsg{m.epoch});
-}
-
-void Agent::PullFrom(int rank) {
-  PullState& p = pulls_.at(rank);
-  PeerId h = p.holders[p.next];
-  auto it = members_.find(h);
-  if (it != members_.end()) transport_->Connect(h, it->second);
-  FTRUN_LOG_INFO("pulling rank {} version {} from agent {}", rank, p.version, h);
-  p.xfer = replicator_->Pull(h, rank, p.version);
-}
-
-void Agent::PullEnded(uint64_t pull, PeerId from, int rank, uint64_t version, const Status& s) {
-  auto it = pulls_.find(rank);
-  if (it == pulls_.end() || it->second.version != version || it->second.xfer != pull) return;  // an older pull
-  if (!s.ok()) {
-    FTRUN_LOG_WARN("pull of rank {} version {} from agent {} failed: {}", rank, version, from, s.message());
-    if (++it->second.next < it->second.holders.size()) return PullFrom(rank);
-    if (++it->second.round < kPullRounds) {
-      FTRUN_LOG_INFO("pull of rank {} version {}: asking its {} holder(s) once more", rank, version,
-                     it->second.holders.size());
-      it->second.next = 0;
-      return PullFrom(rank);
-    }
-    pulls_.erase(it);
-    pull_failed_ = true;  // never "ready": the coordinator decides
-    return Report(PullFailedMsg{pull_epoch_, rank, version, s.message()});
-  }
-  pulls_.erase(it);
-  for (auto c = corrupt_.begin(); c != corrupt_.end();) {
-    if (c->dropped && c->rank == rank && c->version == version) {
-      CorruptRepaired(*c, "agent " + std::to_string(from));
-      c = corrupt_.erase(c);
-    } else {
-      ++c;
-    }
-  }
-  if (pulls_.empty() && !pull_failed_) {
-    FTRUN_LOG_INFO("pulled every shard of version {} in {:.0f} ms", version,
-                   std::chrono::duration<double, std::milli>(clock_.Now() - pull_started_).count());
-    Report(ReadyMsg{pull_epoch_});
-  }
+  if (pulls_)
+    pulls_->Planned();
+  else
+    Report(ReadyMsg{m.epoch});
 }
 
 }  // namespace ftrun

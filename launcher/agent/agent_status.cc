@@ -94,8 +94,8 @@ void Agent::WriteStatus() {
                 {"versions", st.versions},
                 {"prefaulted", reported_prefaulted_},
                 {"store_fd", arena_.fd()},
-                {"chunks_corrupt_found", chunks_corrupt_found_},
-                {"chunks_corrupt_repaired", chunks_corrupt_repaired_}};
+                {"chunks_corrupt_found", corrupt_->found()},
+                {"chunks_corrupt_repaired", corrupt_->repaired()}};
   json sample = json::array();
   for (const RankSlot& s : ranks_->slots()) {
     const Manifest* m = committed ? store_->Find(s.global_rank, *committed) : nullptr;
