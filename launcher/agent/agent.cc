@@ -60,6 +60,7 @@ Status Agent::Setup() {
   }
   store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
                                            FormatLoc(c.store.memory_budget_loc, "store.memory_budget"));
+  recoveries_ = std::make_unique<RecoveryLog>(clock_);
   RankProcesses::Options ro;
   ro.stop_grace = c.job.stop_grace;
   ro.hang_timeout = c.job.hang_timeout;

@@ -35,6 +35,7 @@
 #include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
+#include "launcher/agent/recovery_log.h"
 #include "launcher/agent/shard_pulls.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/supervisor.h"
@@ -70,15 +71,6 @@ class Agent {
   enum class StopCause { kFailure, kShutdown };
 
   using RankSlot = RankProcesses::Slot;
-
-  // One restart, measured by the agent (see docs/benchmarks.md).
-  struct Recovery {
-    int restart = 0;
-    std::string reason;
-    std::optional<uint64_t> version;
-    Clock::time_point detected, stopped, spawned;
-    std::optional<Clock::time_point> connected, restored, first_step;  // all ranks
-  };
 
   Status Setup();
   void Loop();
@@ -183,7 +175,7 @@ class Agent {
   std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore or disk scan
   Status StartDiskWorker();
   int exit_code_ = 0;
-  std::vector<Recovery> recoveries_;
+  std::unique_ptr<RecoveryLog> recoveries_;  // every restart, timed phase by phase
   std::unique_ptr<CorruptChunks> corrupt_;
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;

@@ -180,7 +180,7 @@ void Agent::Ended(int code, const std::string& msg, bool fenced) {
     FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
   exit_code_ = code;
   // A restart that never came is no recovery (the status lists recoveries).
-  if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) recoveries_.pop_back();
+  recoveries_->Abandoned();
   if (state_ == State::kRunning)
     BeginStop(StopCause::kShutdown, msg);
   else if (state_ != State::kStopping)

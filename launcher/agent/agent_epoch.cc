@@ -85,22 +85,9 @@ void Agent::Start(const StartMsg& m) {
   }
   o_.master_addr = m.master_addr;
   o_.master_port = m.master_port;
-  if (!recoveries_.empty() && recoveries_.back().spawned == Clock::time_point{}) {
-    Recovery& r = recoveries_.back();
-    r.restart = generation_;
-    r.version = m.version;
-    FTRUN_LOG_WARN("restart {} of {}: {}; restoring {}", generation_, o_.config.job.max_restarts, r.reason,
-                   r.version ? "version " + std::to_string(*r.version) : std::string("nothing (no committed version)"));
-  } else if (generation_ > 0 && !ranks_->slots().empty()) {
-    // A replacement (or a node back from a loss): its ranks are part of the
-    // recovery too; its record starts when it is told to start.
-    Recovery r;
-    r.restart = generation_;
-    r.reason = "taking over node " + std::to_string(o_.node_rank);
-    r.version = m.version;
-    r.detected = r.stopped = clock_.Now();
-    recoveries_.push_back(r);
-  }
+  recoveries_->Starting(generation_, m.version,
+                        ranks_->slots().empty() ? "" : "taking over node " + std::to_string(o_.node_rank),
+                        o_.config.job.max_restarts);
   state_ = State::kRunning;
   if (!ranks_->slots().empty()) SpawnGeneration();
 }

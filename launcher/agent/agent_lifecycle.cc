@@ -44,36 +44,24 @@ void Agent::SpawnGeneration() {
   }
   FTRUN_LOG_INFO("generation {}: started {} ranks{}", generation_, ranks_->slots().size(),
                  restore_version_ ? ", restoring version " + std::to_string(*restore_version_) : std::string(""));
-  if (!recoveries_.empty() && generation_ == recoveries_.back().restart) recoveries_.back().spawned = now;
+  recoveries_->Spawned(generation_, now);
   status_dirty_ = true;
 }
 
 void Agent::RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field) {
   if (slot.*field != Clock::time_point{}) return;
   slot.*field = clock_.Now();
-  if (recoveries_.empty() || recoveries_.back().restart != generation_) return;
-  Recovery& r = recoveries_.back();
   Clock::time_point latest{};
   for (const RankSlot& s : ranks_->slots()) {
     if (s.*field == Clock::time_point{}) return;
     latest = std::max(latest, s.*field);
   }
-  if (field == &RankSlot::connected)
-    r.connected = latest;
-  else if (field == &RankSlot::restored)
-    r.restored = latest;
-  else if (field == &RankSlot::first_step) {
-    r.first_step = latest;
-    FTRUN_LOG_INFO(
-        "recovered from '{}' in {:.0f} ms: stop {:.0f}, respawn {:.0f}, connect {:.0f}, restore {:.0f}, "
-        "first step {:.0f} (version {})",
-        r.reason, Ms(latest - r.detected), Ms(r.stopped - r.detected), Ms(r.spawned - r.stopped),
-        Ms(r.connected.value_or(r.spawned) - r.spawned),
-        Ms(r.restored.value_or(r.connected.value_or(r.spawned)) - r.connected.value_or(r.spawned)),
-        Ms(latest - r.restored.value_or(r.connected.value_or(r.spawned))),
-        r.version ? std::to_string(*r.version) : std::string("none: fresh start"));
-    status_dirty_ = true;
-  }
+  using Phase = RecoveryLog::Phase;
+  const Phase phase = field == &RankSlot::connected  ? Phase::kConnected
+                      : field == &RankSlot::restored ? Phase::kRestored
+                                                     : Phase::kFirstStep;
+  recoveries_->AllRanks(generation_, phase, latest);
+  if (phase == Phase::kFirstStep) status_dirty_ = true;
 }
 
 void Agent::Signals() {
@@ -163,13 +151,7 @@ void Agent::BeginStop(StopCause cause, const std::string& reason) {
   stop_cause_ = cause;
   SettleCorruptChunks();
   state_ = State::kStopping;
-  if (cause == StopCause::kFailure) {
-    Recovery r;
-    r.restart = generation_ + 1;
-    r.reason = reason;
-    r.detected = clock_.Now();
-    recoveries_.push_back(r);
-  }
+  if (cause == StopCause::kFailure) recoveries_->Failed(generation_ + 1, reason);
   // Fence the failed generation: nothing it still has in flight may land.
   server_->CloseAll("generation stopped");
   status_dirty_ = true;
@@ -188,7 +170,7 @@ void Agent::RanksStopped() {
     state_ = State::kDone;
     return;
   }
-  recoveries_.back().stopped = clock_.Now();
+  recoveries_->Stopped();
   Stopped();  // restarts are the coordinator's call
 }
 

@@ -113,27 +113,7 @@ void Agent::WriteStatus() {
                           {"finished", s.finished},
                           {"connected", s.conn_id != 0}});
   }
-  j["recoveries"] = json::array();
-  for (const Recovery& r : recoveries_) {
-    json x = {{"restart", r.restart}, {"reason", r.reason}};
-    x["version"] = r.version ? json(*r.version) : json(nullptr);
-    if (r.first_step) {
-      auto connected = r.connected.value_or(r.spawned);
-      auto restored = r.restored.value_or(connected);
-      x["stop_ms"] = Ms(r.stopped - r.detected);
-      x["respawn_ms"] = Ms(r.spawned - r.stopped);
-      x["connect_ms"] = Ms(connected - r.spawned);
-      x["restore_ms"] = Ms(restored - connected);
-      x["first_step_ms"] = Ms(*r.first_step - restored);
-      x["total_ms"] = Ms(*r.first_step - r.detected);
-      // Raw CLOCK_MONOTONIC stamps, comparable with other processes' clocks.
-      x["detected_mono_ns"] =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(r.detected.time_since_epoch()).count();
-      x["first_step_mono_ns"] =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(r.first_step->time_since_epoch()).count();
-    }
-    j["recoveries"].push_back(x);
-  }
+  j["recoveries"] = recoveries_->ToJson();
   j["exit_code"] = state_ == State::kDone ? json(exit_code_) : json(nullptr);
   // Never through a link; inside the run dir (the runner's job dir), only in
   // a directory nobody else can write (safe_dir.h).
