@@ -66,16 +66,25 @@ Status Agent::Setup() {
   ro.hang_timeout = c.job.hang_timeout;
   ranks_ = std::make_unique<RankProcesses>(clock_, ro);
   ranks_->Assign(o_.first_global_rank, o_.spare ? 0 : o_.local_ranks);
+  NodeDisk::Options d;
+  d.config = c.persist;
+  d.job_id = o_.job_id;
+  d.arena_base = arena_.base();
+  d.leased = remote();
+  d.ranks = [this] { return ranks_->Ranks(); };
+  disk_ = std::make_unique<NodeDisk>(std::move(d), store_.get(), clock_);
+  disk_->Assign(o_.node_rank, o_.world_size);
+  disk_->watch = [this](int fd) { return loop_.Add(fd, kFlushTag); };
   retention_ = std::make_unique<VersionRetention>(store_.get(), &tracker_);
   CorruptChunks::Repair repair;  // from the chunk's file in the persist directory (its hash checked)
   if (persist()) {
     repair = [this](const ChunkRef& ref, char* dst) {
       if (!persist()) return Status::FailedPrecondition("persist.dir is off");
-      return PersistReader(nullptr, o_.config.persist.dir, o_.job_id, o_.world_size).CheckChunkFile(ref, dst);
+      return PersistReader(nullptr, disk_->dir(), o_.job_id, o_.world_size).CheckChunkFile(ref, dst);
     };
   }
   corrupt_ = std::make_unique<CorruptChunks>(store_.get(), arena_.base(), std::move(repair),
-                                             "the persist directory (" + o_.config.persist.dir + ")");
+                                             "the persist directory (" + disk_->dir() + ")");
   corrupt_->on_change = [this] { status_dirty_ = true; };
   restorer_ = std::make_unique<DiskRestorer>(store_.get(), arena_.base(), clock_);
   restorer_->on_done = [this](DiskRestorer::Result r) { DiskRestored(std::move(r)); };
@@ -86,7 +95,7 @@ Status Agent::Setup() {
   };
   service_->on_committed = [this](uint64_t version) {
     status_dirty_ = true;
-    PersistCommitted(version);
+    if (!ranks_->slots().empty()) disk_->Committed(version, commit_epoch_);
   };
 
   FTRUN_RETURN_IF_ERROR(BecomeSubreaper());
@@ -119,7 +128,7 @@ int Agent::Run() {
   state_ = State::kIdle;  // the coordinator says when to start (or what to restore from disk first)
   PumpCoordinator();
   Loop();
-  DrainPersist();
+  disk_->Drain(service_->last_committed(), fenced_);
   WriteStatus();
   return exit_code_;
 }
@@ -143,7 +152,7 @@ void Agent::Loop() {
       else if (tag == kTransportTag)
         TransportEvents();
       else if (tag == kFlushTag)
-        flusher_->OnEvent(clock_.Now());
+        disk_->OnEvent();
       else if (tag == kDiskTag)
         disk_worker_->RunCompleted();
       else if (server_->Owns(tag))

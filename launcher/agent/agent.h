@@ -31,6 +31,7 @@
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/local_coordinator.h"
+#include "launcher/agent/node_disk.h"
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
@@ -98,11 +99,8 @@ class Agent {
   void SettleCorruptChunks();
 
   // The persist directory (agent_persist.cc).
-  bool persist() const;
-  void PersistCommitted(uint64_t version);
-  void DrainPersist();
+  bool persist() const { return disk_->enabled(); }
   void PullFromDisk(const PullMsg& m);
-  void DropFilesAbove(uint64_t version, const std::vector<int>& ranks);
 
   // A restore from the persist directory (disk_restorer.h) ended.
   void DiskRestored(DiskRestorer::Result r);
@@ -167,7 +165,7 @@ class Agent {
   int shutdown_signal_ = 0;
   static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
   static constexpr uint64_t kFlushTag = 5;   // (4: the transport's)
-  std::unique_ptr<Flusher> flusher_;         // created at the first commit with persist.dir set
+  std::unique_ptr<NodeDisk> disk_;           // the persist directory: the flusher, drain, go-backs, the lease
   static constexpr uint64_t kDiskTag = 6;
   std::unique_ptr<DiskRestorer> restorer_;  // this node's restores from the persist directory
   // Declared after arena_ and restorer_: joined (its reads into the arena
@@ -193,15 +191,9 @@ class Agent {
   // have no known epoch and are not written to disk by this agent.
   std::optional<uint64_t> commit_epoch_;
   // Fenced by the coordinator, or lost it and not re-admitted since (it may
-  // have been replaced): never drains to disk (DrainPersist).
+  // have been replaced): never drains to disk (NodeDisk::Drain).
   bool fenced_ = false;
   bool stop_ordered_ = false;  // the coordinator ended the job (kStop)
-  // Steady-clock ticks until which this node may complete versions on disk:
-  // half the coordinator's silence before it declares a node lost, renewed
-  // by every coordinator message while not fenced; 0 once fenced or lost;
-  // unbounded once the coordinator ended the job (kStop).
-  // Read by the flusher's writer thread (its marker guard).
-  std::shared_ptr<std::atomic<int64_t>> marker_lease_ = std::make_shared<std::atomic<int64_t>>(0);
   bool assigned_ = false;
   bool reply_halted_ = false;
   std::map<PeerId, std::string> members_;

@@ -107,10 +107,16 @@ void Agent::TransportEvents() {
         if (coord) {
           link_->Heard();
           CoordinatorMessage(e.type, e.payload);
-          // The lease (marker_lease_). Once the coordinator ended the job
-          // nobody replaces this node: the drain may finish after it is gone.
+          // The disk's lease (node_disk.h): half the coordinator's silence
+          // before it declares a node lost. Once the coordinator ended the
+          // job nobody replaces this node: the drain may finish after it is gone.
           const auto lease = o_.config.cluster.heartbeat_interval * o_.config.cluster.heartbeat_misses / 2;
-          marker_lease_->store(fenced_ ? 0 : stop_ordered_ ? INT64_MAX : (now + lease).time_since_epoch().count());
+          if (fenced_)
+            disk_->EndLease();
+          else if (stop_ordered_)
+            disk_->LeaseForever();
+          else
+            disk_->LeaseUntil(now + lease);
         } else if (!replicator_->Handle(e.peer, e.type, e.payload)) {
           FTRUN_LOG_WARN("agent {} sent an unexpected {}", e.peer, ClusterMsgName(e.type));
         }
@@ -163,6 +169,7 @@ void Agent::ApplyAssign(const AssignMsg& m) {
   o_.local_ranks = m.local_ranks;
   o_.world_size = m.world_size;
   o_.num_nodes = m.num_slots;
+  disk_->Assign(m.slot, m.world_size);
   if (static_cast<int>(o_.slots.size()) != m.local_ranks) {
     o_.slots.clear();
     for (int i = 0; i < m.local_ranks; ++i) o_.slots.push_back(i);

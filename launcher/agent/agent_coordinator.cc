@@ -30,7 +30,7 @@ Status Agent::SetupLocalCoordinator() {
       if (Status s = StartDiskWorker(); !s.ok()) {
         return local_coord_->DiskScanned(s, {}, clock_.Now());
       }
-      disk_worker_->Submit([this, dir = o_.config.persist.dir, job = o_.job_id, world = o_.world_size] {
+      disk_worker_->Submit([this, dir = disk_->dir(), job = o_.job_id, world = o_.world_size] {
         std::vector<uint64_t> versions;
         Status s = ScanDiskVersions(dir, job, world, &versions);
         return DiskWorker::Completion([this, s, versions] { local_coord_->DiskScanned(s, versions, clock_.Now()); });
@@ -130,8 +130,7 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
     case ClusterMsg::kDropAbove: {
       DropAboveMsg m;
       if (!decoded(&m)) return;
-      std::vector<int> ranks = ranks_->Ranks();
-      if (persist() && !ranks.empty()) DropFilesAbove(m.version, ranks);
+      disk_->DropFilesAbove(m.version, ranks_->Ranks());
       return;
     }
     case ClusterMsg::kReplicate: {

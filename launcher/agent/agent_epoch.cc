@@ -99,7 +99,7 @@ void Agent::CoordinatorLost(const std::string& why) {
   // the job's end was ordered the runner may simply have gone.)
   if (!stop_ordered_) {
     fenced_ = true;
-    marker_lease_->store(0);
+    disk_->EndLease();
   }
   FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);
   reply_halted_ = false;

@@ -178,7 +178,7 @@ void Agent::Tick() {
   loop_.TakeTicks();
   auto now = clock_.Now();
   service_->Tick(now);
-  if (flusher_) flusher_->Tick(now);
+  disk_->Tick(now);
   server_->Tick();  // silent connections, a paused listen
   ranks_->Tick();   // a stop past its grace, the drain
   if (state_ == State::kRunning) {

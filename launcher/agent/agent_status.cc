@@ -104,7 +104,7 @@ void Agent::WriteStatus() {
     }
   }
   j["store"]["committed_chunks"] = std::move(sample);
-  if (flusher_) j["persist"] = flusher_->StatusJson();
+  if (auto p = disk_->StatusJson()) j["persist"] = std::move(*p);
   j["ranks"] = json::array();
   for (const RankSlot& s : ranks_->slots()) {
     j["ranks"].push_back({{"rank", s.global_rank},
