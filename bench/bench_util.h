@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,6 +44,10 @@ std::string SiblingBinary(const std::string& name);
 pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log);
 // Starts ftrun-agent with args; returns its pid.
 pid_t StartAgent(const std::vector<std::string>& args);
+// A waitpid() status as a shell-style exit code: the exit status, or 128 + the signal.
+inline int ExitCode(int wait_status) {
+  return WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
+}
 // Waits for pid to exit; returns its shell-style exit code.
 int WaitExit(pid_t pid);
 // Reads a JSON file; false while it does not exist or is partial.

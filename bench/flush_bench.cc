@@ -31,30 +31,38 @@
 // process follows every few ms; the mean step of a run is the time between
 // the first and the last step of its window over the steps between, and the
 // window starts once the store is pre-faulted and a few steps have passed.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
+//
+// The parts: flush_agent_run (one run of the agent and what it measured),
+// flush_fio (the ceiling), flush_host (programs, files, children, CPU time).
 #include <sys/vfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <functional>
 #include <map>
-#include <mutex>
-#include <sstream>
-#include <thread>
 
 #include "bench/bench_util.h"
+#include "bench/flush_agent_run.h"
+#include "bench/flush_fio.h"
+#include "bench/flush_host.h"
 
 namespace ftrun::bench {
 namespace {
+
+using flush::FindInPath;
+using flush::FioConfig;
+using flush::MeanStep;
+using flush::ParseFioConfigs;
+using flush::RemoveTree;
+using flush::RunAgent;
+using flush::RunFio;
+using flush::RunResult;
+using flush::RunSpec;
+using flush::VersionWrite;
+using flush::WaitForQuiet;
 
 constexpr long kTmpfsMagic = 0x01021994;
 constexpr uint64_t kChunkBytes = 4ull << 20;  // store.chunk_size default
@@ -73,405 +81,6 @@ bool ParseBytes(const std::string& s, uint64_t* out) {
   if (end == s.c_str() || it == units.end()) return false;
   *out = v * it->second;
   return true;
-}
-
-std::string FindInPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path != nullptr ? path : "/usr/bin:/bin");
-  std::string d;
-  while (std::getline(ss, d, ':')) {
-    std::string p = (d.empty() ? "." : d) + "/" + name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void RemoveTree(const std::string& path) {
-  if (path.size() < 8 || path.find("ftrun-bench") == std::string::npos) return;  // never anything else
-  pid_t pid = StartProgram("/bin/rm", {"-rf", "--", path}, "");
-  WaitExit(pid);
-}
-
-// Waits for pid up to `limit`; SIGKILLs it after that. Returns the exit code.
-int WaitExitFor(pid_t pid, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  int st = 0;
-  while (true) {
-    pid_t r = ::waitpid(pid, &st, WNOHANG);
-    if (r == pid) return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-    if (r < 0 && errno != EINTR) return -1;
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr, "ftrun-bench flush: pid %d still running after %lld s; killing it\n", pid,
-                   static_cast<long long>(limit.count()));
-      ::kill(pid, SIGKILL);
-      return WaitExit(pid);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-struct FioConfig {
-  std::string bs;
-  int depth = 16;
-  int jobs = 1;
-  std::string ToString() const { return "bs " + bs + " qd " + std::to_string(depth) + " x " + std::to_string(jobs); }
-};
-
-// "1M:4:1,1M:16:1": block size, io_uring depth, files written at once.
-bool ParseFioConfigs(const std::string& text, std::vector<FioConfig>* out) {
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    FioConfig c;
-    char bs[32];
-    if (std::sscanf(item.c_str(), "%31[^:]:%d:%d", bs, &c.depth, &c.jobs) != 3 || c.depth < 1 || c.jobs < 1)
-      return false;
-    c.bs = bs;
-    out->push_back(c);
-  }
-  return !out->empty();
-}
-
-// fio: `jobs` new files of `bytes` in all in `dir`, each written
-// sequentially with O_DIRECT writes of `bs` through io_uring at `depth`, and
-// fsync'ed at its end. GB/s over all of them, or < 0 on failure.
-double RunFio(const std::string& fio, const std::string& dir, uint64_t bytes, const FioConfig& c,
-              const std::string& scratch) {
-  const std::string name = "ftrun-bench-fio." + std::to_string(::getpid());
-  const std::string json = scratch + ".fio.json", log = scratch + ".fio.log";
-  uint64_t per_job = (bytes / static_cast<uint64_t>(c.jobs) + (1u << 20) - 1) >> 20 << 20;
-  pid_t pid =
-      StartProgram(fio,
-                   {"--name=" + name, "--directory=" + dir, "--rw=write", "--bs=" + c.bs,
-                    "--size=" + std::to_string(per_job), "--numjobs=" + std::to_string(c.jobs), "--group_reporting",
-                    "--direct=1", "--ioengine=io_uring", "--iodepth=" + std::to_string(c.depth), "--end_fsync=1",
-                    "--fallocate=none", "--output-format=json", "--output=" + json},
-                   log);
-  int rc = WaitExitFor(pid, std::chrono::seconds(300));
-  for (int i = 0; i < c.jobs; ++i) ::unlink((dir + "/" + name + "." + std::to_string(i) + ".0").c_str());
-  nlohmann::json j;
-  double gbs = -1;
-  if (rc == 0 && ReadJson(json, &j) && j.contains("jobs") && !j["jobs"].empty()) {
-    gbs = j["jobs"][0]["write"]["bw_bytes"].get<double>() / 1e9;
-  } else {
-    std::fprintf(stderr, "ftrun-bench flush: fio failed (exit %d): %s\n", rc, ReadAll(log).c_str());
-  }
-  ::unlink(json.c_str());
-  ::unlink(log.c_str());
-  return gbs;
-}
-
-struct RunSpec {
-  int ranks = 2;
-  std::string state = "512MiB";
-  uint64_t state_bytes = 0;
-  int steps = 0;
-  int step_ms = 0;
-  double change_fraction = 1.0;
-  std::string persist_dir;  // "" = persist off
-  int drain_s = 0;
-  std::string scratch;  // prefix of this run's files
-};
-
-struct VersionWrite {
-  uint64_t version = 0;
-  double ms = 0, mib_written = 0, mib_skipped = 0;
-};
-
-struct RunResult {
-  bool ok = false;
-  std::vector<std::map<uint64_t, double>> step_s;  // per rank: step -> steady-clock seconds it was seen
-  double prefaulted_s = -1;                        // when the status first said so
-  std::vector<VersionWrite> writes;                // from the agent's log
-  double writing_fraction = 0;                     // status samples with persist.state "writing", in the window
-  std::vector<std::pair<double, bool>> writing_samples;
-  // The ranks' /proc/<pid>/schedstat summed: time on a CPU and time waiting
-  // for one (runnable, not running), sampled with the status.
-  struct Sched {
-    double t, run_s, wait_s;
-  };
-  std::vector<Sched> sched;
-  double rank_run_ms_per_step = 0, rank_wait_ms_per_step = 0;  // in the window, per rank
-  int refused_saves = 0;     // "save of version V refused" in the agent's log (store full)
-  double cpu_ours_s = 0;     // the agent's and the ranks' CPU time
-  double cpu_machine_s = 0;  // every process's, from /proc/stat
-  double wall_s = 0;
-  std::string error;
-};
-
-// CPU seconds of the whole machine so far (user, nice, system, irq, softirq, steal).
-double MachineCpuSeconds() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  double v[8] = {0};
-  f >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
-  return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-// CPU seconds of this process's reaped children (the agent, and the ranks it reaped).
-double ChildrenCpuSeconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_CHILDREN, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-// "persist: version V on disk in X ms (Y MiB written, Z MiB already there)"
-std::vector<VersionWrite> ParseWrites(const std::string& log) {
-  std::vector<VersionWrite> out;
-  const std::string key = "persist: version ";
-  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
-    VersionWrite w;
-    unsigned long long v = 0;
-    if (std::sscanf(log.c_str() + at, "persist: version %llu on disk in %lf ms (%lf MiB written, %lf MiB already", &v,
-                    &w.ms, &w.mib_written, &w.mib_skipped) == 4) {
-      w.version = v;
-      out.push_back(w);
-    }
-  }
-  return out;
-}
-
-// Follows the ranks' logs for "STEP r s" lines and stamps each when seen.
-class StepFollower {
- public:
-  StepFollower(const std::string& dir, int ranks) : files_(ranks, -1), partial_(ranks), steps_(ranks) {
-    for (int r = 0; r < ranks; ++r) paths_.push_back(dir + "/rank" + std::to_string(r) + ".log");
-  }
-  void Poll() {
-    double now = Seconds(std::chrono::steady_clock::now().time_since_epoch());
-    char buf[65536];
-    for (size_t r = 0; r < paths_.size(); ++r) {
-      if (files_[r] < 0) files_[r] = ::open(paths_[r].c_str(), O_RDONLY | O_CLOEXEC);
-      if (files_[r] < 0) continue;
-      ssize_t n;
-      while ((n = ::read(files_[r], buf, sizeof buf)) > 0) partial_[r].append(buf, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = partial_[r].find('\n')) != std::string::npos) {
-        int rank = 0;
-        unsigned long long step = 0;
-        if (std::sscanf(partial_[r].c_str(), "STEP %d %llu", &rank, &step) == 2) steps_[r].emplace(step, now);
-        partial_[r].erase(0, nl + 1);
-      }
-    }
-  }
-  ~StepFollower() {
-    for (int fd : files_) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
-  std::vector<std::map<uint64_t, double>> steps() const { return steps_; }
-
- private:
-  std::vector<std::string> paths_;
-  std::vector<int> files_;
-  std::vector<std::string> partial_;
-  std::vector<std::map<uint64_t, double>> steps_;
-};
-
-// on_version: called on this thread as soon as the agent logs that a
-// version is on disk (while it runs, the ranks' logs are not followed).
-RunResult RunAgent(const std::string& synthetic, const RunSpec& s,
-                   const std::function<void(const VersionWrite&)>& on_version = nullptr) {
-  RunResult res;
-  const std::string cfg = s.scratch + ".yaml", status = s.scratch + ".status.json", log = s.scratch + ".agent.log";
-  const std::string logs = s.scratch + ".ranks";
-  ::mkdir(logs.c_str(), 0755);
-  // The store holds the version being written, the newest committed one and
-  // the ones being saved (a rank may be a step ahead of another), each whole
-  // (every chunk changes): 4 x the state was seen to refuse a save now and
-  // then with persist on; 6 x never did.
-  const uint64_t budget_mib = 6 * static_cast<uint64_t>(s.ranks) * s.state_bytes >> 20;
-  std::ofstream y(cfg);
-  y << "job:\n  max_restarts: 0\n  hang_timeout: 300s\n  stop_grace: 2s\n"
-    << "store:\n  memory_budget: " << budget_mib << "MiB\n"
-    << "agent:\n  run_dir: " << s.scratch << ".run\n  log_level: info\n";
-  if (!s.persist_dir.empty()) {
-    y << "persist:\n  dir: " << s.persist_dir << "\n  every_versions: 1\n  every_seconds: 0s\n  keep: 2\n"
-      << "  drain_timeout: " << s.drain_s << "s\n";
-  }
-  y.close();
-  char fraction[32];
-  std::snprintf(fraction, sizeof fraction, "%g", s.change_fraction);
-  pid_t agent = StartProgram(SiblingBinary("ftrun-agent"),
-                             {"--config",
-                              cfg,
-                              "--nproc",
-                              std::to_string(s.ranks),
-                              "--job-id",
-                              "bench-flush",
-                              "--status-file",
-                              status,
-                              "--enable_each_rank_log",
-                              logs,
-                              "--no_python",
-                              "--no_local_rank",
-                              synthetic,
-                              "--state-bytes",
-                              s.state,
-                              "--tensors",
-                              "8",
-                              "--steps",
-                              std::to_string(s.steps),
-                              "--step-ms",
-                              std::to_string(s.step_ms),
-                              "--change-fraction",
-                              fraction,
-                              "--verbose"},
-                             log);
-  const double cpu0 = ChildrenCpuSeconds(), machine0 = MachineCpuSeconds();
-  const auto wall0 = std::chrono::steady_clock::now();
-  StepFollower follow(logs, s.ranks);
-  int log_fd = -1;
-  std::string log_partial;
-  auto follow_log = [&] {
-    if (!on_version) return;
-    if (log_fd < 0) log_fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
-    char buf[16384];
-    ssize_t n;
-    while (log_fd >= 0 && (n = ::read(log_fd, buf, sizeof buf)) > 0) log_partial.append(buf, static_cast<size_t>(n));
-    size_t nl;
-    while ((nl = log_partial.find('\n')) != std::string::npos) {
-      std::vector<VersionWrite> w = ParseWrites(log_partial.substr(0, nl));
-      log_partial.erase(0, nl + 1);
-      if (!w.empty()) on_version(w[0]);
-    }
-  };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-  auto last_status = std::chrono::steady_clock::time_point{};
-  int st = 0;
-  bool exited = false;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    follow.Poll();
-    follow_log();
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_status >= std::chrono::milliseconds(50)) {
-      last_status = now;
-      nlohmann::json j;
-      if (ReadJson(status, &j)) {
-        if (res.prefaulted_s < 0 && j["store"]["prefaulted"] == true)
-          res.prefaulted_s = Seconds(now.time_since_epoch());
-        if (j.contains("persist"))
-          res.writing_samples.emplace_back(Seconds(now.time_since_epoch()), j["persist"]["state"] == "writing");
-        RunResult::Sched x{Seconds(now.time_since_epoch()), 0, 0};
-        int seen = 0;
-        for (const auto& rank : j["ranks"]) {
-          std::ifstream f("/proc/" + std::to_string(rank["pid"].get<int>()) + "/schedstat");
-          double run_ns = 0, wait_ns = 0;
-          if (f >> run_ns >> wait_ns) ++seen;
-          x.run_s += run_ns / 1e9;
-          x.wait_s += wait_ns / 1e9;
-        }
-        if (seen == s.ranks) res.sched.push_back(x);
-      }
-    }
-    pid_t r = ::waitpid(agent, &st, WNOHANG);
-    if (r == agent) {
-      exited = true;
-      break;
-    }
-  }
-  follow.Poll();
-  if (exited) follow_log();  // the last version's line, written just before the agent exited
-  if (log_fd >= 0) ::close(log_fd);
-  int rc = exited ? (WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st)) : -1;
-  if (!exited) {
-    ::kill(agent, SIGTERM);
-    rc = WaitExitFor(agent, std::chrono::seconds(30));
-    res.error = "the job did not finish in 10 minutes";
-  }
-  res.cpu_ours_s = ChildrenCpuSeconds() - cpu0;
-  res.cpu_machine_s = MachineCpuSeconds() - machine0;
-  res.wall_s = Seconds(std::chrono::steady_clock::now() - wall0);
-  const std::string agent_log = ReadAll(log);
-  res.writes = ParseWrites(agent_log);
-  for (size_t at = agent_log.find(" refused: "); at != std::string::npos; at = agent_log.find(" refused: ", at + 1)) {
-    ++res.refused_saves;
-  }
-  res.step_s = follow.steps();
-  res.ok = rc == 0 && res.error.empty();
-  if (rc != 0 && res.error.empty()) {
-    res.error = "the agent exited with " + std::to_string(rc) + "; its log ends:\n" +
-                agent_log.substr(agent_log.size() > 3000 ? agent_log.size() - 3000 : 0);
-  }
-  for (int r = 0; r < s.ranks && res.ok; ++r) {
-    if (static_cast<int>(res.step_s[r].size()) < s.steps) {
-      res.ok = false;
-      res.error = "rank " + std::to_string(r) + " reported " + std::to_string(res.step_s[r].size()) + " of " +
-                  std::to_string(s.steps) + " steps; the agent's log ends:\n" +
-                  agent_log.substr(agent_log.size() > 3000 ? agent_log.size() - 3000 : 0);
-    }
-  }
-  ::unlink(cfg.c_str());
-  ::unlink(status.c_str());
-  ::unlink(log.c_str());
-  RemoveTree(logs);
-  RemoveTree(s.scratch + ".run");
-  return res;
-}
-
-// Waits (up to `limit`) for a second in which the machine's CPU time stays
-// under `cores`: nothing of ours runs at this point, so it is others'.
-void WaitForQuiet(double cores, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    double c0 = MachineCpuSeconds();
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    if (MachineCpuSeconds() - c0 <= cores) return;
-  }
-}
-
-// Mean step time of a run (seconds): per rank, from the first step after the
-// warm-up (and after the store was pre-faulted) to the last, averaged over
-// the ranks. Also the fraction of the window the flusher was writing.
-double MeanStep(RunResult* r, int warmup, double* first_s, double* last_s) {
-  double sum = 0;
-  int n = 0;
-  *first_s = 1e300;
-  *last_s = 0;
-  for (const auto& steps : r->step_s) {
-    auto it = steps.begin();
-    int skipped = 0;
-    while (it != steps.end() && (skipped < warmup || it->second < r->prefaulted_s)) {
-      ++it;
-      ++skipped;
-    }
-    if (it == steps.end()) continue;
-    auto last = std::prev(steps.end());
-    if (last->first <= it->first) continue;
-    sum += (last->second - it->second) / static_cast<double>(last->first - it->first);
-    *first_s = std::min(*first_s, it->second);
-    *last_s = std::max(*last_s, last->second);
-    ++n;
-  }
-  int in = 0, writing = 0;
-  for (const auto& [t, w] : r->writing_samples) {
-    if (t < *first_s || t > *last_s) continue;
-    ++in;
-    writing += w;
-  }
-  r->writing_fraction = in > 0 ? static_cast<double>(writing) / in : 0;
-  const double mean = n > 0 ? sum / n : 0;
-  const RunResult::Sched* a = nullptr;
-  const RunResult::Sched* b = nullptr;
-  for (const auto& x : r->sched) {
-    if (a == nullptr && x.t >= *first_s) a = &x;
-    if (x.t <= *last_s) b = &x;
-  }
-  if (a != nullptr && b != nullptr && b->t > a->t && mean > 0 && !r->step_s.empty()) {
-    const double steps_per_rank = (b->t - a->t) / mean, ranks = static_cast<double>(r->step_s.size());
-    r->rank_run_ms_per_step = (b->run_s - a->run_s) / ranks / steps_per_rank * 1e3;
-    r->rank_wait_ms_per_step = (b->wait_s - a->wait_s) / ranks / steps_per_rank * 1e3;
-  }
-  return mean;
 }
 
 }  // namespace

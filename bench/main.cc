@@ -56,7 +56,7 @@ int WaitExit(pid_t pid) {
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+  return ExitCode(st);
 }
 
 bool ReadJson(const std::string& path, nlohmann::json* out) {

@@ -1,0 +1,66 @@
+"""What both sides of `ftrun-bench baseline-torch` share: the progress log,
+free ports, waiting for a condition while the job lives, and Side, one
+side's directory, environment and train_gpt.py arguments."""
+import os
+import socket
+import sys
+import time
+
+
+def log(msg):
+    sys.stderr.write(f"[baseline-torch {time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
+
+
+def free_port_range(n):
+    """A base port with base .. base+n-1 free."""
+    for _ in range(200):
+        base = 20000 + int.from_bytes(os.urandom(2), "little") % 20000
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+class Side:
+    def __init__(self, name, a, work):
+        self.name = name
+        self.a = a
+        self.world = a.nodes * a.per_node
+        self.dir = os.path.join(work, name)
+        os.makedirs(self.dir)
+        self.env = os.environ.copy()
+        # The ftrun package beside the programs: a build tree's python/, an install tree's lib/ftrun/python.
+        beside = [os.path.join(a.build, "python"), os.path.join(a.build, "..", "lib", "ftrun", "python")]
+        pypath = next((d for d in beside if os.path.isdir(d)), beside[0])
+        self.env["PYTHONPATH"] = pypath + (os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
+        self.env["FTRUN_PYTHON"] = a.python
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.env.pop("OMP_NUM_THREADS", None)
+
+    def script_args(self):
+        a = self.a
+        return [a.script, "--layers", str(a.layers), "--d-model", str(a.d_model), "--heads", str(a.heads),
+                "--vocab", str(a.vocab), "--seq", str(a.seq), "--batch", str(a.batch), "--steps", "1000000",
+                "--backend", "gloo", "--timing"]
+
+
+def wait_until(pred, timeout, what, poll=0.02, alive=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        if alive is not None and not alive():
+            raise RuntimeError(f"{what}: the job ended")
+        time.sleep(poll)
+    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")

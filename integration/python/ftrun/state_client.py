@@ -1,0 +1,56 @@
+"""What ftrun.state and ftrun.deepspeed share in a rank: the ftrun.Client
+connected on first use, the settings configure() sets (the client, pinned
+staging of CUDA tensors), warnings given once, and ftrun.Error with its code."""
+
+import threading
+import warnings
+
+from . import _ftrun
+
+_lock = threading.Lock()
+_client = None
+_pin_memory = True
+_staging = {}           # tensor name -> pinned host buffer for CUDA tensors
+_warned = set()
+
+
+def get_client():
+    """The module's ftrun.Client, connected on first use ($FTRUN_AGENT_SOCKET,
+    $FTRUN_RANK); shared with ftrun.deepspeed."""
+    global _client
+    with _lock:
+        if _client is None:
+            _client = _ftrun.Client()
+        return _client
+
+
+def configure(client=None, pin_memory=None):
+    """Optional settings. client: an ftrun.Client to use instead of the lazily
+    connected one. pin_memory (default True): stage CUDA tensors in reused
+    pinned host buffers (faster copies, memory kept between saves); False
+    copies them with .cpu() every time and frees the buffers."""
+    global _client, _pin_memory
+    with _lock:
+        if client is not None:
+            _client = client
+        if pin_memory is not None:
+            _pin_memory = bool(pin_memory)
+            if not _pin_memory:
+                _staging.clear()
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _ftrun_error(code, message, cause=None):
+    """An ftrun.Error (or InvalidArgumentError) with .code and .message set."""
+    cls = _ftrun.InvalidArgumentError if code == "INVALID_ARGUMENT" else _ftrun.Error
+    err = cls(f"{code}: {message}")
+    err.code = code
+    err.message = message
+    if cause is not None:
+        err.__cause__ = cause
+    return err

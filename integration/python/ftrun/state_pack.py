@@ -1,0 +1,213 @@
+"""Packing a training state for the store: a structure of dicts, lists,
+tuples and picklable objects -> a skeleton pickle (everything but the
+tensors, which it names by persistent id) and one named buffer per dense
+tensor (ftrun.state's docstring says what goes where). _Packer collects the
+buffers of one version and saves them; ftrun.state_unpack reads them back.
+"""
+
+import io
+import pickle
+
+import numpy as np
+import torch
+
+from . import _ftrun
+from . import state_client
+from .state_client import _ftrun_error
+from .store_populate import _start_populating
+
+_FORMAT_VERSION = 1  # of the pickled payload: written by save(), the newest a load reads
+_PICKLE_PROTOCOL = 4
+
+# Stored as numpy views in their own ftrun dtype.
+_NATIVE_DTYPES = frozenset([
+    torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.bool,
+])
+_ENC_NATIVE = "native"  # numpy view, ftrun dtype from the buffer format
+_ENC_BF16 = "bf16"      # int16 bits, saved as ftrun 'bfloat16'
+_ENC_RAW = "raw"        # flat uint8 bytes; the real dtype is in the metadata
+
+
+def _escape(key):
+    s = key if isinstance(key, str) else str(key)
+    if not s:
+        return "%"
+    return s.replace("%", "%25").replace("/", "%2F")
+
+
+def _join(prefix, seg):
+    return seg if not prefix else prefix + "/" + seg
+
+
+def _walk(obj, path, names, seen):
+    """Records id(tensor) -> path for tensors reachable through dicts, lists
+    and tuples (the first path wins when a tensor is reached twice)."""
+    if isinstance(obj, torch.Tensor):
+        names.setdefault(id(obj), path)
+        return
+    if isinstance(obj, (dict, list, tuple)):
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                _walk(v, _join(path, _escape(k)), names, seen)
+        else:
+            fields = getattr(obj, "_fields", None) if isinstance(obj, tuple) else None
+            for i, v in enumerate(obj):
+                seg = _escape(fields[i]) if fields and i < len(fields) else str(i)
+                _walk(v, _join(path, seg), names, seen)
+
+
+def _storable(t):
+    """Dense tensors of plain Tensor/Parameter types go to the store; sparse,
+    quantized, nested, meta and tensor subclasses are pickled as torch does."""
+    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+        return False
+    if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
+        return False
+    if getattr(t, "is_nested", False):
+        return False
+    return True
+
+
+def _resolve(t):
+    """Materializes lazy conjugate/negative bits (torch >= 1.10) so the bytes are plain."""
+    if hasattr(t, "is_conj") and t.is_conj():
+        t = t.resolve_conj()
+    if hasattr(t, "is_neg") and t.is_neg():
+        t = t.resolve_neg()
+    return t
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, packer, names, prefix):
+        super().__init__(file, protocol=_PICKLE_PROTOCOL)
+        self._packer = packer
+        self._names = names
+        self._prefix = prefix
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor) and _storable(obj):
+            return ("ftrun.tensor", self._packer.add(obj, self._names, self._prefix))
+        return None
+
+
+class _Packer:
+    """Collects the named buffers of one ftrun version, from one or more
+    structures (ftrun.deepspeed packs one per DeepSpeed file)."""
+
+    def __init__(self, pin_memory=None):
+        self.arrays = {}       # name -> buffer (numpy)
+        self.dtypes = {}       # name -> ftrun dtype override
+        self.metas = []        # per tensor index: dict
+        self._index = {}       # id(tensor) -> index
+        self._keep = []        # keeps packed tensors (and their ids) alive
+        self._used = set()
+        self._cuda_devices = set()
+        self._fallback = 0
+        self._pin = state_client._pin_memory if pin_memory is None else pin_memory
+
+    def pack(self, obj, prefix=""):
+        """Registers obj's tensors and returns its skeleton pickle."""
+        names = {}
+        _walk(obj, prefix, names, set())
+        buf = io.BytesIO()
+        _Pickler(buf, self, names, prefix).dump(obj)
+        return buf.getvalue()
+
+    def _unique(self, name):
+        if name not in self._used:
+            return name
+        k = 2
+        while f"{name}~{k}" in self._used:
+            k += 1
+        return f"{name}~{k}"
+
+    def add(self, t, names, prefix):
+        idx = self._index.get(id(t))
+        if idx is not None:
+            return idx
+        name = names.get(id(t))
+        if name is None:  # reached only through a pickled object
+            self._fallback += 1
+            name = _join(prefix, f"#{self._fallback}")
+        name = self._unique(name or "_")
+        self._used.add(name)
+        idx = len(self.metas)
+        self._index[id(t)] = idx
+        self._keep.append(t)
+        host = self._host(t.detach(), name)
+        dt = t.dtype
+        if dt in _NATIVE_DTYPES:
+            enc, arr = _ENC_NATIVE, host.numpy()
+        elif dt == torch.bfloat16:
+            enc, arr = _ENC_BF16, host.view(torch.int16).numpy()
+            self.dtypes[name] = "bfloat16"
+        else:
+            enc, arr = _ENC_RAW, _raw_bytes(host)
+        self.arrays[name] = arr
+        self.metas.append({
+            "name": name,
+            "dtype": str(dt).replace("torch.", ""),
+            "shape": tuple(t.shape),
+            "device": str(t.device),
+            "requires_grad": bool(t.requires_grad),
+            "param": isinstance(t, torch.nn.Parameter),
+            "enc": enc,
+        })
+        return idx
+
+    def _host(self, t, name):
+        """A contiguous CPU tensor with t's values (t itself when it already is one)."""
+        if t.device.type == "cpu":
+            t = _resolve(t)
+            return t if t.is_contiguous() else t.contiguous()
+        if t.device.type == "cuda" and self._pin:
+            buf = state_client._staging.get(name)
+            if buf is None or buf.dtype != t.dtype or buf.shape != t.shape:
+                try:
+                    buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                except RuntimeError:
+                    buf = torch.empty(t.shape, dtype=t.dtype)
+                state_client._staging[name] = buf
+            buf.copy_(_resolve(t), non_blocking=True)
+            self._cuda_devices.add(t.device)
+            return buf
+        return _resolve(t).to("cpu").contiguous()
+
+    def finish(self):
+        """Waits for the queued device-to-host copies."""
+        for dev in self._cuda_devices:
+            torch.cuda.synchronize(dev)
+        self._cuda_devices.clear()
+
+    def save(self, client, version, payload):
+        """Saves the collected buffers as `version`, payload pickled as user bytes."""
+        self.finish()
+        payload = dict(payload, tensors=self.metas)
+        user = pickle.dumps(payload, protocol=_PICKLE_PROTOCOL)
+        # Sorted by name: the store's layout does not depend on dict order.
+        arrays = {name: self.arrays[name] for name in sorted(self.arrays)}
+        try:
+            stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None)
+            _start_populating(client)
+            return stats
+        except _ftrun.Error as e:
+            code = getattr(e, "code", "")
+            msg = getattr(e, "message", str(e))
+            if code == "FAILED_PRECONDITION" and "versions must increase" not in msg:
+                raise _ftrun_error(code, msg + ". ftrun keeps the tensor layout of a rank's first save: "
+                                   "save the same structure (tensor names, dtypes, shapes) every time, e.g. "
+                                   "start saving after the optimizer's first step (torch optimizers create "
+                                   "their state lazily)", e) from e
+            raise
+
+
+def _raw_bytes(t):
+    flat = t.reshape(-1)
+    try:
+        return flat.view(torch.uint8).numpy()
+    except (RuntimeError, TypeError):
+        return flat.numpy().view(np.uint8)

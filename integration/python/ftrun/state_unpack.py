@@ -1,0 +1,156 @@
+"""Unpacking a loaded version: its named buffers and pickled payload -> the
+structure that was saved, tensors of the saved dtypes and shapes (CPU views
+of the loaded buffers, moved to their device or where map_location says).
+The reverse of ftrun.state_pack; ftrun.state, ftrun.deepspeed and
+ftrun.persisted load through _Loaded.
+"""
+
+import io
+import os
+import pickle
+
+import numpy as np
+import torch
+
+from . import _ftrun
+from .state_client import _ftrun_error, _warn_once
+from .state_pack import _ENC_BF16, _ENC_NATIVE, _FORMAT_VERSION
+
+
+def _torch_dtype(name):
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise _ftrun_error("INVALID_ARGUMENT", f"this torch ({torch.__version__}) has no dtype '{name}'")
+    return dt
+
+
+def _from_raw(arr, dtype, shape):
+    if arr.size == 0:
+        return torch.empty(shape, dtype=dtype)
+    flat = torch.from_numpy(arr)
+    if dtype == torch.uint8:
+        return flat.reshape(shape)
+    return flat.view(dtype).reshape(shape)
+
+
+def _cpu_tensor(meta, arr):
+    dtype = _torch_dtype(meta["dtype"])
+    enc = meta["enc"]
+    if enc == _ENC_NATIVE:
+        t = torch.from_numpy(arr)
+    elif enc == _ENC_BF16:
+        t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = _from_raw(arr, dtype, meta["shape"])
+    if t.dtype != dtype or tuple(t.shape) != tuple(meta["shape"]):
+        raise _ftrun_error("CORRUPTION", f"tensor '{meta['name']}' came back as {t.dtype}{list(t.shape)}, "
+                           f"saved as {dtype}{list(meta['shape'])}")
+    return t
+
+
+def _device_available(dev):
+    if dev.type == "cpu":
+        return True
+    if dev.type == "cuda":
+        return torch.cuda.is_available() and (dev.index is None or dev.index < torch.cuda.device_count())
+    return True  # other accelerators: tried, and CPU if moving fails
+
+
+def _place(t, orig, map_location):
+    """Moves a loaded CPU tensor where map_location (torch.load style) says."""
+    if callable(map_location) and not isinstance(map_location, (str, torch.device)):
+        out = map_location(t, orig)
+        return out if isinstance(out, torch.Tensor) else t
+    target = orig
+    if isinstance(map_location, dict):
+        target = map_location.get(orig, orig)
+        if isinstance(target, torch.device):
+            target = str(target)
+    elif map_location is not None:
+        target = str(map_location)
+    dev = torch.device(target)
+    if dev.type == "cpu":
+        return t
+    if not _device_available(dev):
+        _warn_once(("device", target), f"ftrun.load: device '{target}' is not available here; "
+                   "its tensors stay on the CPU (pass map_location to choose)")
+        return t
+    try:
+        return t.to(dev)
+    except (RuntimeError, AssertionError) as e:
+        _warn_once(("device", target), f"ftrun.load: cannot move tensors to '{target}' ({e}); "
+                   "they stay on the CPU")
+        return t
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, loaded, map_location):
+        super().__init__(file)
+        self._loaded = loaded
+        self._map = map_location
+        self._made = {}
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "ftrun.tensor"):
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        idx = pid[1]
+        t = self._made.get(idx)
+        if t is None:
+            t = self._loaded.tensor(idx, self._map)
+            self._made[idx] = t
+        return t
+
+
+class _Loaded:
+    """One loaded version: its buffers and payload; unpack() builds structures."""
+
+    def __init__(self, result, expect_format):
+        self.version = result.version
+        self.arrays = result.tensors
+        try:
+            self.payload = pickle.loads(result.user_bytes)
+        except Exception as e:  # not ours: saved through the low-level Client
+            raise _ftrun_error("INVALID_ARGUMENT", f"version {self.version} was not saved by "
+                               f"{expect_format} (its user bytes do not unpickle: {e})", e) from e
+        if not isinstance(self.payload, dict) or self.payload.get("format") != expect_format:
+            got = self.payload.get("format") if isinstance(self.payload, dict) else type(self.payload).__name__
+            raise _ftrun_error("INVALID_ARGUMENT", f"version {self.version} holds '{got}', not '{expect_format}' "
+                               "state")
+        if self.payload.get("format_version", 1) > _FORMAT_VERSION:
+            raise _ftrun_error("INVALID_ARGUMENT", f"version {self.version} was saved by a newer ftrun "
+                               f"(format {self.payload.get('format_version')})")
+        self.metas = self.payload["tensors"]
+
+    def tensor(self, idx, map_location):
+        meta = self.metas[idx]
+        arr = self.arrays.get(meta["name"])
+        if arr is None:
+            raise _ftrun_error("CORRUPTION", f"version {self.version} lacks tensor '{meta['name']}'")
+        t = _place(_cpu_tensor(meta, arr), meta["device"], map_location)
+        rg = meta["requires_grad"] and (t.is_floating_point() or t.is_complex())
+        if meta.get("param"):
+            return torch.nn.Parameter(t, requires_grad=rg)
+        if rg:
+            t.requires_grad_(True)
+        return t
+
+    def unpack(self, skeleton, map_location=None):
+        return _Unpickler(io.BytesIO(skeleton), self, map_location).load()
+
+
+def _load_version(client, version, expect_format):
+    """Loads `version` (None: the one a restart restores, else the last
+    committed); None when nothing is committed."""
+    if version is None or version == _ftrun.LATEST:
+        lv = client.list_versions()
+        version = lv["restore"]
+        if version is None:
+            if not lv["committed"]:
+                return None
+            version = lv["committed"][-1]
+    return _Loaded(client.load(version, map=load_maps()), expect_format)
+
+
+def load_maps():
+    """Whether loads map tensors copy-on-write (see ftrun.state's docstring)."""
+    return os.environ.get("FTRUN_LOAD_MAP", "1") != "0"
