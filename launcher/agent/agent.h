@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/agent/commit_round.h"
 #include "launcher/agent/connection.h"
 #include "launcher/agent/coordinator_link.h"
 #include "launcher/agent/corrupt_chunks.h"
@@ -126,7 +127,6 @@ class Agent {
   void CoordinatorTick(Clock::time_point now);
   void ClusterRankSaved(int rank, uint64_t version);
   void ApplyAssign(const AssignMsg& m);
-  void Replicate(uint64_t version);
   void FlushHeld();
   void Ended(int code, const std::string& message, bool fenced);
   void ApplyMembership(const MembershipMsg& m);
@@ -200,9 +200,8 @@ class Agent {
   std::optional<StartMsg> pending_start_;
   std::unique_ptr<ShardPulls> pulls_;                   // this node's shards from their holders (shard_pulls.h)
   std::vector<std::pair<int, uint64_t>> held_pending_;  // (rank, version) held, not yet reported (FlushHeld)
-  std::optional<uint64_t> round_;                       // the version the current commit round copies
-  std::set<int> round_waiting_;                // local ranks that have not saved round_ yet: copied when they do
-  static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
+  std::unique_ptr<CommitRound> round_;                  // this node's part of a commit round (a multi-node job's)
+  static constexpr size_t kSampledChunks = 4;           // per local rank, in the status
 };
 
 }  // namespace ftrun

@@ -36,6 +36,9 @@ Status Agent::SetupCluster() {
     corrupt_->Pulled(rank, version, "agent " + std::to_string(from));
   };
   replicator_->on_copy_failed = [this](int, uint64_t version, const Status&) { RoundFailed(version); };
+  round_ = std::make_unique<CommitRound>(
+      store_.get(), [this](int rank, uint64_t version) { replicator_->Saved(rank, version); },
+      [this](uint64_t version) { RoundFailed(version); });
   // A chunk it was to send is corrupted in our shared memory (it did not
   // send it): as a rank's report, settled at once.
   replicator_->on_corrupt = [this](int rank, uint64_t version, const ChunkRef& c) {
@@ -129,29 +132,6 @@ void Agent::TransportEvents() {
   }
 }
 
-// kReplicate: copy version v of this node's ranks to their holders.
-void Agent::Replicate(uint64_t v) {
-  if (!replicator_) return;  // (a one-node job's coordinator has no holders to order copies to)
-  retention_->RoundTargets(v);
-  round_ = v;
-  round_waiting_.clear();
-  // A rank that has not saved v yet (the round may target the newest
-  // version of the job's fastest rank: ranks that run more than
-  // kKeepVersions steps apart share no other) is copied when it does.
-  for (const RankSlot& slot : ranks_->slots()) {
-    if (store_->Find(slot.global_rank, v)) continue;
-    auto last = store_->LastSaved(slot.global_rank);
-    if (last && *last >= v) {  // released meanwhile
-      round_waiting_.clear();
-      return RoundFailed(v);
-    }
-    round_waiting_.insert(slot.global_rank);
-  }
-  for (const RankSlot& slot : ranks_->slots()) {
-    if (!round_waiting_.count(slot.global_rank)) replicator_->Saved(slot.global_rank, v);
-  }
-}
-
 void Agent::ApplyAssign(const AssignMsg& m) {
   if (local_coord_) {
     // A one-node job's place in its world is its command line's
@@ -201,18 +181,9 @@ void Agent::CoordinatorTick(Clock::time_point now) {
 }
 
 void Agent::ClusterRankSaved(int rank, uint64_t version) {
-  held_pending_.push_back({rank, version});         // replication waits for the round (kReplicate)
-  if (replicator_ && round_waiting_.erase(rank)) {  // the round's version was ahead of this rank
-    if (round_ && version == *round_) {
-      replicator_->Saved(rank, version);
-    } else if (round_ && version > *round_ && !store_->Find(rank, *round_)) {
-      round_waiting_.clear();
-      RoundFailed(*round_);  // the rank skipped it
-    } else {
-      round_waiting_.insert(rank);
-    }
-  }
-  retention_->Saved(version, ranks_->Ranks(), round_);  // bounded memory while a round runs
+  held_pending_.push_back({rank, version});  // replication waits for the round (kReplicate)
+  if (round_) round_->Saved(rank, version);
+  retention_->Saved(version, ranks_->Ranks(), round_ ? round_->version() : std::nullopt);  // bounded while it runs
 }
 
 // The held reports of one pass of the event loop (saves, copies stored

@@ -135,7 +135,11 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
     }
     case ClusterMsg::kReplicate: {
       ReplicateMsg m;
-      if (decoded(&m) && m.epoch == epoch_) Replicate(m.version);
+      // (A one-node job's coordinator has no holders to order copies to.)
+      if (decoded(&m) && m.epoch == epoch_ && round_) {
+        retention_->RoundTargets(m.version);
+        round_->Begin(m.version, ranks_->Ranks());
+      }
       return;
     }
     case ClusterMsg::kCommit: {

@@ -14,8 +14,7 @@ namespace ftrun {
 void Agent::Halt(uint64_t epoch) {
   restorer_->Cancel();  // a restore from disk in flight is stale now
   JoinEpoch(epoch);
-  round_waiting_.clear();
-  round_.reset();  // the stopped generation's round is over
+  if (round_) round_->End();  // the stopped generation's round is over
   pending_start_.reset();
   if (state_ == State::kRunning) {
     reply_halted_ = true;
@@ -54,7 +53,7 @@ void Agent::Start(const StartMsg& m) {
   if (state_ != State::kIdle) return;
   JoinEpoch(m.epoch);
   fenced_ = false;  // re-admitted
-  round_.reset();
+  if (round_) round_->End();
   // Above the version the job starts from: a stopped generation's saves and
   // copies, or a timeline the job went back from. Never restored, never
   // acknowledged as a copy of the new timeline's.
