@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/agent/rank_env.h"
+#include "launcher/agent/rank_hello.h"
 #include "launcher/common/disk_worker.h"
 #include "plugin/common/bytes.h"
 #include "plugin/common/duration.h"
@@ -186,48 +187,35 @@ void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload)
 }
 
 void Agent::Hello(Connection& conn, const std::string& payload) {
-  ByteReader r(payload);
-  uint32_t protocol = r.Get<uint32_t>();
-  int32_t rank = r.Get<int32_t>();
-  (void)r.Get<int32_t>();  // the client's pid; SO_PEERCRED is what we trust
-  std::string job = r.GetString();
-  Status s;
-  RankSlot* slot = ranks_->ByRank(rank);
-  if (!r.ok())
-    s = Status::Corruption("malformed hello");
-  else if (protocol != kProtocolVersion)
-    s = Status::FailedPrecondition("client speaks protocol " + std::to_string(protocol) + ", agent " +
-                                   std::to_string(kProtocolVersion));
-  else if (!job.empty() && job != o_.job_id)
-    s = Status::FailedPrecondition("client is in job '" + job + "', this agent serves job '" + o_.job_id + "'");
-  else if (slot == nullptr)
-    s = Status::InvalidArgument("rank " + std::to_string(rank) + " is not one of this node's ranks (" +
-                                std::to_string(o_.first_global_rank) + ".." +
-                                std::to_string(o_.first_global_rank + o_.local_ranks - 1) + ")");
-  else if (state_ != State::kRunning || slot->pid == 0)
-    s = Status::Unavailable("rank " + std::to_string(rank) + " is being stopped");
-  else if (::getpgid(conn.pid) != slot->pid)
-    s = Status::FailedPrecondition("pid " + std::to_string(conn.pid) + " is not rank " + std::to_string(rank) +
-                                   "'s process (started by this agent as pid " + std::to_string(slot->pid) + ")");
-  else if (slot->conn_id != 0)
-    s = Status::AlreadyExists("rank " + std::to_string(rank) + " is already connected");
+  RankHello h;
+  Status s = RankHello::Decode(payload, &h);
+  RankSlot* slot = s.ok() ? ranks_->ByRank(h.rank) : nullptr;
+  if (s.ok()) {
+    HelloCheck c;
+    c.protocol = kProtocolVersion;
+    c.job_id = o_.job_id;
+    c.first_rank = o_.first_global_rank;
+    c.local_ranks = o_.local_ranks;
+    c.running = state_ == State::kRunning;
+    c.is_local_rank = slot != nullptr;
+    c.rank_pid = slot ? slot->pid : 0;
+    c.rank_connected = slot && slot->conn_id != 0;
+    c.peer_pid = conn.pid;
+    c.peer_pgid = ::getpgid(conn.pid);
+    s = CheckHello(h, c);
+  }
   if (!s.ok()) {
     FTRUN_LOG_WARN("refused hello from pid {}: {}", conn.pid, s.message());
     (void)conn.SendError(s);
     return server_->Close(conn.id, "hello refused");
   }
-  conn.rank = rank;
+  conn.rank = h.rank;
   conn.reader.set_max_frame(Connection::kMaxRankFrame);
   conn.generation = generation_;
   slot->conn_id = conn.id;
   slot->last_progress = clock_.Now();
-  ByteWriter w;
-  w.PutString(o_.job_id);
-  w.Put<int32_t>(o_.node_rank);
-  w.Put<uint64_t>(o_.config.store.chunk_size);
-  w.Put<uint8_t>(restore_version_.has_value());
-  w.Put<uint64_t>(restore_version_.value_or(0));
-  (void)conn.Send(MsgType::kHelloOk, w.data(), arena_.fd());
+  (void)conn.Send(MsgType::kHelloOk,
+                  EncodeHelloOk(o_.job_id, o_.node_rank, o_.config.store.chunk_size, restore_version_), arena_.fd());
   RankEvent(*slot, &RankSlot::connected);
 }
 

@@ -1,0 +1,85 @@
+// A rank's hello: each reason a connection is refused as a rank is named,
+// and only the process the agent started for the rank is taken.
+#include "launcher/agent/rank_hello.h"
+
+#include <catch2/catch.hpp>
+
+#include "plugin/common/bytes.h"
+
+namespace ftrun {
+namespace {
+
+HelloCheck Good() {
+  HelloCheck c;
+  c.protocol = 7;
+  c.job_id = "job";
+  c.first_rank = 4;
+  c.local_ranks = 2;
+  c.running = true;
+  c.is_local_rank = true;
+  c.rank_pid = 1234;
+  c.peer_pgid = 1234;
+  c.peer_pid = 1240;
+  return c;
+}
+
+RankHello Hi(int rank = 5, std::string job = "job") {
+  RankHello h;
+  h.protocol = 7;
+  h.rank = rank;
+  h.job = std::move(job);
+  return h;
+}
+
+TEST_CASE("rank hello: the rank's own process in the job is taken", "[hello]") {
+  CHECK(CheckHello(Hi(), Good()).ok());
+  CHECK(CheckHello(Hi(5, ""), Good()).ok());  // a rank that does not know its job
+}
+
+TEST_CASE("rank hello: each refusal names why", "[hello]") {
+  HelloCheck c = Good();
+  RankHello h = Hi();
+  h.protocol = 6;
+  CHECK(CheckHello(h, c).message() == "client speaks protocol 6, agent 7");
+  CHECK(CheckHello(Hi(5, "other"), c).message() == "client is in job 'other', this agent serves job 'job'");
+  c.is_local_rank = false;
+  Status s = CheckHello(Hi(9), c);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() == "rank 9 is not one of this node's ranks (4..5)");
+  c = Good();
+  c.running = false;
+  CHECK(CheckHello(Hi(), c).message() == "rank 5 is being stopped");
+  c = Good();
+  c.rank_pid = 0;  // exited
+  CHECK(CheckHello(Hi(), c).code() == Code::kUnavailable);
+  c = Good();
+  c.peer_pgid = 999;  // another process of the node's user
+  CHECK(CheckHello(Hi(), c).message() == "pid 1240 is not rank 5's process (started by this agent as pid 1234)");
+  c = Good();
+  c.rank_connected = true;
+  CHECK(CheckHello(Hi(), c).code() == Code::kAlreadyExists);
+}
+
+TEST_CASE("rank hello: decoded as the client sends it; a short one is malformed", "[hello]") {
+  ByteWriter w;
+  w.Put<uint32_t>(7);
+  w.Put<int32_t>(5);
+  w.Put<int32_t>(4321);
+  w.PutString("job");
+  RankHello h;
+  REQUIRE(RankHello::Decode(w.data(), &h).ok());
+  CHECK((h.protocol == 7 && h.rank == 5 && h.job == "job"));
+  CHECK(RankHello::Decode(w.data().substr(0, 9), &h).message() == "malformed hello");
+
+  const std::string ok = EncodeHelloOk("job", 3, 1 << 20, 17);
+  ByteReader r(ok);
+  CHECK(r.GetString() == "job");
+  CHECK(r.Get<int32_t>() == 3);
+  CHECK(r.Get<uint64_t>() == (1u << 20));
+  CHECK(r.Get<uint8_t>() == 1);
+  CHECK(r.Get<uint64_t>() == 17);
+  CHECK((r.ok() && r.done()));
+}
+
+}  // namespace
+}  // namespace ftrun
