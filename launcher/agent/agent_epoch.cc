@@ -32,7 +32,7 @@ void Agent::Stopped() {
   status_dirty_ = true;
   if (reply_halted_) {
     // The halt came after every commit the coordinator made before it: what
-    // is above the last of them is void now (never before: see ContinueStop).
+    // is above the last of them is void now (never before: see RanksStopped).
     reply_halted_ = false;
     retention_->Halted();
     Report(HaltedMsg{epoch_});
