@@ -34,6 +34,7 @@
 #include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/node_disk.h"
 #include "launcher/agent/options.h"
+#include "launcher/agent/peer_addresses.h"
 #include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
@@ -196,7 +197,7 @@ class Agent {
   bool stop_ordered_ = false;  // the coordinator ended the job (kStop)
   bool assigned_ = false;
   bool reply_halted_ = false;
-  std::map<PeerId, std::string> members_;
+  std::unique_ptr<PeerAddresses> peers_;  // where the job's members listen (peer_addresses.h)
   std::optional<StartMsg> pending_start_;
   std::unique_ptr<ShardPulls> pulls_;                   // this node's shards from their holders (shard_pulls.h)
   std::vector<std::pair<int, uint64_t>> held_pending_;  // (rank, version) held, not yet reported (FlushHeld)

@@ -18,6 +18,7 @@ Status Agent::SetupCluster() {
   t.listen_ip = o_.listen_ip;
   FTRUN_RETURN_IF_ERROR(ReadSecretFile(o_.secret_file, &t.secret));
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
+  peers_ = std::make_unique<PeerAddresses>(transport_.get());
   replicator_ =
       std::make_unique<Replicator>(transport_.get(), store_.get(), arena_.base(), o_.config.store.chunk_size, clock_);
   replicator_->on_stored = [this](int rank, uint64_t version) { held_pending_.push_back({rank, version}); };
@@ -26,8 +27,7 @@ Status Agent::SetupCluster() {
   };
   pulls_ = std::make_unique<ShardPulls>(clock_, o_.config.cluster.lost_node_timeout,
                                         [this](PeerId holder, int rank, uint64_t version) {
-                                          auto it = members_.find(holder);
-                                          if (it != members_.end()) transport_->Connect(holder, it->second);
+                                          peers_->Connect(holder);
                                           return replicator_->Pull(holder, rank, version);
                                         });
   pulls_->on_ready = [this](uint64_t epoch) { Report(ReadyMsg{epoch}); };
@@ -46,14 +46,8 @@ Status Agent::SetupCluster() {
     SettleCorruptChunks();
   };
   replicator_->SetCopyTimeout(o_.config.cluster.copy_timeout);
-  // A stalled copy was cancelled: reset the connection with that agent (a
-  // UCX rendezvous on it may never end; closing it fails what is left on
-  // both sides) and connect again at once.
-  replicator_->on_stalled = [this](PeerId peer) {
-    transport_->Disconnect(peer);
-    auto it = members_.find(peer);
-    if (it != members_.end()) transport_->Connect(peer, it->second);
-  };
+  // A stalled copy was cancelled: the connection with that agent is reset.
+  replicator_->on_stalled = [this](PeerId peer) { peers_->Reset(peer); };
   FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
   CoordinatorLink::Options lo;
   lo.peer = kCoordinatorPeer;
@@ -68,13 +62,7 @@ Status Agent::SetupCluster() {
   };
   link_->on_heartbeat = [this] {
     Report(HeartbeatMsg{epoch_});
-    // A connection to a holder that failed (or was reset) is made again:
-    // nothing else would, until the next membership change. A no-op for
-    // one that is up or being made.
-    for (PeerId h : replicator_->holders()) {
-      auto it = members_.find(h);
-      if (it != members_.end()) transport_->Connect(h, it->second);
-    }
+    peers_->Connect(replicator_->holders());  // one that failed (or was reset) is made again
   };
   link_->on_lost = [this](const std::string& why) { CoordinatorLost(why); };
   link_->on_give_up = [this] {
@@ -161,13 +149,9 @@ void Agent::ApplyAssign(const AssignMsg& m) {
 }
 
 void Agent::ApplyMembership(const MembershipMsg& m) {
-  members_.clear();
-  for (const MemberInfo& x : m.members) members_[x.agent] = x.address;
   if (!replicator_) return;  // one node: nobody to copy to
-  for (uint32_t h : m.my_holders) {
-    auto it = members_.find(h);
-    if (it != members_.end()) transport_->Connect(h, it->second);
-  }
+  peers_->Set(m);
+  peers_->Connect(m.my_holders);
   replicator_->SetHolders(m.my_holders);
   replicator_->SetRoles(PeerRoles(m));
   status_dirty_ = true;

@@ -4,24 +4,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/unit/recording_transport.h"
+
 namespace ftrun {
 namespace {
 
 using std::chrono::milliseconds;
-
-struct RecordingTransport : Transport {
-  int connects = 0, disconnects = 0;
-  std::string address() const override { return "self"; }
-  void Connect(PeerId, const std::string&) override { connects++; }
-  void Disconnect(PeerId) override { disconnects++; }
-  void Send(PeerId, uint16_t, std::string) override {}
-  void SendBulk(PeerId, uint64_t, const void*, uint64_t, uint64_t) override {}
-  void PostRecv(PeerId, uint64_t, void*, uint64_t, uint64_t) override {}
-  void CancelRecv(uint64_t) override {}
-  int event_fd() const override { return -1; }
-  std::vector<TransportEvent> Poll() override { return {}; }
-  TransportStats stats() const override { return {}; }
-};
 
 struct Fixture {
   ManualClock clock;
