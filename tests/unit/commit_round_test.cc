@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/unit/store_test_util.h"
+
 namespace ftrun {
 namespace {
 
@@ -18,21 +20,7 @@ struct Node {
                     },
                     [this](uint64_t v) { failed.push_back(v); }};
 
-  void Save(int rank, uint64_t version) {
-    std::string content = std::to_string(rank) + "@" + std::to_string(version);
-    content.resize(16, '.');
-    std::vector<uint64_t> offs;
-    REQUIRE(store.Reserve(1, {content.size()}, &offs).ok());
-    Manifest m;
-    m.rank = rank;
-    m.version = version;
-    TensorManifest t;
-    t.chunks.push_back({HashBytes(content.data(), content.size()), content.size(), offs[0]});
-    t.info = {"w", DType::kUInt8, {16}, 16, Device::kHost};
-    m.tensors.push_back(t);
-    REQUIRE(store.AddManifest(1, std::move(m)).ok());
-    store.ReleaseReservations(1);
-  }
+  void Save(int rank, uint64_t version) { SaveOneChunk(&store, rank, version, RankVersionContent(rank, version)); }
   // A rank saves and tells the round, as the agent does.
   void Saves(int rank, uint64_t version) {
     Save(rank, version);

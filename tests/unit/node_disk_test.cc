@@ -13,6 +13,7 @@
 #include "plugin/common/safe_dir.h"
 #include "plugin/persist/disk_format.h"
 #include "tests/unit/persist_test_util.h"
+#include "tests/unit/store_test_util.h"
 
 namespace ftrun {
 namespace {
@@ -42,21 +43,7 @@ struct Node {
     disk->Assign(1, 4);  // node 1 of a 4-rank job: rank 2 is this node's
   }
   // Rank 2 saves `version`: one chunk of its own bytes.
-  void Save(uint64_t version) {
-    std::string content = Pattern(version, 4096);
-    std::vector<uint64_t> offs;
-    REQUIRE(store.Reserve(1, {content.size()}, &offs).ok());
-    std::memcpy(arena.data() + offs[0], content.data(), content.size());
-    Manifest m;
-    m.rank = 2;
-    m.version = version;
-    TensorManifest t;
-    t.chunks.push_back({HashBytes(content.data(), content.size()), content.size(), offs[0]});
-    t.info = {"w", DType::kUInt8, {4096}, 4096, Device::kHost};
-    m.tensors.push_back(t);
-    REQUIRE(store.AddManifest(1, std::move(m)).ok());
-    store.ReleaseReservations(1);
-  }
+  void Save(uint64_t version) { SaveOneChunk(&store, 2, version, Pattern(version, 4096), arena.data()); }
   std::string VersionFile(uint64_t v, const std::string& name) const {
     return VersionDir(PersistJobDir(dir.path(), "job"), v) + "/" + name;
   }

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/unit/store_test_util.h"
+
 namespace ftrun {
 namespace {
 
@@ -13,27 +15,7 @@ struct Node {
   VersionRetention retention{&store, &tracker};
 
   // Rank `rank` saves `version`: one chunk of its own.
-  void Save(int rank, uint64_t version) {
-    std::string content = std::to_string(rank) + "@" + std::to_string(version);
-    content.resize(16, '.');  // one layout for every version
-    std::vector<uint64_t> offs;
-    REQUIRE(store.Reserve(1, {content.size()}, &offs).ok());
-    Manifest m;
-    m.rank = rank;
-    m.version = version;
-    TensorManifest t;
-    ChunkRef c;
-    c.hash = HashBytes(content.data(), content.size());
-    c.length = content.size();
-    c.offset = offs[0];
-    t.chunks.push_back(c);
-    t.info = {"w", DType::kUInt8, {static_cast<int64_t>(c.length)}, c.length, Device::kHost};
-    m.tensors.push_back(t);
-    Status s = store.AddManifest(1, std::move(m));
-    INFO(s.message());
-    REQUIRE(s.ok());
-    store.ReleaseReservations(1);
-  }
+  void Save(int rank, uint64_t version) { SaveOneChunk(&store, rank, version, RankVersionContent(rank, version)); }
   void Commit(uint64_t v) {
     tracker.Committed(v);
     retention.Committed(v);
