@@ -89,79 +89,49 @@ void Agent::RegisterWithCoordinator() {
 }
 
 void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
-  // Each order decoded into its struct (cluster_messages.h); a malformed one
-  // is dropped with a WARN, nothing of it acted on.
-  auto decoded = [&](auto* m) {
-    Status s = Decode(payload, m);
-    if (!s.ok()) FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.message());
-    return s.ok();
+  // Each order decoded into its struct (cluster_messages.h) and then acted
+  // on; a malformed one is dropped with a WARN, nothing of it acted on.
+  auto on = [&](auto m, auto act) {
+    if (Status s = Decode(payload, &m); !s.ok()) {
+      FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.message());
+    } else {
+      act(m);
+    }
   };
   switch (static_cast<ClusterMsg>(type)) {
-    case ClusterMsg::kCoordHeartbeat: {
-      CoordHeartbeatMsg m;
-      decoded(&m);
-      return;
-    }
-    case ClusterMsg::kAssign: {
-      AssignMsg m;
-      if (decoded(&m)) ApplyAssign(m);
-      return;
-    }
-    case ClusterMsg::kMembership: {
-      MembershipMsg m;
-      if (decoded(&m)) ApplyMembership(m);
-      return;
-    }
-    case ClusterMsg::kPull: {
-      PullMsg m;
-      if (decoded(&m)) StartPulls(m);
-      return;
-    }
-    case ClusterMsg::kStart: {
-      StartMsg m;
-      if (decoded(&m)) Start(m);
-      return;
-    }
-    case ClusterMsg::kHalt: {
-      HaltMsg m;
-      if (decoded(&m)) Halt(m.epoch);
-      return;
-    }
-    case ClusterMsg::kDropAbove: {
-      DropAboveMsg m;
-      if (!decoded(&m)) return;
-      disk_->DropFilesAbove(m.version, ranks_->Ranks());
-      return;
-    }
-    case ClusterMsg::kReplicate: {
-      ReplicateMsg m;
+    case ClusterMsg::kCoordHeartbeat:
+      return on(CoordHeartbeatMsg{}, [](const CoordHeartbeatMsg&) {});
+    case ClusterMsg::kAssign:
+      return on(AssignMsg{}, [&](const AssignMsg& m) { ApplyAssign(m); });
+    case ClusterMsg::kMembership:
+      return on(MembershipMsg{}, [&](const MembershipMsg& m) { ApplyMembership(m); });
+    case ClusterMsg::kPull:
+      return on(PullMsg{}, [&](const PullMsg& m) { StartPulls(m); });
+    case ClusterMsg::kStart:
+      return on(StartMsg{}, [&](const StartMsg& m) { Start(m); });
+    case ClusterMsg::kHalt:
+      return on(HaltMsg{}, [&](const HaltMsg& m) { Halt(m.epoch); });
+    case ClusterMsg::kDropAbove:
+      return on(DropAboveMsg{}, [&](const DropAboveMsg& m) { disk_->DropFilesAbove(m.version, ranks_->Ranks()); });
+    case ClusterMsg::kReplicate:
       // (A one-node job's coordinator has no holders to order copies to.)
-      if (decoded(&m) && m.epoch == epoch_ && round_) {
+      return on(ReplicateMsg{}, [&](const ReplicateMsg& m) {
+        if (m.epoch != epoch_ || !round_) return;
         retention_->RoundTargets(m.version);
         round_->Begin(m.version, ranks_->Ranks());
-      }
-      return;
-    }
-    case ClusterMsg::kCommit: {
-      CommitMsg m;
-      if (!decoded(&m)) return;
-      tracker_.Committed(m.version);
-      commit_epoch_ = m.epoch;  // the timeline its disk markers record (PersistCommitted)
-      service_->OnCommitted(m.version);
-      commit_epoch_.reset();
-      status_dirty_ = true;
-      return;
-    }
-    case ClusterMsg::kStop: {
-      StopMsg m;
-      if (decoded(&m)) Ended(m.code, m.message, false);
-      return;
-    }
-    case ClusterMsg::kFenced: {
-      FencedMsg m;
-      if (decoded(&m)) Ended(1, m.message, true);
-      return;
-    }
+      });
+    case ClusterMsg::kCommit:
+      return on(CommitMsg{}, [&](const CommitMsg& m) {
+        tracker_.Committed(m.version);
+        commit_epoch_ = m.epoch;  // the timeline its disk markers record (NodeDisk::Committed)
+        service_->OnCommitted(m.version);
+        commit_epoch_.reset();
+        status_dirty_ = true;
+      });
+    case ClusterMsg::kStop:
+      return on(StopMsg{}, [&](const StopMsg& m) { Ended(m.code, m.message, false); });
+    case ClusterMsg::kFenced:
+      return on(FencedMsg{}, [&](const FencedMsg& m) { Ended(1, m.message, true); });
     default:
       FTRUN_LOG_WARN("coordinator sent an unexpected {}", ClusterMsgName(type));
   }
@@ -170,7 +140,7 @@ void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
 // kStop (the job ends with `code`) or kFenced (this agent is out of it).
 void Agent::Ended(int code, const std::string& msg, bool fenced) {
   if (fenced)
-    fenced_ = true;  // never drains: its node is someone else's (DrainPersist)
+    fenced_ = true;  // never drains: its node is someone else's (NodeDisk::Drain)
   else
     stop_ordered_ = true;
   if (fenced)
