@@ -29,8 +29,7 @@ void Agent::SpawnGeneration() {
     SpawnSpec spec;
     spec.argv = BuildRankCommand(o_, s.local_rank);
     spec.env = BuildRankEnv(o_, id);
-    if (!o_.each_rank_log_dir.empty())
-      spec.log_file = o_.each_rank_log_dir + "/rank" + std::to_string(s.global_rank) + ".log";
+    if (!o_.each_rank_log_dir.empty()) spec.log_file = RankLogPath(o_.each_rank_log_dir, s.global_rank);
     UniqueFd stderr_pipe;
     Status st = rank_output_ ? rank_output_->NewPipe(s.global_rank, &stderr_pipe) : Status::Ok();
     spec.stderr_fd = stderr_pipe.get();
@@ -134,17 +133,7 @@ void Agent::SettleCorruptChunks() {
 std::string Agent::LastWords(const RankSlot& s) {
   constexpr size_t kLines = 10;
   if (rank_output_) return rank_output_->Tail(s.global_rank, kLines);
-  std::string log = o_.each_rank_log_dir + "/rank" + std::to_string(s.global_rank) + ".log";
-  UniqueFd fd(::open(log.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return {};
-  off_t size = ::lseek(fd.get(), 0, SEEK_END);
-  std::string t(static_cast<size_t>(std::min<off_t>(std::max<off_t>(size, 0), 4096)), '\0');
-  ssize_t n = ::pread(fd.get(), t.data(), t.size(), size - static_cast<off_t>(t.size()));
-  t.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  while (!t.empty() && t.back() == '\n') t.pop_back();
-  size_t start = t.size(), lines = 0;
-  while (start > 0 && !(t[start - 1] == '\n' && ++lines == kLines)) --start;
-  return t.substr(start);
+  return FileTail(RankLogPath(o_.each_rank_log_dir, s.global_rank), kLines);
 }
 
 void Agent::BeginStop(StopCause cause, const std::string& reason) {

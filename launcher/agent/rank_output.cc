@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -121,8 +122,13 @@ std::string RankOutput::Tail(int rank, size_t max_lines) {
   if (cur == current_.end()) return {};
   Pipe& p = pipes_[cur->second];
   if (p.fd.valid()) DrainLocked(p);
-  // Back from the end over max_lines line breaks (a trailing one does not count).
-  const std::string& t = p.tail;
+  return LastLines(p.tail, max_lines);
+}
+
+std::string RankLogPath(const std::string& dir, int rank) { return dir + "/rank" + std::to_string(rank) + ".log"; }
+
+std::string LastLines(const std::string& t, size_t max_lines) {
+  // Back from the end over max_lines line breaks.
   size_t end = t.size();
   while (end > 0 && t[end - 1] == '\n') --end;
   size_t start = end, lines = 0;
@@ -131,6 +137,16 @@ std::string RankOutput::Tail(int rank, size_t max_lines) {
     --start;
   }
   return t.substr(start, end - start);
+}
+
+std::string FileTail(const std::string& path, size_t max_lines) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return {};
+  off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  std::string t(static_cast<size_t>(std::min<off_t>(std::max<off_t>(size, 0), 4096)), '\0');
+  ssize_t n = ::pread(fd.get(), t.data(), t.size(), size - static_cast<off_t>(t.size()));
+  t.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return LastLines(t, max_lines);
 }
 
 }  // namespace ftrun

@@ -66,4 +66,12 @@ class RankOutput {
   std::thread thread_;
 };
 
+// Where a rank's own log file is with --enable_each_rank_log DIR.
+std::string RankLogPath(const std::string& dir, int rank);
+// The last `max_lines` lines of `text` (a trailing line break does not count).
+std::string LastLines(const std::string& text, size_t max_lines);
+// The last `max_lines` lines of the file at `path` (its last 4 KiB at most;
+// "" when it cannot be read; never through a link).
+std::string FileTail(const std::string& path, size_t max_lines);
+
 }  // namespace ftrun
