@@ -40,6 +40,22 @@ class Check:
         return "%d check(s) failed:\n" % len(self.failures) + "\n".join("- " + str(w) for w in self.failures)
 
 
+class _FailedChecks:
+    """A failure report of soft checks: the whole list, and its first line for the short summary."""
+
+    def __init__(self, check):
+        self.text = check.report()
+        first = str(check.failures[0]).split("\n", 1)[0]
+        self.reprcrash = type("Crash", (), {"message": "%d check(s) failed: %s" % (len(check.failures), first)})
+
+    def toterminal(self, tw):
+        for line in self.text.split("\n"):
+            tw.line(line)
+
+    def __str__(self):
+        return self.text
+
+
 @pytest.fixture
 def check(request):
     """The soft assertion (see the module docstring)."""
@@ -102,7 +118,7 @@ def pytest_runtest_makereport(item, call):
             rep.sections.append(("failed checks", c.report()))
         else:
             rep.outcome = "failed"
-            rep.longrepr = c.report()
+            rep.longrepr = _FailedChecks(c)
     if rep.when == "call":
         item._ftrun_call = rep
     if rep.failed:
