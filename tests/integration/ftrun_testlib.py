@@ -11,7 +11,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -74,29 +73,6 @@ def started(proc):
     """Registers a job's process with the current test, which stops it if it still runs at the end."""
     _owners[-1].procs.append(proc)
     return proc
-
-
-# The scripts' helpers, until every test runs under pytest (tests/conftest.py
-# has the fixtures that replace them): outside pytest scratch() directories
-# belong to _owners[0], which finish() removes when every check passed.
-failures = []
-
-
-def check(cond, what):
-    """Records a failed expectation (the test goes on, and fails at the end)."""
-    if not cond:
-        failures.append(what)
-        print("FAILED:", what, flush=True)
-    return cond
-
-
-def finish():
-    if failures:
-        kept = " ".join(_owners[0].dirs)
-        print(f"{len(failures)} check(s) failed" + (f" (kept for a look: {kept})" if kept else ""), flush=True)
-        sys.exit(1)
-    _owners[0].remove()
-    print("all checks passed", flush=True)
 
 
 def digests(text):
