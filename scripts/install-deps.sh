@@ -14,7 +14,7 @@ pkgs=(
   python3-torch python3-numpy fio
   libssl-dev nftables iputils-ping iproute2 procps
   python3-yaml python3-matplotlib libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
-  python3-pip python3-setuptools python3-wheel python3-venv
+  python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,41 +1,15 @@
-"""Helpers for the install tests: the build and source trees, running a
-command with its output shown when it fails, and checks that fail the test
-at the end."""
+"""Helpers for the install tests: the build and source trees, and running a
+command with its output shown when it fails."""
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.environ.get("FTRUN_SOURCE_DIR", os.path.join(HERE, "..", "..")))
 BUILD = os.path.abspath(os.environ.get("FTRUN_BUILD_DIR", os.path.join(SOURCE, "build")))
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-failures = []
-
-
-def check(cond, what):
-    """Records a failed expectation (the test goes on, and fails at the end)."""
-    if not cond:
-        failures.append(what)
-        print("FAILED:", what, flush=True)
-    return cond
-
-
-def finish(tmp):
-    """Exits 1 if a check failed (keeping `tmp` to look at), else removes `tmp`."""
-    if failures:
-        print("%d check(s) failed; the files are in %s" % (len(failures), tmp), flush=True)
-        sys.exit(1)
-    subprocess.run(["rm", "-rf", tmp], check=False)
-    print("all checks passed", flush=True)
-
-
-def scratch(prefix):
-    """A fresh directory for this test (not shared with any other run)."""
-    return tempfile.mkdtemp(prefix=prefix)
 
 
 def clean_env(bin_dir, home, **extra):
@@ -48,9 +22,10 @@ def clean_env(bin_dir, home, **extra):
     return env
 
 
-def run(what, argv, timeout=90, expect_rc=0, **kwargs):
+def run(check, what, argv, timeout=90, expect_rc=0, **kwargs):
     """Runs argv; checks its exit code (expect_rc, None for any) and returns
-    (rc, output). The output is printed when the check fails."""
+    (rc, output). The output is printed when the check fails. `check` is the
+    test's soft assertion; None (a fixture's setup) asserts instead."""
     t0 = time.monotonic()
     try:
         # A session of its own: on a timeout the whole job (runner, agents, ranks) is killed.
@@ -71,6 +46,11 @@ def run(what, argv, timeout=90, expect_rc=0, **kwargs):
             rc, out = None, out + "\n(timed out after %ds)" % timeout
     ok = rc == expect_rc if expect_rc is not None else rc is not None
     print("%s: exit %s in %.1fs" % (what, rc, time.monotonic() - t0), flush=True)
-    if not check(ok, "%s: expected exit %s, got %s (%s)" % (what, expect_rc, rc, " ".join(argv))):
+    what = "%s: expected exit %s, got %s (%s)" % (what, expect_rc, rc, " ".join(argv))
+    if not ok:
         print(out[-4000:], flush=True)
+    if check is None:
+        assert ok, what + "\n" + out[-4000:]
+    else:
+        check(ok, what)
     return rc, out

@@ -11,7 +11,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -21,35 +20,59 @@ AGENT = os.path.join(BUILD, "ftrun-agent")
 TRAINER = os.path.join(BUILD, "ftrun-synthetic")
 DIGEST_RE = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$", re.M)
 
-failures = []
-_scratch = []  # directories finish() removes when every check passed
+
+class Scratch:
+    """The temporary directories and started jobs of one test, or of a test
+    module's shared setup (tests/conftest.py makes one per test and per
+    module): the directories go when the test passed, and stay, for a look,
+    when it failed; jobs still running at the end are stopped."""
+
+    def __init__(self):
+        self.dirs = []
+        self.procs = []
+
+    def stop_processes(self):
+        """SIGTERM to every job still running (an agent or a runner stops its ranks), SIGKILL after 30 s."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def remove(self):
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+_owners = [Scratch()]  # the innermost last; the first one (outside pytest) is never cleaned up
+
+
+def push_scratch():
+    _owners.append(Scratch())
+    return _owners[-1]
+
+
+def pop_scratch(owner):
+    _owners.remove(owner)
 
 
 def scratch(prefix):
-    """A temporary directory for this test (persist directories, logs, run
-    directories: some hold GiB). finish() removes it when every check passed
-    and keeps it, for a look, when one failed."""
+    """A temporary directory for the current test (persist directories, logs,
+    run directories: some hold GiB): removed when the test passed, kept and
+    named in its failure report when it failed (the `scratch` fixture)."""
     d = tempfile.mkdtemp(prefix=prefix)
-    _scratch.append(d)
+    _owners[-1].dirs.append(d)
     return d
 
 
-def check(cond, what):
-    """Records a failed expectation (the test goes on, and fails at the end)."""
-    if not cond:
-        failures.append(what)
-        print("FAILED:", what, flush=True)
-    return cond
-
-
-def finish():
-    if failures:
-        kept = " ".join(_scratch)
-        print(f"{len(failures)} check(s) failed" + (f" (kept for a look: {kept})" if kept else ""), flush=True)
-        sys.exit(1)
-    for d in _scratch:
-        shutil.rmtree(d, ignore_errors=True)
-    print("all checks passed", flush=True)
+def started(proc):
+    """Registers a job's process with the current test, which stops it if it still runs at the end."""
+    _owners[-1].procs.append(proc)
+    return proc
 
 
 def digests(text):
@@ -126,8 +149,8 @@ class Job(_Watched):
         self.argv = [AGENT, "--config", self.config, "--nproc", str(nranks), "--job-id", self.job_id,
                      "--status-file", self.status, "--no_python", "--no_local_rank", *extra, "--", *cmd]
         self.out = open(os.path.join(self.dir, "out.log"), "w+")
-        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
-                                     env=env or os.environ.copy())
+        self.proc = started(subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
+                                             env=env or os.environ.copy()))
 
     def rank_pid(self, rank):
         st = self.state()
@@ -174,8 +197,8 @@ class ClusterJob(_Watched):
                      "--config", self.config, "--status_file", self.status, "--no_python", "--no_local_rank",
                      *extra, TRAINER, *trainer_args]
         self.out = open(os.path.join(self.dir, "out.log"), "w+")
-        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
-                                     env=env or os.environ.copy())
+        self.proc = started(subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
+                                             env=env or os.environ.copy()))
         self.log = ""
 
     def agent_state(self, agent):

@@ -2,8 +2,9 @@
 processes, and checks that nothing is left behind, also when the creator dies of
 SIGTERM, SIGINT or SIGKILL (the last through cleanup_stale).
 
-Run as root with /usr/bin/python3; prints SKIPPED and exits 0 where namespaces
-cannot be built.
+Not one of CTest's tests (its name does not start with test_): run it as root
+with /usr/bin/python3 -m pytest tests/integration/netns_selftest.py (or run
+the file itself); skipped where namespaces cannot be built.
 """
 import os
 import re
@@ -14,9 +15,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
-from ftrun_chaos import netns_cluster as nc  # noqa: E402
-from ftrun_testlib import check, finish  # noqa: E402
+import pytest
+
+from ftrun_chaos import netns_cluster as nc
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos", "ftrun_chaos")
 
@@ -87,7 +88,7 @@ def read_line(f, timeout):
     return buf.decode(errors="replace")
 
 
-def child_dies(prefix, sig):
+def child_dies(check, prefix, sig):
     """Starts a child that builds a cluster, sends it `sig`; returns (returncode, sleep pid)."""
     err = tempfile.TemporaryFile("w+")  # not a pipe: an orphan must not be able to block us
     p = subprocess.Popen([sys.executable, "-c", CHILD % {"here": HERE, "prefix": prefix}],
@@ -120,16 +121,20 @@ def pid_gone(pid):
     return False
 
 
-def main():
+@pytest.fixture(scope="module", autouse=True)
+def namespaces():
     ok, why = nc.available()
     if not ok:
-        print("SKIPPED:", why, flush=True)
-        return 0
-    t0 = time.time()
+        pytest.skip(why)
     removed = nc.cleanup_stale("ftr")
     if removed:
         print("removed stale clusters:", removed, flush=True)
 
+
+def test_cluster(check):
+    """Names, addresses, links down and up, partitions, packet loss, processes, and a teardown that leaves
+    nothing behind (also on an exception)."""
+    t0 = time.time()
     c = nc.NetnsCluster(3)
     print(c, "setup %.2f s" % (time.time() - t0), flush=True)
     with c:
@@ -236,12 +241,16 @@ def main():
         pass
     check(nc.leftovers(c1.prefix) == [], "teardown on exception: %s" % nc.leftovers(c1.prefix))
 
+
+def test_creator_dies(check):
+    """The creator dies of SIGTERM or SIGINT: its handlers tear down, then it dies of the signal; SIGKILLed:
+    the leftovers stay, and cleanup_stale removes them (not a live cluster's)."""
     # the creator dies of SIGTERM / SIGINT: its handlers tear down, then it dies of the signal
     t = time.time()
     tag = "%04x" % (os.getpid() % 0x10000)
     for sig, want in ((signal.SIGTERM, (-signal.SIGTERM,)), (signal.SIGINT, (-signal.SIGINT, 1))):
         prefix = "ftrst%s%s" % (tag, "t" if sig == signal.SIGTERM else "i")
-        rc, spid = child_dies(prefix, sig)
+        rc, spid = child_dies(check, prefix, sig)
         check(rc in want, "child died of %s (rc %s)" % (sig.name, rc))
         check(nc.leftovers(prefix) == [], "%s: nothing left of %s: %s" % (sig.name, prefix, nc.leftovers(prefix)))
         check(spid is not None and pid_gone(spid), "%s: the child's sleep in its namespace is dead" % sig.name)
@@ -249,7 +258,7 @@ def main():
     # the creator is SIGKILLed: leftovers stay, cleanup_stale removes them, not a live cluster's
     prefix = "ftrst%sk" % tag
     with nc.NetnsCluster(1, prefix="ftrst%sl" % tag) as live:
-        rc, spid = child_dies(prefix, signal.SIGKILL)
+        rc, spid = child_dies(check, prefix, signal.SIGKILL)
         check(rc == -signal.SIGKILL, "child SIGKILLed (rc %s)" % rc)
         check(os.path.exists("/run/netns/%s0" % prefix), "SIGKILL leaves the namespace behind")
         removed = nc.cleanup_stale("ftrst" + tag)
@@ -260,10 +269,6 @@ def main():
         check(spid is not None and pid_gone(spid), "cleanup_stale killed the orphaned sleep")
     print("signal/stale tests %.2f s" % (time.time() - t), flush=True)
 
-    print("total %.2f s" % (time.time() - t0), flush=True)
-    finish()
-    return 0
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(pytest.main([__file__]))

@@ -12,24 +12,23 @@ FTRUN_CHAOS_SEED replays the soak with another seed."""
 import json
 import os
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
-from ftrun_chaos import netns_cluster as nc  # noqa: E402
-from ftrun_testlib import BUILD, SOURCE, check, finish, scratch  # noqa: E402
+import pytest
 
-ok, why = nc.available()
-if not ok:
-    print("SKIPPED:", why)
-    sys.exit(0)
+from ftrun_chaos import netns_cluster as nc
+from ftrun_testlib import BUILD
 
 CHAOS = os.path.join(BUILD, "ftrun-chaos")
-out = scratch("ftrun-chaos-it-")
 
 
-def chaos(plan, name, *extra, timeout=900):
-    d = os.path.join(out, name)
+@pytest.fixture(scope="module", autouse=True)
+def namespaces():
+    ok, why = nc.available()
+    if not ok:
+        pytest.skip(why)
+
+
+def chaos(plan, d, *extra, timeout=900):
     p = subprocess.run([CHAOS, "--plan", plan, "--out", d, "--build", BUILD, *extra], capture_output=True, text=True,
                        timeout=timeout)
     print(p.stdout[-3000:], p.stderr[-3000:], flush=True)
@@ -39,41 +38,48 @@ def chaos(plan, name, *extra, timeout=900):
             report = json.load(f)
     except (OSError, ValueError):
         pass
-    return p.returncode, report, d
+    return p.returncode, report
 
 
-# 1. The soak.
-extra = ["--seed", os.environ["FTRUN_CHAOS_SEED"]] if os.environ.get("FTRUN_CHAOS_SEED") else []
-rc, rep, d = chaos(os.path.join(SOURCE, "configs", "chaos", "soak.yaml"), "soak", *extra)
-check(rc == 0, "soak: ftrun-chaos exit %d (want 0); report in %s" % (rc, d))
-if check(rep is not None, "soak: report.json written"):
-    failed = [c for c in rep["checks"] if not c["ok"]]
-    check(rep["verdict"] == "pass" and not failed, "soak: failed checks %s" % failed)
-    n = rep["summary"]["faults_injected"]
-    kinds = rep["summary"]["by_kind"]
-    check(n >= 200, "soak: %d faults injected (want >= 200)" % n)
-    check(len(kinds) >= 10, "soak: faults of %d kinds (want >= 10): %s" % (len(kinds), kinds))
-    check(rep["summary"]["recoveries"] >= 20, "soak: %d recoveries" % rep["summary"]["recoveries"])
-    check(all(r["restored_version"] is not None for r in rep["recoveries"]), "soak: every recovery names its version")
-    check(any(c["name"] == "every corrupted chunk was detected" for c in rep["checks"]) or
-          "bitflip_disk" not in kinds, "soak: the corruption check ran")
-    for f in ("report.md", "timeline.png"):
-        check(os.path.getsize(os.path.join(d, f)) > 1000, "soak: %s written" % f)
+def test_soak(check, scratch, source_dir):
+    """The CI soak passes every check, with 200+ faults of 10+ kinds and the three report files."""
+    d = os.path.join(scratch("ftrun-chaos-it-"), "soak")
+    extra = ["--seed", os.environ["FTRUN_CHAOS_SEED"]] if os.environ.get("FTRUN_CHAOS_SEED") else []
+    rc, rep = chaos(os.path.join(source_dir, "configs", "chaos", "soak.yaml"), d, *extra)
+    check(rc == 0, "soak: ftrun-chaos exit %d (want 0); report in %s" % (rc, d))
+    if check(rep is not None, "soak: report.json written"):
+        failed = [c for c in rep["checks"] if not c["ok"]]
+        check(rep["verdict"] == "pass" and not failed, "soak: failed checks %s" % failed)
+        n = rep["summary"]["faults_injected"]
+        kinds = rep["summary"]["by_kind"]
+        check(n >= 200, "soak: %d faults injected (want >= 200)" % n)
+        check(len(kinds) >= 10, "soak: faults of %d kinds (want >= 10): %s" % (len(kinds), kinds))
+        check(rep["summary"]["recoveries"] >= 20, "soak: %d recoveries" % rep["summary"]["recoveries"])
+        check(all(r["restored_version"] is not None for r in rep["recoveries"]),
+              "soak: every recovery names its version")
+        check(any(c["name"] == "every corrupted chunk was detected" for c in rep["checks"]) or
+              "bitflip_disk" not in kinds, "soak: the corruption check ran")
+        for f in ("report.md", "timeline.png"):
+            check(os.path.getsize(os.path.join(d, f)) > 1000, "soak: %s written" % f)
 
-# 2. Beyond what redundancy covers: the verdict must be a failure.
-plan = os.path.join(out, "too-many.yaml")
-with open(plan, "w") as f:
-    f.write("name: two of three nodes at once\n"
-            "cluster: {nodes: 3, ranks_per_node: 1, spares: 0, replicas: 1}\n"
-            "job:\n  synthetic: {state_bytes: 1MiB, tensors: 2, steps: 400, step_ms: 20}\n"
-            "  config: \"cluster: {lost_node_timeout: 3s}\\n\"\n  timeout: 3m\n"
-            "faults:\n  - {kind: node_kill, at_step: 60, target: {node: 0}}\n"
-            "  - {kind: node_kill, at_step: 60, target: {node: 1}}\n")
-rc, rep, d = chaos(plan, "too-many", timeout=400)
-check(rc == 1, "two nodes of three lost with replicas 1: ftrun-chaos exit %d (want 1)" % rc)
-if check(rep is not None, "too many losses: report.json written"):
-    failed = {c["name"]: c["detail"] for c in rep["checks"] if not c["ok"]}
-    check(rep["verdict"] == "fail" and "the job completed" in failed,
-          "too many losses: the report fails 'the job completed': %s" % failed)
-    check("the final state equals the failure-free run's" in failed, "too many losses: the final state check fails")
-finish()
+
+def test_beyond_redundancy_fails(check, scratch):
+    """Two of three nodes lost at once with replicas 1, no spare and no disk: the verdict must be a failure
+    that names the checks that failed."""
+    out = scratch("ftrun-chaos-it-")
+    plan = os.path.join(out, "too-many.yaml")
+    with open(plan, "w") as f:
+        f.write("name: two of three nodes at once\n"
+                "cluster: {nodes: 3, ranks_per_node: 1, spares: 0, replicas: 1}\n"
+                "job:\n  synthetic: {state_bytes: 1MiB, tensors: 2, steps: 400, step_ms: 20}\n"
+                "  config: \"cluster: {lost_node_timeout: 3s}\\n\"\n  timeout: 3m\n"
+                "faults:\n  - {kind: node_kill, at_step: 60, target: {node: 0}}\n"
+                "  - {kind: node_kill, at_step: 60, target: {node: 1}}\n")
+    rc, rep = chaos(plan, os.path.join(out, "too-many"), timeout=400)
+    check(rc == 1, "two nodes of three lost with replicas 1: ftrun-chaos exit %d (want 1)" % rc)
+    if check(rep is not None, "too many losses: report.json written"):
+        failed = {c["name"]: c["detail"] for c in rep["checks"] if not c["ok"]}
+        check(rep["verdict"] == "fail" and "the job completed" in failed,
+              "too many losses: the report fails 'the job completed': %s" % failed)
+        check("the final state equals the failure-free run's" in failed,
+              "too many losses: the final state check fails")

@@ -7,17 +7,12 @@ The link then comes back: the old agent is fenced (its ranks and its
 uncommitted versions never mix into the job again)."""
 import os
 import random
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
-from ftrun_chaos import netns_cluster as nc  # noqa: E402
-from ftrun_testlib import ClusterJob, check, digests, finish, golden  # noqa: E402
+import pytest
 
-ok, why = nc.available()
-if not ok:
-    print("SKIPPED:", why)
-    sys.exit(0)
+from ftrun_chaos import netns_cluster as nc
+from ftrun_testlib import ClusterJob, digests, golden
 
 NODES, PER_NODE = 4, 2
 ARGS = ["--state-bytes", "8MiB", "--tensors", "4", "--steps", "150", "--step-ms", "15", "--change-fraction", "0.3"]
@@ -25,36 +20,43 @@ CONFIG = ("job:\n  max_restarts: 5\n  stop_grace: 2s\n"
           "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
           "cluster:\n  replicas: 1\n  heartbeat_interval: 200ms\n  heartbeat_misses: 10\n  lost_node_timeout: 30s\n")
 
-seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-print("seed", seed)
-rng = random.Random(seed)
-want = golden(NODES * PER_NODE, ARGS)
 
-with nc.NetnsCluster(NODES + 1) as c:
-    env = os.environ.copy()
-    env["UCX_TLS"] = "tcp,self"  # else UCX uses shared memory across namespaces and the link does not matter
-    env["UCX_NET_DEVICES"] = c.bridge  # the coordinator's; each agent gets its veth below
-    prefix = c.exec_prefix_template + " env UCX_NET_DEVICES=veth{node}"
-    addrs = ",".join(c.addr(i) for i in range(NODES + 1))
-    job = ClusterJob(NODES, PER_NODE, ARGS, CONFIG, spares=1,
-                     extra=["--coordinator_addr", c.root_addr, "--agent_addr", addrs, "--agent_exec_prefix", prefix],
-                     env=env)
-    st = job.wait_for(lambda s: s["phase"] == "running" and s["committed_version"] is not None, timeout=60)
-    check(st is not None, "netns: the job never committed a version\n" + open(job.out.name).read()[-3000:])
-    victim = rng.randrange(NODES)
-    if st:
-        time.sleep(rng.uniform(0.1, 0.4))
-        print(f"link of node {victim} down", flush=True)
-        c.link_down(victim)
-        st = job.wait_for(lambda s: s["restarts"] >= 1 and s["phase"] == "running", timeout=30)
-        check(st is not None, "netns: no recovery after the link went down")
+def test_link_down_then_back(check):
+    """A node's link goes down: the spare takes over and the job ends with the failure-free digests; the link
+    comes back and the old agent is fenced."""
+    ok, why = nc.available()
+    if not ok:
+        pytest.skip(why)
+    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+    print("seed", seed)
+    rng = random.Random(seed)
+    want = golden(NODES * PER_NODE, ARGS)
+
+    with nc.NetnsCluster(NODES + 1) as c:
+        env = os.environ.copy()
+        env["UCX_TLS"] = "tcp,self"  # else UCX uses shared memory across namespaces and the link does not matter
+        env["UCX_NET_DEVICES"] = c.bridge  # the coordinator's; each agent gets its veth below
+        prefix = c.exec_prefix_template + " env UCX_NET_DEVICES=veth{node}"
+        addrs = ",".join(c.addr(i) for i in range(NODES + 1))
+        job = ClusterJob(NODES, PER_NODE, ARGS, CONFIG, spares=1,
+                         extra=["--coordinator_addr", c.root_addr, "--agent_addr", addrs, "--agent_exec_prefix",
+                                prefix],
+                         env=env)
+        st = job.wait_for(lambda s: s["phase"] == "running" and s["committed_version"] is not None, timeout=60)
+        check(st is not None, "netns: the job never committed a version\n" + open(job.out.name).read()[-3000:])
+        victim = rng.randrange(NODES)
         if st:
-            check(st["nodes"][victim]["agent"] != victim, "netns: the lost node was not taken over by the spare")
-        time.sleep(0.5)
-        print(f"link of node {victim} up", flush=True)
-        c.link_up(victim)
-    rc = job.wait(timeout=240)
-    check(rc == 0, f"netns: runner exit {rc}\n{job.log[-4000:]}")
-    check(digests(job.log) == want, "netns: digests differ from the failure-free run")
-    check("fenced" in job.log, "netns: the agent that came back was not fenced")
-finish()
+            time.sleep(rng.uniform(0.1, 0.4))
+            print(f"link of node {victim} down", flush=True)
+            c.link_down(victim)
+            st = job.wait_for(lambda s: s["restarts"] >= 1 and s["phase"] == "running", timeout=30)
+            check(st is not None, "netns: no recovery after the link went down")
+            if st:
+                check(st["nodes"][victim]["agent"] != victim, "netns: the lost node was not taken over by the spare")
+            time.sleep(0.5)
+            print(f"link of node {victim} up", flush=True)
+            c.link_up(victim)
+        rc = job.wait(timeout=240)
+        check(rc == 0, f"netns: runner exit {rc}\n{job.log[-4000:]}")
+        check(digests(job.log) == want, "netns: digests differ from the failure-free run")
+        check("fenced" in job.log, "netns: the agent that came back was not fenced")

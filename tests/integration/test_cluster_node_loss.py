@@ -9,10 +9,24 @@ import random
 import subprocess
 import time
 
-from ftrun_testlib import RUNNER, ClusterJob, check, digests, finish, golden
+import pytest
+
+from ftrun_testlib import RUNNER, ClusterJob, digests, golden
 
 NODES, PER_NODE = 4, 2
 ARGS = ["--state-bytes", "16MiB", "--tensors", "4", "--steps", "80", "--step-ms", "10", "--change-fraction", "0.3"]
+
+
+@pytest.fixture(scope="module")
+def want():
+    return golden(NODES * PER_NODE, ARGS)
+
+
+@pytest.fixture(scope="module")
+def rng():
+    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+    print("seed", seed, "(set FTRUN_TEST_SEED to replay)")
+    return random.Random(seed)
 
 
 def config(k):
@@ -20,12 +34,6 @@ def config(k):
             "store:\n  memory_budget: 512MiB\n  chunk_size: 1MiB\n  prefault: false\n"
             "cluster:\n  replicas: %d\n  heartbeat_interval: 200ms\n  heartbeat_misses: 10\n"
             "  lost_node_timeout: 30s\n" % k)
-
-
-seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-print("seed", seed, "(set FTRUN_TEST_SEED to replay)")
-rng = random.Random(seed)
-want = golden(NODES * PER_NODE, ARGS)
 
 
 def committed(st):
@@ -37,7 +45,7 @@ def status_command(*args):
     return p.returncode, p.stdout + p.stderr
 
 
-def check_status_command(job, killed):
+def check_status_command(check, job, killed):
     """`ftrun status` while the job runs, after a node was rebuilt."""
     # The agents write their own status files a moment after the runner
     # counts the restart: ask again until the new node's restart shows.
@@ -62,7 +70,7 @@ def check_status_command(job, killed):
     check(rc == 2 and "field 'nodes' missing" in out and bad in out, f"ftrun status on a foreign file: {rc}\n{out}")
 
 
-def run(name, k, spares, kills, during_recovery=False):
+def run(check, rng, want, name, k, spares, kills, during_recovery=False):
     job = ClusterJob(NODES, PER_NODE, ARGS, config(k), spares=spares)
     done = 0
     restarts = 0
@@ -95,7 +103,7 @@ def run(name, k, spares, kills, during_recovery=False):
             break
         restarts, last = st["restarts"], st["committed_version"]
         if i == 0 and name == "k=1, spare":
-            check_status_command(job, node)
+            check_status_command(check, job, node)
     rc = job.wait(timeout=180)
     st = job.state() or {}
     check(rc == 0, f"{name}: runner exit {rc} after {done} node kills\n{job.log[-4000:]}")
@@ -104,28 +112,37 @@ def run(name, k, spares, kills, during_recovery=False):
     return done
 
 
-total = 0
-total += run("k=1, spare", 1, 1, 1)
-total += run("k=1, spare, two kills in sequence", 1, 2, 2)
-total += run("k=2, no spare (the node's agent restarts)", 2, 0, 1)
-total += run("k=2, spare, a second node dies during the recovery", 2, 2, 1, during_recovery=True)
+RUNS = [("k=1, spare", 1, 1, 1, False),
+        ("k=1, spare, two kills in sequence", 1, 2, 2, False),
+        ("k=2, no spare (the node's agent restarts)", 2, 0, 1, False),
+        ("k=2, spare, a second node dies during the recovery", 2, 2, 1, True)]
 
-# Two simultaneous losses with k=1: node 1's only copy lives on its holder.
-# Long enough that the job cannot end before the kills on a loaded machine.
-LONG = [a if a != "80" else "400" for a in ARGS]
-job = ClusterJob(NODES, PER_NODE, LONG, config(1), spares=2)
-st = job.wait_for(committed, timeout=60)
-check(st is not None, "k=1 double loss: the job never committed a version")
-holder_of_1 = None
-if st:
-    time.sleep(0.2)
-    # The holder of node 1's shards is the next node on the placement ring.
-    holder_of_1 = 2
-    job.kill_node(1)
-    job.kill_node(holder_of_1)
-rc = job.wait(timeout=120)
-check(rc not in (0, "timeout"), f"k=1 double loss: expected a failing exit, got {rc}\n{job.log[-3000:]}")
-check("no complete copy" in job.log, f"k=1 double loss: no clear error in the log\n{job.log[-3000:]}")
-check("ranks 2, 3" in job.log or "ranks 2" in job.log, "k=1 double loss: the error does not name node 1's ranks")
-print(f"{total} node kills survived")
-finish()
+
+@pytest.mark.parametrize("name, k, spares, kills, during_recovery", RUNS, ids=[r[0] for r in RUNS])
+def test_node_loss(check, rng, want, name, k, spares, kills, during_recovery):
+    """Whole nodes killed at random moments: the job ends with the failure-free digests (and, in the first
+    case, `ftrun status` shows the loss and the restart)."""
+    done = run(check, rng, want, name, k, spares, kills, during_recovery=during_recovery)
+    print(f"{name}: {done} node kills survived")
+
+
+def test_double_loss_with_one_replica(check):
+    """Two simultaneous losses with k=1 (node 1 and the holder of its only copy): the job stops with the error
+    that names the ranks without a copy, not a hang and not a mixed version."""
+    # Two simultaneous losses with k=1: node 1's only copy lives on its holder.
+    # Long enough that the job cannot end before the kills on a loaded machine.
+    long_args = [a if a != "80" else "400" for a in ARGS]
+    job = ClusterJob(NODES, PER_NODE, long_args, config(1), spares=2)
+    st = job.wait_for(committed, timeout=60)
+    check(st is not None, "k=1 double loss: the job never committed a version")
+    holder_of_1 = None
+    if st:
+        time.sleep(0.2)
+        # The holder of node 1's shards is the next node on the placement ring.
+        holder_of_1 = 2
+        job.kill_node(1)
+        job.kill_node(holder_of_1)
+    rc = job.wait(timeout=120)
+    check(rc not in (0, "timeout"), f"k=1 double loss: expected a failing exit, got {rc}\n{job.log[-3000:]}")
+    check("no complete copy" in job.log, f"k=1 double loss: no clear error in the log\n{job.log[-3000:]}")
+    check("ranks 2, 3" in job.log or "ranks 2" in job.log, "k=1 double loss: the error does not name node 1's ranks")

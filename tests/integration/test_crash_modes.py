@@ -2,14 +2,24 @@
 is detected, every rank restarts from the last committed version, and the
 run ends in the failure-free state. When restarts run out, the agent exits
 with the rank's code (128+signal for a signal)."""
-from ftrun_testlib import Job, check, digests, finish, golden
+import pytest
+
+from ftrun_testlib import Job, digests, golden
 
 NRANKS = 3
 ARGS = ["--state-bytes", "4MiB", "--tensors", "3", "--steps", "25", "--step-ms", "5"]
-CONFIG = "job:\n  max_restarts: 2\n  hang_timeout: 2s\n  stop_grace: 1s\nstore:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n"
+CONFIG = ("job:\n  max_restarts: 2\n  hang_timeout: 2s\n  stop_grace: 1s\n"
+          "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n")
 
-want = golden(NRANKS, ARGS)
-for mode in ["kill", "segv", "abort", "exit", "hang"]:
+
+@pytest.fixture(scope="module")
+def want():
+    return golden(NRANKS, ARGS)
+
+
+@pytest.mark.parametrize("mode", ["kill", "segv", "abort", "exit", "hang"])
+def test_crash_recovers(check, want, mode):
+    """A rank that fails this way is restarted from a committed version, and the run ends as the failure-free one."""
     job = Job(NRANKS, ARGS + ["--crash-at-step", "12", "--crash-rank", "1", "--crash-mode", mode], CONFIG)
     rc = job.wait(timeout=120)
     st = job.state()
@@ -22,11 +32,12 @@ for mode in ["kill", "segv", "abort", "exit", "hang"]:
     if mode == "hang":
         check("hung" in rec["reason"], f"hang reason: {rec['reason']}")
 
-# Restarts exhausted: the exit code is the rank's.
-for mode, code in [("exit", 3), ("kill", 128 + 9), ("segv", 128 + 11)]:
+
+@pytest.mark.parametrize("mode, code", [("exit", 3), ("kill", 128 + 9), ("segv", 128 + 11)])
+def test_restarts_exhausted(check, mode, code):
+    """With no restart left the agent gives up with the rank's exit code (128 + signal for a signal)."""
     job = Job(NRANKS, ARGS + ["--crash-at-step", "5", "--crash-mode", mode],
               CONFIG.replace("max_restarts: 2", "max_restarts: 0"))
     rc = job.wait(timeout=120)
     check(rc == code, f"{mode} with max_restarts 0: exit {rc}, want {code}")
     check("giving up" in job.log, f"{mode}: log does not say it gave up")
-finish()

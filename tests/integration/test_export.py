@@ -1,8 +1,8 @@
 """`ftrun export` and ftrun.load_persisted / ftrun.load_exported on a real job.
 
 1. Two Python ranks (this file, run as `test_export.py rank REFDIR`) under a
+1. Two Python ranks (py_export_rank.py REFDIR) under a
    real ftrun-agent with persist.dir save a nested torch state (every common
-   dtype incl. bfloat16, Adam state, RNG states, a user object, a tensor of
    many chunks) at steps 1..3. Each rank records what it saved: the store's
    bytes as Client.load returns them, and torch.save of the state.
 2. `ftrun export` of the newest version: a safetensors reader written here
@@ -17,7 +17,6 @@
    leaves nothing behind; load_persisted raises CORRUPTION naming it.
 6. Bad inputs exit 2 naming the path and what was expected.
 """
-import collections
 import json
 import os
 import pickle
@@ -26,7 +25,14 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
+
+import numpy as np
+import pytest
+import torch
+
+import ftrun
+from ftrun_testlib import RUNNER, Job, scratch
+from py_export_rank import Thing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -35,68 +41,9 @@ ST_DTYPES = {"uint8": "U8", "int8": "I8", "int16": "I16", "int32": "I32", "int64
              "uint32": "U32", "uint64": "U64"}
 ST_SIZES = {"U8": 1, "I8": 1, "BOOL": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
             "I64": 8, "U64": 8, "F64": 8}
-Pair = collections.namedtuple("Pair", ["left", "right"])
 
 
-class Thing:
-    """A user object (pickled into the user bytes), with a tensor inside."""
-
-    def __init__(self, name, numbers, tensor):
-        self.name, self.numbers, self.tensor = name, numbers, tensor
-
-
-def rank_main(refdir):
-    import torch
-
-    import ftrun
-
-    torch.set_num_threads(1)
-    rank = int(os.environ["RANK"])
-    torch.manual_seed(10 + rank)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for step in range(1, 4):
-        loss = model(torch.randn(5, 8)).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        state = {
-            "model": model.state_dict(), "optim": opt.state_dict(), "rng": ftrun.rng_state(),
-            "nested": {
-                "bf16": torch.randn(7, 5).bfloat16(), "f16": torch.randn(300).half(),
-                "i64": torch.randint(-2 ** 40, 2 ** 40, (50,)), "bool": torch.rand(33) > 0.5,
-                "u8": torch.randint(0, 255, (9,), dtype=torch.uint8), "f64": torch.randn(3, 3, dtype=torch.float64),
-                "big": torch.randn(300_000),  # ~18 chunks of 64 KiB
-                "0dim": torch.tensor(-7), "empty": torch.empty(0, 3), "weird key/with%slash": torch.ones(1),
-                "list": [torch.arange(6).reshape(2, 3).t(), (1, "x", torch.tensor(True))],
-                "pair": Pair(torch.ones(2, 2), [1, 2, 3]),
-            },
-            "thing": Thing("thing", [1, 2.5, None], torch.arange(4)),
-            "pos": {"epoch": 2, "step": step},
-        }
-        ftrun.save(step, state, wait=True)
-        got = ftrun.state.get_client().load(step)  # what the store holds for this rank
-        saved = {n: (got.dtypes[n], tuple(a.shape), a.tobytes()) for n, a in got.tensors.items()}
-        with open(os.path.join(refdir, f"saved-r{rank}-v{step}.pkl"), "wb") as f:
-            pickle.dump({"tensors": saved, "order": list(got.tensors), "user_bytes": got.user_bytes}, f)
-        torch.save(state, os.path.join(refdir, f"state-r{rank}-v{step}.pt"))
-        time.sleep(0.4)  # lets the flusher write each version (it skips to the newest when behind)
-    os.write(1, f"EXPORT RANK OK {rank}\n".encode())
-
-
-if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "rank":
-    rank_main(sys.argv[2])
-    sys.exit(0)
-
-# --------------------------------------------------------------------------
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import ftrun  # noqa: E402
-from ftrun_testlib import RUNNER, Job, check, finish, scratch  # noqa: E402
-
-
-def read_safetensors(path):
+def read_safetensors(check, path):
     """A reader of the format written here independently of ftrun's: returns
     (metadata, {name: (dtype, shape, bytes)}) after checking the layout rules
     the safetensors library enforces."""
@@ -160,8 +107,8 @@ def ref(refdir, rank, version):
     return saved, state
 
 
-def check_file(path, saved, version, rank):
-    meta, tensors = read_safetensors(path)
+def check_file(check, path, saved, version, rank):
+    meta, tensors = read_safetensors(check, path)
     user = tensors.pop(meta.get("ftrun.user_bytes", "?"), None)
     check(user is not None and user[2] == saved["user_bytes"], f"{path}: the user bytes are the rank's")
     check(list(tensors) == saved["order"], f"{path}: tensors in the saved order: {list(tensors)[:5]}...")
@@ -183,68 +130,84 @@ def check_file(path, saved, version, rank):
             check(raw == want, f"{path}: the safetensors package reads '{name}' with the bytes saved")
 
 
-# --- 1. a real job with persist.dir -----------------------------------------
-disk = scratch("ftrun-export-")
-refdir = scratch("ftrun-export-ref-")
-job_id = "export-%d" % os.getpid()
-config = (f"job:\n  id: {job_id}\n  max_restarts: 0\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
-          f"persist:\n  dir: {disk}\n  every_versions: 1\n  keep: 5\n")
-job = Job(2, [], config, job_id=job_id, command=[PY, os.path.abspath(__file__), "rank", refdir])
-rc = job.wait(120)
-check(rc == 0 and job.log.count("EXPORT RANK OK") == 2, f"the job ends well (exit {rc})\n{job.log[-3000:]}")
-if rc != 0:
-    finish()
-versions = [v["version"] for v in ftrun.persisted_versions(disk, job_id) if v["complete"]]
-print("complete versions on disk:", versions, flush=True)
-check(versions and versions[0] == 3, "the last version (3) is on disk")
-check(len(versions) >= 2, "an older version is on disk too")
-older = versions[-1] if len(versions) >= 2 else None
+@pytest.fixture(scope="module")
+def persisted():
+    """Section 1: the job whose versions every test exports and loads back. Returns its persist
+    directory, the ranks' records of what they saved, the job id and the complete versions on disk."""
+    disk = scratch("ftrun-export-")
+    refdir = scratch("ftrun-export-ref-")
+    job_id = "export-%d" % os.getpid()
+    config = (f"job:\n  id: {job_id}\n  max_restarts: 0\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
+              f"persist:\n  dir: {disk}\n  every_versions: 1\n  keep: 5\n")
+    job = Job(2, [], config, job_id=job_id, command=[PY, os.path.join(HERE, "py_export_rank.py"), refdir])
+    rc = job.wait(120)
+    assert rc == 0 and job.log.count("EXPORT RANK OK") == 2, f"the job ends well (exit {rc})\n{job.log[-3000:]}"
+    versions = [v["version"] for v in ftrun.persisted_versions(disk, job_id) if v["complete"]]
+    print("complete versions on disk:", versions, flush=True)
+    return disk, refdir, job_id, versions
 
-# --- 2. export the newest version; the files hold what each rank saved ------
-out = os.path.join(scratch("ftrun-export-out-"), "a", "b")  # parents are created
-p = export("--persist-dir", disk, "--job", job_id, "--out", out)
-print(p.stdout + p.stderr, flush=True)
-check(p.returncode == 0 and "exported version 3" in p.stdout, f"export exits 0 (got {p.returncode})")
-check("left" not in p.stderr, "no progress line when stderr is not a terminal")
-with open(os.path.join(out, "index.json")) as f:
-    index = json.load(f)
-check((index["job"], index["version"], index["world_size"]) == (job_id, 3, 2), f"index.json: {str(index)[:200]}")
-check(sorted(os.listdir(out)) == ["index.json", "rank0.safetensors", "rank1.safetensors"],
-      f"one file per rank plus index.json, no tmp files: {os.listdir(out)}")
-for r in range(2):
-    saved, state = ref(refdir, r, 3)
-    entry = index["ranks"][r]
-    check(entry["rank"] == r and entry["file"] == f"rank{r}.safetensors", f"index entry {r}")
-    check([(t["name"], t["dtype"], tuple(t["shape"])) for t in entry["tensors"]] ==
-          [(n, saved["tensors"][n][0], saved["tensors"][n][1]) for n in saved["order"]],
-          f"index.json lists rank {r}'s tensors with dtype and shape")
-    check(entry["user_bytes"] == len(saved["user_bytes"]), "index.json gives the user bytes' size")
-    check_file(os.path.join(out, entry["file"]), saved, 3, r)
 
-    # --- 3. back to the state, with no agent ----------------------------------
-    v, tensors, user = ftrun.read_persisted(disk, job_id, rank=r)
-    check(v == 3 and user == saved["user_bytes"] and
-          {n: a.tobytes() for n, a in tensors.items()} == {n: s[2] for n, s in saved["tensors"].items()},
-          "read_persisted: the saved bytes")
-    for what, got in (("load_persisted", ftrun.load_persisted(disk, job_id, rank=r)),
-                      ("load_exported", ftrun.load_exported(out, rank=r))):
-        step, back = got
-        diff = same(state, back)
-        check(step == 3 and not diff, f"{what} rank {r}: the state saved at step 3 ({diff or step})")
-        check(back["nested"]["bf16"].dtype == torch.bfloat16 and isinstance(back["thing"], Thing),
-              f"{what}: bfloat16 and user objects come back")
-    if older is not None:
-        step, back = ftrun.load_persisted(disk, job_id, version=older, rank=r)
-        check(step == older and not same(ref(refdir, r, older)[1], back), f"load_persisted version {older}, rank {r}")
+def test_versions_on_disk(check, persisted):
+    """The last version (3) and an older one are complete on disk."""
+    versions = persisted[3]
+    check(versions and versions[0] == 3, "the last version (3) is on disk")
+    check(len(versions) >= 2, "an older version is on disk too")
 
-# An older version, one rank.
-if older is not None:
+
+def test_export_newest_and_load_back(check, scratch, persisted):
+    """Sections 2 and 3: `ftrun export` of the newest version writes what each rank saved (index.json, one
+    safetensors file per rank), and read_persisted / load_persisted / load_exported give back the state."""
+    disk, refdir, job_id, versions = persisted
+    older = versions[-1] if len(versions) >= 2 else None
+    out = os.path.join(scratch("ftrun-export-out-"), "a", "b")  # parents are created
+    p = export("--persist-dir", disk, "--job", job_id, "--out", out)
+    print(p.stdout + p.stderr, flush=True)
+    check(p.returncode == 0 and "exported version 3" in p.stdout, f"export exits 0 (got {p.returncode})")
+    check("left" not in p.stderr, "no progress line when stderr is not a terminal")
+    with open(os.path.join(out, "index.json")) as f:
+        index = json.load(f)
+    check((index["job"], index["version"], index["world_size"]) == (job_id, 3, 2), f"index.json: {str(index)[:200]}")
+    check(sorted(os.listdir(out)) == ["index.json", "rank0.safetensors", "rank1.safetensors"],
+          f"one file per rank plus index.json, no tmp files: {os.listdir(out)}")
+    for r in range(2):
+        saved, state = ref(refdir, r, 3)
+        entry = index["ranks"][r]
+        check(entry["rank"] == r and entry["file"] == f"rank{r}.safetensors", f"index entry {r}")
+        check([(t["name"], t["dtype"], tuple(t["shape"])) for t in entry["tensors"]] ==
+              [(n, saved["tensors"][n][0], saved["tensors"][n][1]) for n in saved["order"]],
+              f"index.json lists rank {r}'s tensors with dtype and shape")
+        check(entry["user_bytes"] == len(saved["user_bytes"]), "index.json gives the user bytes' size")
+        check_file(check, os.path.join(out, entry["file"]), saved, 3, r)
+
+        # --- 3. back to the state, with no agent ----------------------------------
+        v, tensors, user = ftrun.read_persisted(disk, job_id, rank=r)
+        check(v == 3 and user == saved["user_bytes"] and
+              {n: a.tobytes() for n, a in tensors.items()} == {n: s[2] for n, s in saved["tensors"].items()},
+              "read_persisted: the saved bytes")
+        for what, got in (("load_persisted", ftrun.load_persisted(disk, job_id, rank=r)),
+                          ("load_exported", ftrun.load_exported(out, rank=r))):
+            step, back = got
+            diff = same(state, back)
+            check(step == 3 and not diff, f"{what} rank {r}: the state saved at step 3 ({diff or step})")
+            check(back["nested"]["bf16"].dtype == torch.bfloat16 and isinstance(back["thing"], Thing),
+                  f"{what}: bfloat16 and user objects come back")
+        if older is not None:
+            step, back = ftrun.load_persisted(disk, job_id, version=older, rank=r)
+            check(step == older and not same(ref(refdir, r, older)[1], back),
+                  f"load_persisted version {older}, rank {r}")
+
+
+def test_export_older_version_one_rank(check, scratch, persisted):
+    """An older version and one rank (--version, --ranks): one file, loadable; the rank left out is refused."""
+    disk, refdir, job_id, versions = persisted
+    assert len(versions) >= 2, f"an older version is on disk too: {versions}"
+    older = versions[-1]
     out2 = scratch("ftrun-export-out2-")  # exists, empty: fine
     p = export("--persist-dir", disk, "--job", job_id, "--version", str(older), "--ranks", "1", "--out", out2)
     check(p.returncode == 0 and sorted(os.listdir(out2)) == ["index.json", "rank1.safetensors"],
           f"--version {older} --ranks 1: one file (exit {p.returncode}) {p.stderr}")
     saved, state = ref(refdir, 1, older)
-    check_file(os.path.join(out2, "rank1.safetensors"), saved, older, 1)
+    check_file(check, os.path.join(out2, "rank1.safetensors"), saved, older, 1)
     step, back = ftrun.load_exported(out2, rank=1)
     check(step == older and not same(state, back), f"load_exported of version {older} rank 1")
     step, back = ftrun.load_exported(os.path.join(out2, "rank1.safetensors"))
@@ -255,114 +218,127 @@ if older is not None:
     except ftrun.Error as e:
         check(e.code == "INVALID_ARGUMENT" and "no rank 0" in e.message, f"load_exported rank 0: {e}")
 
-# The synthetic C++ trainer: opaque user bytes.
-syn_disk = scratch("ftrun-export-syn-")
-syn = Job(2, ["--steps", "4", "--state-bytes", "2MiB", "--tensors", "3"], job_id="syn-%d" % os.getpid(),
-          config=f"store:\n  memory_budget: 64MiB\n  chunk_size: 256KiB\npersist:\n  dir: {syn_disk}\n")
-check(syn.wait(60) == 0, "synthetic job ends well")
-syn_out = os.path.join(syn_disk, "out")
-p = export("--persist-dir", syn_disk, "--job", syn.job_id, "--out", syn_out)
-check(p.returncode == 0, f"synthetic export: exit {p.returncode} {p.stderr}")
-for r in range(2):
-    a, b = ftrun.read_persisted(syn_disk, syn.job_id, rank=r), ftrun.read_exported(syn_out, rank=r)
-    check(a.version == b.version and a.user_bytes == b.user_bytes and a.dtypes == b.dtypes and
-          {n: x.tobytes() for n, x in a.tensors.items()} == {n: x.tobytes() for n, x in b.tensors.items()},
-          f"synthetic rank {r}: read_exported equals read_persisted")
-try:
-    ftrun.load_exported(syn_out)
-    check(False, "load_exported of a non-ftrun.save state must fail")
-except ftrun.Error as e:
-    check(e.code == "INVALID_ARGUMENT", f"load_exported of the synthetic trainer's state: {e.code}")
 
-# --- 4. progress on a terminal ---------------------------------------------
-master, slave = pty.openpty()
-pty_out = scratch("ftrun-export-pty-")
-proc = subprocess.Popen([RUNNER, "export", "--persist-dir", disk, "--job", job_id, "--out", pty_out],
-                        stdout=subprocess.PIPE, stderr=slave)
-os.close(slave)
-seen = b""
-while True:
+def test_export_synthetic_trainer(check, scratch):
+    """The synthetic C++ trainer's versions export too (opaque user bytes): read_exported equals
+    read_persisted, and load_exported refuses a state ftrun.save did not write."""
+    syn_disk = scratch("ftrun-export-syn-")
+    syn = Job(2, ["--steps", "4", "--state-bytes", "2MiB", "--tensors", "3"], job_id="syn-%d" % os.getpid(),
+              config=f"store:\n  memory_budget: 64MiB\n  chunk_size: 256KiB\npersist:\n  dir: {syn_disk}\n")
+    check(syn.wait(60) == 0, "synthetic job ends well")
+    syn_out = os.path.join(syn_disk, "out")
+    p = export("--persist-dir", syn_disk, "--job", syn.job_id, "--out", syn_out)
+    check(p.returncode == 0, f"synthetic export: exit {p.returncode} {p.stderr}")
+    for r in range(2):
+        a, b = ftrun.read_persisted(syn_disk, syn.job_id, rank=r), ftrun.read_exported(syn_out, rank=r)
+        check(a.version == b.version and a.user_bytes == b.user_bytes and a.dtypes == b.dtypes and
+              {n: x.tobytes() for n, x in a.tensors.items()} == {n: x.tobytes() for n, x in b.tensors.items()},
+              f"synthetic rank {r}: read_exported equals read_persisted")
     try:
-        chunk = os.read(master, 4096)
-    except OSError:
-        break
-    if not chunk:
-        break
-    seen += chunk
-os.close(master)
-stdout = proc.communicate(timeout=60)[0].decode()
-text = seen.decode(errors="replace")
-print("terminal:", repr(text[:200]), flush=True)
-check(proc.returncode == 0 and "export: " in text and " of " in text and "left" in text and "\r" in text,
-      "on a terminal: a progress line rewritten in place (bytes done of total, rate, time left)")
-check("exported version 3" in stdout, "the final line after the progress")
-
-# --- 5. corrupt and missing chunks ------------------------------------------
-bad = scratch("ftrun-export-bad-")
-shutil.copytree(os.path.join(disk, job_id), os.path.join(bad, job_id))
-chunk_dir = os.path.join(bad, job_id, "chunks")
-chunks = sorted((os.path.join(d, f) for d, _, fs in os.walk(chunk_dir) for f in fs), key=os.path.getsize,
-                reverse=True)
-failed = None
-for path in chunks:  # the first chunk file version 3 uses
-    with open(path, "r+b") as f:
-        f.seek(4096 + 17)
-        byte = f.read(1)
-        f.seek(4096 + 17)
-        f.write(bytes([byte[0] ^ 0x40]))
-    bad_out = os.path.join(bad, "out")
-    p = export("--persist-dir", bad, "--job", job_id, "--out", bad_out)
-    if p.returncode != 0:
-        failed = (path, p)
-        break
-    shutil.rmtree(bad_out)
-    with open(path, "r+b") as f:
-        f.seek(4096 + 17)
-        f.write(byte)
-check(failed is not None, "a flipped byte in a chunk file of version 3 fails the export")
-if failed:
-    path, p = failed
-    print(p.stderr, flush=True)
-    check(p.returncode == 1 and path in p.stderr and "corrupt" in p.stderr, f"exit 1 naming '{path}': {p.stderr}")
-    check(not os.path.exists(os.path.join(bad, "out")), "nothing is left of a failed export")
-    try:
-        for r in range(2):
-            ftrun.load_persisted(bad, job_id, rank=r)
-        check(False, "load_persisted of a corrupt version must fail")
+        ftrun.load_exported(syn_out)
+        check(False, "load_exported of a non-ftrun.save state must fail")
     except ftrun.Error as e:
-        check(e.code == "CORRUPTION" and path in e.message, f"load_persisted: CORRUPTION naming the file: {e}")
-    os.unlink(path)
-    p = export("--persist-dir", bad, "--job", job_id, "--out", os.path.join(bad, "out"))
-    check(p.returncode == 1 and os.path.basename(path) in p.stderr and "missing" in p.stderr,
-          f"a missing chunk file: exit 1 naming it: {p.stderr}")
+        check(e.code == "INVALID_ARGUMENT", f"load_exported of the synthetic trainer's state: {e.code}")
 
-# --- 6. bad inputs ----------------------------------------------------------
-full = scratch("ftrun-export-full-")
-with open(os.path.join(full, "keep.txt"), "w") as f:
-    f.write("mine")
-os.makedirs(os.path.join(disk, job_id, "v%020d" % 99))  # a version that is not complete
-fresh = os.path.join(scratch("ftrun-export-none-"), "out")
-cases = [
-    (["--persist-dir", disk + "-nope", "--job", job_id, "--out", fresh], [disk + "-nope", "does not exist"]),
-    (["--persist-dir", disk, "--job", "nojob", "--out", fresh], ["no job 'nojob'", job_id]),
-    (["--persist-dir", disk, "--job", job_id, "--version", "42", "--out", fresh], ["no version 42", "v%020d" % 42]),
-    (["--persist-dir", disk, "--job", job_id, "--version", "99", "--out", fresh], ["not complete", "v%020d" % 99]),
-    (["--persist-dir", disk, "--job", job_id, "--out", full], [full, "not empty", "keep.txt"]),
-    (["--persist-dir", disk, "--job", job_id, "--out", os.path.join(full, "keep.txt")], ["not a directory"]),
-    (["--persist-dir", disk, "--job", job_id, "--ranks", "0,5", "--out", fresh], ["'5'", "world size 2"]),
-    (["--persist-dir", disk, "--job", job_id, "--world-size", "3", "--out", fresh], ["world size 2", "not 3"]),
-    (["--job", job_id, "--out", fresh], ["--persist-dir"]),
-]
-for args, words in cases:
-    p = export(*args)
-    check(p.returncode == 2 and all(w in p.stderr for w in words),
-          f"{' '.join(args)}: exit 2 naming {words} (got {p.returncode}: {p.stderr.strip()})")
-check(not os.path.exists(fresh) and os.listdir(full) == ["keep.txt"], "bad inputs write nothing")
-p = export("--persist-dir", disk, "--job", job_id, "--out", fresh)
-check(p.returncode == 0 and "exported version 3" in p.stdout, "an incomplete newer version is skipped by default")
-try:
-    ftrun.read_persisted(disk, job_id, version=99)
-    check(False, "read_persisted of an incomplete version must fail")
-except ftrun.Error as e:
-    check(e.code == "FAILED_PRECONDITION" and "not complete" in e.message, f"read_persisted version 99: {e}")
-finish()
+
+def test_progress_on_terminal(check, scratch, persisted):
+    """Section 4: on a terminal (a pty) the export shows bytes, rate and time left, then its final line."""
+    disk, refdir, job_id, versions = persisted
+    master, slave = pty.openpty()
+    pty_out = scratch("ftrun-export-pty-")
+    proc = subprocess.Popen([RUNNER, "export", "--persist-dir", disk, "--job", job_id, "--out", pty_out],
+                            stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    stdout = proc.communicate(timeout=60)[0].decode()
+    text = seen.decode(errors="replace")
+    print("terminal:", repr(text[:200]), flush=True)
+    check(proc.returncode == 0 and "export: " in text and " of " in text and "left" in text and "\r" in text,
+          "on a terminal: a progress line rewritten in place (bytes done of total, rate, time left)")
+    check("exported version 3" in stdout, "the final line after the progress")
+
+
+def test_corrupt_and_missing_chunks(check, scratch, persisted):
+    """Section 5: a corrupt and a missing chunk file: export exits 1 naming the file and leaves nothing
+    behind; load_persisted raises CORRUPTION naming it."""
+    disk, refdir, job_id, versions = persisted
+    bad = scratch("ftrun-export-bad-")
+    shutil.copytree(os.path.join(disk, job_id), os.path.join(bad, job_id))
+    chunk_dir = os.path.join(bad, job_id, "chunks")
+    chunks = sorted((os.path.join(d, f) for d, _, fs in os.walk(chunk_dir) for f in fs), key=os.path.getsize,
+                    reverse=True)
+    failed = None
+    for path in chunks:  # the first chunk file version 3 uses
+        with open(path, "r+b") as f:
+            f.seek(4096 + 17)
+            byte = f.read(1)
+            f.seek(4096 + 17)
+            f.write(bytes([byte[0] ^ 0x40]))
+        bad_out = os.path.join(bad, "out")
+        p = export("--persist-dir", bad, "--job", job_id, "--out", bad_out)
+        if p.returncode != 0:
+            failed = (path, p)
+            break
+        shutil.rmtree(bad_out)
+        with open(path, "r+b") as f:
+            f.seek(4096 + 17)
+            f.write(byte)
+    check(failed is not None, "a flipped byte in a chunk file of version 3 fails the export")
+    if failed:
+        path, p = failed
+        print(p.stderr, flush=True)
+        check(p.returncode == 1 and path in p.stderr and "corrupt" in p.stderr, f"exit 1 naming '{path}': {p.stderr}")
+        check(not os.path.exists(os.path.join(bad, "out")), "nothing is left of a failed export")
+        try:
+            for r in range(2):
+                ftrun.load_persisted(bad, job_id, rank=r)
+            check(False, "load_persisted of a corrupt version must fail")
+        except ftrun.Error as e:
+            check(e.code == "CORRUPTION" and path in e.message, f"load_persisted: CORRUPTION naming the file: {e}")
+        os.unlink(path)
+        p = export("--persist-dir", bad, "--job", job_id, "--out", os.path.join(bad, "out"))
+        check(p.returncode == 1 and os.path.basename(path) in p.stderr and "missing" in p.stderr,
+              f"a missing chunk file: exit 1 naming it: {p.stderr}")
+
+
+def test_bad_inputs(check, scratch, persisted):
+    """Section 6: bad inputs exit 2 naming the path and what was expected, and write nothing; an incomplete
+    newer version is skipped by default and refused by name. (Last: it adds an incomplete version.)"""
+    disk, refdir, job_id, versions = persisted
+    full = scratch("ftrun-export-full-")
+    with open(os.path.join(full, "keep.txt"), "w") as f:
+        f.write("mine")
+    os.makedirs(os.path.join(disk, job_id, "v%020d" % 99))  # a version that is not complete
+    fresh = os.path.join(scratch("ftrun-export-none-"), "out")
+    cases = [
+        (["--persist-dir", disk + "-nope", "--job", job_id, "--out", fresh], [disk + "-nope", "does not exist"]),
+        (["--persist-dir", disk, "--job", "nojob", "--out", fresh], ["no job 'nojob'", job_id]),
+        (["--persist-dir", disk, "--job", job_id, "--version", "42", "--out", fresh], ["no version 42", "v%020d" % 42]),
+        (["--persist-dir", disk, "--job", job_id, "--version", "99", "--out", fresh], ["not complete", "v%020d" % 99]),
+        (["--persist-dir", disk, "--job", job_id, "--out", full], [full, "not empty", "keep.txt"]),
+        (["--persist-dir", disk, "--job", job_id, "--out", os.path.join(full, "keep.txt")], ["not a directory"]),
+        (["--persist-dir", disk, "--job", job_id, "--ranks", "0,5", "--out", fresh], ["'5'", "world size 2"]),
+        (["--persist-dir", disk, "--job", job_id, "--world-size", "3", "--out", fresh], ["world size 2", "not 3"]),
+        (["--job", job_id, "--out", fresh], ["--persist-dir"]),
+    ]
+    for args, words in cases:
+        p = export(*args)
+        check(p.returncode == 2 and all(w in p.stderr for w in words),
+              f"{' '.join(args)}: exit 2 naming {words} (got {p.returncode}: {p.stderr.strip()})")
+    check(not os.path.exists(fresh) and os.listdir(full) == ["keep.txt"], "bad inputs write nothing")
+    p = export("--persist-dir", disk, "--job", job_id, "--out", fresh)
+    check(p.returncode == 0 and "exported version 3" in p.stdout, "an incomplete newer version is skipped by default")
+    try:
+        ftrun.read_persisted(disk, job_id, version=99)
+        check(False, "read_persisted of an incomplete version must fail")
+    except ftrun.Error as e:
+        check(e.code == "FAILED_PRECONDITION" and "not complete" in e.message, f"read_persisted version 99: {e}")

@@ -22,17 +22,12 @@ import json
 import os
 import random
 import signal
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integration", "chaos"))
-from ftrun_chaos import netns_cluster as nc  # noqa: E402
-from ftrun_testlib import ClusterJob, check, digests, finish, golden  # noqa: E402
+import pytest
 
-ok, why = nc.available()
-if not ok:
-    print("SKIPPED:", why)
-    sys.exit(0)
+from ftrun_chaos import netns_cluster as nc
+from ftrun_testlib import ClusterJob, digests, golden
 
 NODES, PER_NODE = 4, 2
 ARGS = ["--state-bytes", "2MiB", "--tensors", "4", "--steps", "3000", "--step-ms", "15", "--change-fraction", "0.3"]
@@ -44,88 +39,95 @@ FAULTS = 6
 ADVANCES = 3  # commits after the faults that the test waits for
 MAX_GAP = 500  # versions between two of them at most (a fixed run: tens; a stalled one: until the ranks end)
 
-seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-print("seed", seed)
-rng = random.Random(seed)
-want = golden(NODES * PER_NODE, ARGS)
-
 
 def committed(st):
     return st["committed_version"] if st and st["committed_version"] is not None else -1
 
 
-with nc.NetnsCluster(NODES + 1) as c:
-    env = os.environ.copy()
-    env["UCX_TLS"] = "tcp,self"  # else UCX uses shared memory across namespaces and the link does not matter
-    env["UCX_NET_DEVICES"] = c.bridge
-    prefix = c.exec_prefix_template + " env UCX_NET_DEVICES=veth{node}"
-    addrs = ",".join(c.addr(i) for i in range(NODES + 1))
-    job = ClusterJob(NODES, PER_NODE, ARGS, CONFIG, spares=1,
-                     extra=["--coordinator_addr", c.root_addr, "--agent_addr", addrs, "--agent_exec_prefix", prefix],
-                     env=env)
-    st = job.wait_for(lambda s: s["phase"] == "running" and s["committed_version"] is not None, timeout=60)
-    check(st is not None, "stall: the job never committed a version\n" + open(job.out.name).read()[-3000:])
-    if st:
-        # Faults shorter than the heartbeat timeout (2 s): no node is lost.
-        for k in range(FAULTS):
-            i = rng.randrange(NODES + 1)
-            hold = rng.uniform(0.6, 1.4)
-            if k % 2 == 0:
-                print(f"partition of namespace {i} for {hold:.2f} s (committed {committed(job.state())})", flush=True)
-                c.partition(i)
-                time.sleep(hold)
-                c.heal(i)
-            else:
-                pct = rng.choice([30, 50, 70])
-                print(f"{pct}% packet loss on namespace {i} for {hold:.2f} s (committed {committed(job.state())})",
-                      flush=True)
-                c.drop(i, pct)
-                time.sleep(hold)
-                c.drop(i, 0)
-            time.sleep(rng.uniform(0.2, 0.6))
-        # Ranks drift apart: one rank stops for a second, then goes on.
-        # (A fault above may have cost a node and a restart: wait for it.)
-        slow = rng.randrange(NODES * PER_NODE)
-        node = slow // PER_NODE
-        pid = 0
-        deadline = time.time() + 60
-        while pid <= 0 and time.time() < deadline and job.proc.poll() is None:
-            st = job.state()
-            if st and st["phase"] == "running" and st["nodes"][node]["agent"] is not None:
-                ast = job.agent_state(st["nodes"][node]["agent"])
-                for r in (ast or {}).get("ranks", []):
-                    if r.get("rank") == slow and r.get("connected"):
-                        pid = r.get("pid") or 0
-            time.sleep(0.05)
-        check(pid > 0, f"stall: rank {slow} never ran again after the network faults")
-        if pid > 0:
-            print(f"rank {slow} (pid {pid}) stopped for 1 s (committed {committed(job.state())})", flush=True)
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(1.0)
-            os.kill(pid, signal.SIGCONT)
-        after = job.state()
-        base = committed(after)
-        print(f"faults over: committed {base}, phase {after and after['phase']}", flush=True)
-        check(after is not None and after["phase"] == "running", "stall: the job is not running after the faults")
-        # The committed version must keep advancing while the ranks train: each
-        # new commit is seen (the runner's status file) at most MAX_GAP
-        # versions after the one before (not at the end of the job only).
-        seen = base
-        for n in range(ADVANCES):
-            st = job.wait_for(lambda s, v=seen: committed(s) > v or s["phase"] == "stopped", timeout=60)
-            if st is None or committed(st) <= seen:
-                check(False, f"stall: no commit after version {seen} (advance {n + 1} of {ADVANCES} after the faults)"
-                             + "\n" + json.dumps(job.state())[-2000:])
-                break
-            check(committed(st) - seen <= MAX_GAP,
-                  f"stall: no commit between versions {seen} and {committed(st)} (more than {MAX_GAP} steps)")
-            seen = committed(st)
-            print(f"committed {seen}", flush=True)
-    rc = job.wait(timeout=240)
-    check(rc == 0, f"stall: runner exit {rc}\n{job.log[-4000:]}")
-    check(digests(job.log) == want, "stall: digests differ from the failure-free run")
-    print("copies cancelled after cluster.copy_timeout:", job.log.count("(cluster.copy_timeout)"), flush=True)
-    print("stall warnings:", job.log.count("3 x cluster.copy_timeout"), flush=True)
-    if failures_seen := [line for line in job.log.splitlines() if "Assertion" in line]:
-        print("UCX assertions:", failures_seen[:3], flush=True)
-finish()
+def test_commits_through_network_faults_and_drift(check):
+    """Partitions and packet loss shorter than the heartbeat timeout, then one rank stopped for a second:
+    the committed version keeps advancing, and the job ends with the failure-free digests."""
+    ok, why = nc.available()
+    if not ok:
+        pytest.skip(why)
+    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+    print("seed", seed)
+    rng = random.Random(seed)
+    want = golden(NODES * PER_NODE, ARGS)
+
+    with nc.NetnsCluster(NODES + 1) as c:
+        env = os.environ.copy()
+        env["UCX_TLS"] = "tcp,self"  # else UCX uses shared memory across namespaces and the link does not matter
+        env["UCX_NET_DEVICES"] = c.bridge
+        prefix = c.exec_prefix_template + " env UCX_NET_DEVICES=veth{node}"
+        addrs = ",".join(c.addr(i) for i in range(NODES + 1))
+        job = ClusterJob(NODES, PER_NODE, ARGS, CONFIG, spares=1,
+                         extra=["--coordinator_addr", c.root_addr, "--agent_addr", addrs, "--agent_exec_prefix",
+                                prefix],
+                         env=env)
+        st = job.wait_for(lambda s: s["phase"] == "running" and s["committed_version"] is not None, timeout=60)
+        check(st is not None, "stall: the job never committed a version\n" + open(job.out.name).read()[-3000:])
+        if st:
+            # Faults shorter than the heartbeat timeout (2 s): no node is lost.
+            for k in range(FAULTS):
+                i = rng.randrange(NODES + 1)
+                hold = rng.uniform(0.6, 1.4)
+                if k % 2 == 0:
+                    print(f"partition of namespace {i} for {hold:.2f} s (committed {committed(job.state())})",
+                          flush=True)
+                    c.partition(i)
+                    time.sleep(hold)
+                    c.heal(i)
+                else:
+                    pct = rng.choice([30, 50, 70])
+                    print(f"{pct}% packet loss on namespace {i} for {hold:.2f} s (committed {committed(job.state())})",
+                          flush=True)
+                    c.drop(i, pct)
+                    time.sleep(hold)
+                    c.drop(i, 0)
+                time.sleep(rng.uniform(0.2, 0.6))
+            # Ranks drift apart: one rank stops for a second, then goes on.
+            # (A fault above may have cost a node and a restart: wait for it.)
+            slow = rng.randrange(NODES * PER_NODE)
+            node = slow // PER_NODE
+            pid = 0
+            deadline = time.time() + 60
+            while pid <= 0 and time.time() < deadline and job.proc.poll() is None:
+                st = job.state()
+                if st and st["phase"] == "running" and st["nodes"][node]["agent"] is not None:
+                    ast = job.agent_state(st["nodes"][node]["agent"])
+                    for r in (ast or {}).get("ranks", []):
+                        if r.get("rank") == slow and r.get("connected"):
+                            pid = r.get("pid") or 0
+                time.sleep(0.05)
+            check(pid > 0, f"stall: rank {slow} never ran again after the network faults")
+            if pid > 0:
+                print(f"rank {slow} (pid {pid}) stopped for 1 s (committed {committed(job.state())})", flush=True)
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(1.0)
+                os.kill(pid, signal.SIGCONT)
+            after = job.state()
+            base = committed(after)
+            print(f"faults over: committed {base}, phase {after and after['phase']}", flush=True)
+            check(after is not None and after["phase"] == "running", "stall: the job is not running after the faults")
+            # The committed version must keep advancing while the ranks train: each
+            # new commit is seen (the runner's status file) at most MAX_GAP
+            # versions after the one before (not at the end of the job only).
+            seen = base
+            for n in range(ADVANCES):
+                st = job.wait_for(lambda s, v=seen: committed(s) > v or s["phase"] == "stopped", timeout=60)
+                if st is None or committed(st) <= seen:
+                    check(False, f"stall: no commit after version {seen} (advance {n + 1} of {ADVANCES} after "
+                                 f"the faults)\n" + json.dumps(job.state())[-2000:])
+                    break
+                check(committed(st) - seen <= MAX_GAP,
+                      f"stall: no commit between versions {seen} and {committed(st)} (more than {MAX_GAP} steps)")
+                seen = committed(st)
+                print(f"committed {seen}", flush=True)
+        rc = job.wait(timeout=240)
+        check(rc == 0, f"stall: runner exit {rc}\n{job.log[-4000:]}")
+        check(digests(job.log) == want, "stall: digests differ from the failure-free run")
+        print("copies cancelled after cluster.copy_timeout:", job.log.count("(cluster.copy_timeout)"), flush=True)
+        print("stall warnings:", job.log.count("3 x cluster.copy_timeout"), flush=True)
+        if failures_seen := [line for line in job.log.splitlines() if "Assertion" in line]:
+            print("UCX assertions:", failures_seen[:3], flush=True)

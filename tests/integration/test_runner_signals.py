@@ -1,11 +1,12 @@
 """SIGINT and SIGTERM to the `ftrun` runner stop the whole job cleanly: every
 agent and every rank is gone when the runner exits, and the exit code is
 128 + the signal (INTEGRATION.md section 2; DeepSpeed's runner exits 0 here)."""
-import os
 import signal
 import time
 
-from ftrun_testlib import ClusterJob, check, finish
+import pytest
+
+from ftrun_testlib import ClusterJob
 
 ARGS = ["--steps", "100000", "--state-bytes", "4MiB", "--step-ms", "20"]
 
@@ -18,7 +19,9 @@ def alive(pid):
         return False
 
 
-for sig in (signal.SIGINT, signal.SIGTERM):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_stops_the_job(check, sig):
+    """The signal to the runner: it exits 128 + the signal, says why, and no agent or rank outlives it."""
     job = ClusterJob(2, 2, ARGS, config="store:\n  memory_budget: 256MiB\n", spares=1)
 
     def seen(s):
@@ -44,5 +47,3 @@ for sig in (signal.SIGINT, signal.SIGTERM):
     left = [p for p in pids if p > 0 and alive(p)]
     check(not left, f"{sig.name}: no agent or rank outlives the runner (left: {left})")
     check("stopping" in job.log.lower() or "signal" in job.log.lower(), f"{sig.name}: the runner says why it stops")
-
-finish()

@@ -13,19 +13,42 @@ Real processes, real files; CI runs as root (chown to nobody for a foreign owner
 """
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 
-from ftrun_testlib import RUNNER, check, finish, scratch
+import pytest
 
-base = scratch("ftrun-sec-attach-")
-run_dir = os.path.join(base, "run")
-cfg = os.path.join(base, "ftrun.yaml")
-with open(cfg, "w") as f:
-    f.write(f"agent:\n  run_dir: {run_dir}\nstore:\n  memory_budget: 64MiB\n  prefault: false\n"
-            "job:\n  stop_grace: 1s\ncluster:\n  lost_node_timeout: 2s\n")
+from ftrun_testlib import RUNNER, scratch
+
+
+class Root:
+    """A directory with the config (`cfg`) whose run dir (`run_dir`) holds the hand-made job directories."""
+
+    def __init__(self):
+        self.base = scratch("ftrun-sec-attach-")
+        self.run_dir = os.path.join(self.base, "run")
+        self.cfg = os.path.join(self.base, "ftrun.yaml")
+        with open(self.cfg, "w") as f:
+            f.write(f"agent:\n  run_dir: {self.run_dir}\nstore:\n  memory_budget: 64MiB\n  prefault: false\n"
+                    "job:\n  stop_grace: 1s\ncluster:\n  lost_node_timeout: 2s\n")
+
+
+@pytest.fixture(scope="module")
+def root():
+    return Root()
+
+
+@pytest.fixture(scope="module")
+def other():
+    """A process that is not the job's agent: what a recycled pid would name."""
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    yield proc
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def free_port():
@@ -47,11 +70,11 @@ def alive(pid):
         return False
 
 
-def make_job(name, agent_pid, agent_start):
+def make_job(root, name, agent_pid, agent_start):
     """A job directory as a runner SIGKILLed mid-run leaves it."""
-    d = os.path.join(run_dir, name)
+    d = os.path.join(root.run_dir, name)
     os.makedirs(d, mode=0o700)
-    os.chmod(run_dir, 0o700)
+    os.chmod(root.run_dir, 0o700)
 
     def put(n, text):
         p = os.path.join(d, n)
@@ -59,8 +82,8 @@ def make_job(name, agent_pid, agent_start):
             f.write(text)
         return p
 
-    put("runner.json", json.dumps({"argv": ["--num_nodes", "1", "--num_gpus", "1", "--config", cfg, "--no_python",
-                                            "--no_local_rank", "/bin/true"]}))
+    put("runner.json", json.dumps({"argv": ["--num_nodes", "1", "--num_gpus", "1", "--config", root.cfg,
+                                            "--no_python", "--no_local_rank", "/bin/true"]}))
     put("status.json", json.dumps({
         "job_id": name, "coordinator": "127.0.0.1:%d" % free_port(), "runner_pid": 1, "phase": "running",
         "agents": [{"agent": 0, "pid": agent_pid, "start_time": agent_start,
@@ -70,9 +93,9 @@ def make_job(name, agent_pid, agent_start):
     return d
 
 
-def attach(name, timeout=90):
+def attach(root, name, timeout=90):
     try:
-        p = subprocess.run([RUNNER, "--attach", name, "--config", cfg], stdout=subprocess.PIPE,
+        p = subprocess.run([RUNNER, "--attach", name, "--config", root.cfg], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=timeout, start_new_session=True)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -82,50 +105,45 @@ def attach(name, timeout=90):
     return p.returncode, p.stdout
 
 
-# A process that is not the job's agent: what a recycled pid would name.
-other = subprocess.Popen(["sleep", "600"], start_new_session=True)
-try:
+def test_untrusted_files_refused(check, root, other):
+    """runner.json writable by group and others, status.json owned by another user or a symlink, a job
+    directory others can write: each refused, naming the file; the process the status names is untouched."""
     # --- files another user could have written: refused, naming them -------
-    d = make_job("writable", other.pid, 1)
+    d = make_job(root, "writable", other.pid, 1)
     os.chmod(os.path.join(d, "runner.json"), 0o666)
-    rc, out = attach("writable")
+    rc, out = attach(root, "writable")
     check(rc == 2 and os.path.join(d, "runner.json") in out and "group or others" in out,
           "attach refuses a runner.json that group and others can write, naming it")
 
-    d = make_job("foreign", other.pid, 1)
+    d = make_job(root, "foreign", other.pid, 1)
     os.chown(os.path.join(d, "status.json"), 65534, 65534)
-    rc, out = attach("foreign")
+    rc, out = attach(root, "foreign")
     check(rc == 2 and os.path.join(d, "status.json") in out and "uid 65534" in out,
           "attach refuses a status.json owned by another user, naming it")
 
-    d = make_job("linked", other.pid, 1)
-    elsewhere = os.path.join(base, "elsewhere.json")
+    d = make_job(root, "linked", other.pid, 1)
+    elsewhere = os.path.join(root.base, "elsewhere.json")
     os.rename(os.path.join(d, "status.json"), elsewhere)
     os.symlink(elsewhere, os.path.join(d, "status.json"))
-    rc, out = attach("linked")
+    rc, out = attach(root, "linked")
     check(rc == 2 and os.path.join(d, "status.json") in out and "symbolic link" in out,
           "attach refuses a symlinked status.json, naming it")
 
-    d = make_job("shared-dir", other.pid, 1)
+    d = make_job(root, "shared-dir", other.pid, 1)
     os.chmod(d, 0o777)
-    rc, out = attach("shared-dir")
+    rc, out = attach(root, "shared-dir")
     check(rc == 2 and d in out and "0777" in out, "attach refuses a job directory others can write, naming it")
 
     check(alive(other.pid), "no refused attach touched the other process")
 
+
+def test_recycled_pid_not_adopted(check, root, other):
+    """status.json names as the agent a pid that is now another process: not adopted, waited on or killed."""
     # --- a recycled pid: never adopted, waited on or killed ------------------
     recorded = start_time(other.pid) + 12345  # the agent that had this pid started at another time
-    make_job("recycled", other.pid, recorded)
-    rc, out = attach("recycled")
+    make_job(root, "recycled", other.pid, recorded)
+    rc, out = attach(root, "recycled")
     check(rc not in (0, "timeout"), f"attach ends with an error when no recorded agent is left (got {rc})")
     check("not the process the old status recorded" in out and "adopted agent 0" not in out,
           "attach says the recorded pid is another process now, and does not adopt it")
     check(alive(other.pid), "the process that now has the agent's old pid is neither waited on nor killed")
-finally:
-    try:
-        os.killpg(other.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    other.wait()
-    shutil.rmtree(base, ignore_errors=True)
-finish()

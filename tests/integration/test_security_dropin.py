@@ -10,10 +10,8 @@ real Python ranks:
 """
 import os
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-from ftrun_testlib import AGENT, RUNNER, check, finish, scratch  # noqa: E402
+from ftrun_testlib import AGENT, RUNNER
 
 PY = "/usr/bin/python3"
 ENV = dict(os.environ, FTRUN_PYTHON=PY)
@@ -39,7 +37,8 @@ def run(argv, timeout=180):
     return p
 
 
-def argv_order():
+def test_argv_order(check, scratch):
+    """The rank's argv is DeepSpeed's: SCRIPT --local_rank=N ARGS."""
     d = scratch("ftrun-dropin-")
     out = os.path.join(d, "argv")
     s = script(d, "import sys\nopen(%r + sys.argv[1].split('=')[-1], 'w').write(repr(sys.argv[1:]))\n" % out)
@@ -62,11 +61,14 @@ p.parse_args()
 """
 
 
-def early_failure_one_node():
+def test_early_failure_one_node(check, scratch):
+    """The same early failure (an argparse error) in two generations in a row stops the job at once, with the
+    rank's last stderr line in the error, after one restart, not job.max_restarts."""
     d = scratch("ftrun-dropin-")
     s = script(d, ARGPARSE_ERROR)
     p = run([AGENT, "--config", config(d), "--nproc", "2", "--job-id", "dropin-early", s, "--bogus", "1"])
-    check(p.returncode == 2, "an argparse error in every generation ends the job with its code 2 (got %d)" % p.returncode)
+    check(p.returncode == 2,
+          "an argparse error in every generation ends the job with its code 2 (got %d)" % p.returncode)
     check("two generations in a row" in p.stdout, "the agent says the same early failure happened twice")
     check("unrecognized arguments: --bogus 1" in p.stdout.split("not restarting")[-1],
           "the error quotes the rank's last stderr line")
@@ -74,7 +76,8 @@ def early_failure_one_node():
           "exactly one restart is spent, not job.max_restarts")
 
 
-def early_failure_once():
+def test_early_failure_once(check, scratch):
+    """One early failure alone still restarts, and the job completes."""
     d = scratch("ftrun-dropin-")
     flag = os.path.join(d, "failed-once")
     s = script(d, "import os, sys\nif not os.path.exists(%r):\n    open(%r, 'w').close()\n"
@@ -83,7 +86,8 @@ def early_failure_once():
     check(p.returncode == 0, "a single early failure is restarted and the job completes (got %d)" % p.returncode)
 
 
-def early_failure_cluster():
+def test_early_failure_cluster(check, scratch):
+    """In a cluster too: the coordinator stops the job after the same early failure in two epochs in a row."""
     d = scratch("ftrun-dropin-")
     s = script(d, ARGPARSE_ERROR)
     p = run([RUNNER, "--num_nodes", "2", "--num_gpus", "1", "--config", config(d), s, "--bogus", "1"])
@@ -91,10 +95,3 @@ def early_failure_cluster():
     check("two epochs in a row" in p.stdout, "the coordinator says the same early failure happened twice")
     check("unrecognized arguments: --bogus 1" in p.stdout.split("not restarting")[-1],
           "the coordinator's error quotes the rank's last stderr line")
-
-
-argv_order()
-early_failure_one_node()
-early_failure_once()
-early_failure_cluster()
-finish()

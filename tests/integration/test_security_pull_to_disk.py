@@ -17,50 +17,54 @@ import random
 import signal
 import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden, scratch
+from ftrun_testlib import ClusterJob, digests, golden
 
 ARGS = ["--state-bytes", "8MiB", "--tensors", "2", "--steps", "220", "--step-ms", "30", "--change-fraction", "0.2"]
-WANT = golden(3, ARGS)
-rng = random.Random()
-disk = scratch("ftrun-sec-pull-")
-CONFIG = ("job:\n  id: sec-pull-%d\n  max_restarts: 5\n  stop_grace: 2s\n"
-          "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
-          # The frozen holder stays within its heartbeat budget (12 s) well past the pull timeout (3 s).
-          "cluster:\n  replicas: 1\n  heartbeat_interval: 200ms\n  heartbeat_misses: 60\n  lost_node_timeout: 3s\n"
-          "persist:\n  dir: %s\n  every_versions: 4\n  every_seconds: 0s\n  keep: 3\n" % (rng.randrange(1 << 30), disk))
-env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
-job = ClusterJob(3, 1, ARGS, CONFIG, spares=1, env=env)
 
 
-def on_disk(s):
-    if s["phase"] != "running" or s["committed_version"] is None:
-        return False
-    w = [job.last_written(s["nodes"][n]["agent"]) for n in range(3)]
-    return all(x is not None and x >= 8 for x in w) and s["committed_version"] >= max(w) + 3
+def test_failed_pull_goes_back_to_disk(check, scratch):
+    """Node 1 killed while the only holder of its copy is frozen: the spare's pull fails, the job goes back to
+    the newest complete version on disk, and ends with the failure-free digests."""
+    want = golden(3, ARGS)
+    rng = random.Random()
+    disk = scratch("ftrun-sec-pull-")
+    config = ("job:\n  id: sec-pull-%d\n  max_restarts: 5\n  stop_grace: 2s\n"
+              "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
+              # The frozen holder stays within its heartbeat budget (12 s) well past the pull timeout (3 s).
+              "cluster:\n  replicas: 1\n  heartbeat_interval: 200ms\n  heartbeat_misses: 60\n  lost_node_timeout: 3s\n"
+              "persist:\n  dir: %s\n  every_versions: 4\n  every_seconds: 0s\n  keep: 3\n"
+              % (rng.randrange(1 << 30), disk))
+    env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
+    job = ClusterJob(3, 1, ARGS, config, spares=1, env=env)
 
+    def on_disk(s):
+        if s["phase"] != "running" or s["committed_version"] is None:
+            return False
+        w = [job.last_written(s["nodes"][n]["agent"]) for n in range(3)]
+        return all(x is not None and x >= 8 for x in w) and s["committed_version"] >= max(w) + 3
 
-st = job.wait_for(on_disk, timeout=120)
-frozen = None
-if check(st is not None, "versions reach the disk on every node"):
-    holder = st["agents"][st["nodes"][2]["agent"]]["pid"]
-    print(f"committed {st['committed_version']}: SIGKILL node 1, SIGSTOP node 2's agent (pid {holder})", flush=True)
-    os.kill(holder, signal.SIGSTOP)
-    frozen = holder
-    job.kill_node(1)
-    deadline = time.time() + 30
-    while time.time() < deadline and "last error pulling rank" not in open(job.out.name).read():
-        time.sleep(0.05)
-    print("the spare's pull failed" if time.time() < deadline else "no pull failure seen", flush=True)
-    os.kill(frozen, signal.SIGCONT)
-rc = job.wait(240)
-if frozen:
-    try:
+    st = job.wait_for(on_disk, timeout=120)
+    frozen = None
+    if check(st is not None, "versions reach the disk on every node"):
+        holder = st["agents"][st["nodes"][2]["agent"]]["pid"]
+        print(f"committed {st['committed_version']}: SIGKILL node 1, SIGSTOP node 2's agent (pid {holder})", flush=True)
+        os.kill(holder, signal.SIGSTOP)
+        frozen = holder
+        job.kill_node(1)
+        deadline = time.time() + 30
+        while time.time() < deadline and "last error pulling rank" not in open(job.out.name).read():
+            time.sleep(0.05)
+        print("the spare's pull failed" if time.time() < deadline else "no pull failure seen", flush=True)
         os.kill(frozen, signal.SIGCONT)
-    except ProcessLookupError:
-        pass
-log = job.log
-check("last error pulling rank 1" in log, f"the spare's pull of rank 1 fails, and the job goes back to disk for it\n{log[-4000:]}")
-check(rc == 0, f"the job goes back to the disk and completes: exit 0 (got {rc})\n{log[-4000:]}")
-check("from disk" in log and "restored version" in log, "the nodes restore from disk")
-check(digests(log) == WANT, "digests equal the failure-free run's")
-finish()
+    rc = job.wait(240)
+    if frozen:
+        try:
+            os.kill(frozen, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    log = job.log
+    check("last error pulling rank 1" in log,
+          f"the spare's pull of rank 1 fails, and the job goes back to disk for it\n{log[-4000:]}")
+    check(rc == 0, f"the job goes back to the disk and completes: exit 0 (got {rc})\n{log[-4000:]}")
+    check("from disk" in log and "restored version" in log, "the nodes restore from disk")
+    check(digests(log) == want, "digests equal the failure-free run's")

@@ -22,22 +22,12 @@ starts with the first 3 chunk reads of every agent failing with EIO.
 import os
 import random
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all, scratch
+from ftrun_testlib import ClusterJob, digests, golden, kill_all
 
 ARGS = ["--state-bytes", "16MiB", "--tensors", "2", "--steps", "60", "--step-ms", "40", "--change-fraction", "0.2"]
-WANT = golden(2, ARGS)
-rng = random.Random()
-disk = scratch("ftrun-sec-eio-")
-job_id = "sec-eio-%d" % rng.randrange(1 << 30)
-CONFIG = ("job:\n  id: %s\n  max_restarts: 3\n"
-          "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
-          "cluster:\n  replicas: 1\n"
-          "persist:\n  dir: %s\n  every_versions: 3\n  every_seconds: 0s\n  keep: 100\n" % (job_id, disk))
-env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
-job_dir = os.path.join(disk, job_id)
 
 
-def markers():
+def markers(job_dir):
     """(version dir, marker) -> (inode, mtime_ns) of every node marker on disk."""
     out = {}
     for d in sorted(os.listdir(job_dir)):
@@ -49,42 +39,56 @@ def markers():
     return out
 
 
-def complete():
+def complete(job_dir):
     return sorted(int(d[1:]) for d in os.listdir(job_dir)
                   if all(os.path.exists(os.path.join(job_dir, d, "node%d.COMPLETE" % n)) for n in range(2)))
 
 
-# Run 1: two versions complete on disk, then the job is killed whole.
-job = ClusterJob(2, 1, ARGS, CONFIG, env=env)
-st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 6 for a in range(2)), timeout=120)
-if check(st is not None, "run 1: versions reach the disk on both nodes"):
-    pids = [job.proc.pid]
-    for a in range(len(st["agents"])):
-        ast = job.agent_state(a) or {}
-        pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
-    kill_all(pids)
-job.wait(60)
-versions = complete()
-newest = versions[-1] if versions else None
-before = markers()
-print(f"complete on disk: {versions}; the restart must restore {newest}", flush=True)
+def test_transient_eio_is_retried(check, scratch):
+    """Run 1 writes versions to disk and is killed whole; in run 2 the first 3 chunk reads of every agent fail
+    with EIO: retried, nothing deleted, and both nodes restore the newest complete version."""
+    want = golden(2, ARGS)
+    rng = random.Random()
+    disk = scratch("ftrun-sec-eio-")
+    job_id = "sec-eio-%d" % rng.randrange(1 << 30)
+    config = ("job:\n  id: %s\n  max_restarts: 3\n"
+              "store:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n  prefault: false\n"
+              "cluster:\n  replicas: 1\n"
+              "persist:\n  dir: %s\n  every_versions: 3\n  every_seconds: 0s\n  keep: 100\n" % (job_id, disk))
+    env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
+    job_dir = os.path.join(disk, job_id)
 
-# Run 2: each agent's first 3 chunk reads fail with EIO (errno 5).
-job = ClusterJob(2, 1, ARGS, CONFIG, env=dict(env, FTRUN_TEST_DISK_READ_FAULTS="5:3:/chunks/"))
-st = job.wait_for(lambda s: s["phase"] == "running" and s["committed_version"] is not None
-                  and s["committed_version"] > (newest or 0), timeout=120)
-# Nothing of the newest version was removed or rewritten by the restore.
-after = markers() if st is not None else {}
-kept = {k: v for k, v in before.items() if k[0] == "v%020d" % (newest or 0)}
-check(kept and all(after.get(k) == v for k, v in kept.items()),
-      f"version {newest}'s markers are untouched by the restore: before {kept}, after "
-      f"{ {k: after.get(k) for k in kept} }")
-rc = job.wait(240)
-log = job.log
-restored = [line for line in log.splitlines() if "restored version %d " % (newest or -1) in line and "from disk" in line]
-check(len(restored) == 2, f"run 2: both nodes restore version {newest} (the newest complete)\n{log[-4000:]}")
-check("Input/output error; retrying" in log, "run 2: the EIO is retried (and logged)")
-check("the next older one on disk" not in log, "run 2: a transient error never moves the job to an older version")
-check(rc == 0, f"run 2: exit 0 (got {rc})\n{log[-4000:]}")
-check(digests(log) == WANT, "run 2: digests equal the failure-free run's")
-finish()
+    # Run 1: two versions complete on disk, then the job is killed whole.
+    job = ClusterJob(2, 1, ARGS, config, env=env)
+    st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 6 for a in range(2)), timeout=120)
+    if check(st is not None, "run 1: versions reach the disk on both nodes"):
+        pids = [job.proc.pid]
+        for a in range(len(st["agents"])):
+            ast = job.agent_state(a) or {}
+            pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
+        kill_all(pids)
+    job.wait(60)
+    versions = complete(job_dir)
+    newest = versions[-1] if versions else None
+    before = markers(job_dir)
+    print(f"complete on disk: {versions}; the restart must restore {newest}", flush=True)
+
+    # Run 2: each agent's first 3 chunk reads fail with EIO (errno 5).
+    job = ClusterJob(2, 1, ARGS, config, env=dict(env, FTRUN_TEST_DISK_READ_FAULTS="5:3:/chunks/"))
+    st = job.wait_for(lambda s: s["phase"] == "running" and s["committed_version"] is not None
+                      and s["committed_version"] > (newest or 0), timeout=120)
+    # Nothing of the newest version was removed or rewritten by the restore.
+    after = markers(job_dir) if st is not None else {}
+    kept = {k: v for k, v in before.items() if k[0] == "v%020d" % (newest or 0)}
+    check(kept and all(after.get(k) == v for k, v in kept.items()),
+          f"version {newest}'s markers are untouched by the restore: before {kept}, after "
+          f"{ {k: after.get(k) for k in kept} }")
+    rc = job.wait(240)
+    log = job.log
+    restored = [line for line in log.splitlines()
+                if "restored version %d " % (newest or -1) in line and "from disk" in line]
+    check(len(restored) == 2, f"run 2: both nodes restore version {newest} (the newest complete)\n{log[-4000:]}")
+    check("Input/output error; retrying" in log, "run 2: the EIO is retried (and logged)")
+    check("the next older one on disk" not in log, "run 2: a transient error never moves the job to an older version")
+    check(rc == 0, f"run 2: exit 0 (got {rc})\n{log[-4000:]}")
+    check(digests(log) == want, "run 2: digests equal the failure-free run's")

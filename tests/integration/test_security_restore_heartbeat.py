@@ -15,43 +15,47 @@ failure-free digests, with no node lost and no restart.
 """
 import os
 import random
-import time
 
-from ftrun_testlib import ClusterJob, check, digests, finish, golden, kill_all, scratch
+from ftrun_testlib import ClusterJob, digests, golden, kill_all
 
 ARGS = ["--state-bytes", "2GiB", "--tensors", "4", "--steps", "60", "--step-ms", "200", "--change-fraction", "0.01"]
-WANT = golden(2, ARGS)
-rng = random.Random()
-disk = scratch("ftrun-sec-hb-")
-CONFIG = ("job:\n  id: sec-hb-%d\n  max_restarts: 3\n"
-          "store:\n  memory_budget: 3GiB\n  chunk_size: 4MiB\n  prefault: false\n"
-          "cluster:\n  replicas: 0\n  heartbeat_interval: 100ms\n  heartbeat_misses: 10\n  lost_node_timeout: 20s\n"
-          "persist:\n  dir: %s\n  every_versions: 1\n  every_seconds: 0s\n  keep: 2\n" % (rng.randrange(1 << 30), disk))
-env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
 
 
-# Run 1: a version reaches the disk on both nodes, then the job is killed whole.
-job = ClusterJob(2, 1, ARGS, CONFIG, env=env)
-st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 1 for a in range(2)), timeout=180)
-if check(st is not None, "run 1: a version reaches the disk on both nodes"):
-    pids = [job.proc.pid]
-    for a in range(len(st["agents"])):
-        ast = job.agent_state(a) or {}
-        pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
-    kill_all(pids)
-job.wait(60)
+def test_restore_keeps_heartbeats(check, scratch):
+    """Run 1 writes a version to disk and is killed whole; run 2 restores 2 GiB per node from disk: no node is
+    declared lost, no restart, and the failure-free digests."""
+    want = golden(2, ARGS)
+    rng = random.Random()
+    disk = scratch("ftrun-sec-hb-")
+    config = ("job:\n  id: sec-hb-%d\n  max_restarts: 3\n"
+              "store:\n  memory_budget: 3GiB\n  chunk_size: 4MiB\n  prefault: false\n"
+              "cluster:\n  replicas: 0\n  heartbeat_interval: 100ms\n  heartbeat_misses: 10\n  lost_node_timeout: 20s\n"
+              "persist:\n  dir: %s\n  every_versions: 1\n  every_seconds: 0s\n  keep: 2\n"
+              % (rng.randrange(1 << 30), disk))
+    env = dict(os.environ, UCX_NET_DEVICES=os.environ.get("UCX_NET_DEVICES", "lo"))
 
-# Run 2: both nodes restore 2 GiB each from disk while the coordinator waits
-# for their heartbeats.
-job = ClusterJob(2, 1, ARGS, CONFIG, env=env)
-rc = job.wait(300)
-log = job.log
-restored = [line for line in log.splitlines() if "restored version" in line and "from disk" in line]
-print("\n".join(restored), flush=True)
-lost = [line for line in log.splitlines() if ") lost: " in line or "lost the coordinator" in line]
-check(len(restored) >= 2, f"run 2: both nodes restore their shard from disk\n{log[-4000:]}")
-check(not lost, "run 2: no node is declared lost during the restore\n" + "\n".join(lost[:10]))
-check("restoring version" in log and "from the persist directory" in log, "run 2: the coordinator restores from disk")
-check(rc == 0, f"run 2: exit 0 (got {rc})\n{log[-4000:]}")
-check(digests(log) == WANT, "run 2: digests equal the failure-free run's")
-finish()
+    # Run 1: a version reaches the disk on both nodes, then the job is killed whole.
+    job = ClusterJob(2, 1, ARGS, config, env=env)
+    st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 1 for a in range(2)), timeout=180)
+    if check(st is not None, "run 1: a version reaches the disk on both nodes"):
+        pids = [job.proc.pid]
+        for a in range(len(st["agents"])):
+            ast = job.agent_state(a) or {}
+            pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
+        kill_all(pids)
+    job.wait(60)
+
+    # Run 2: both nodes restore 2 GiB each from disk while the coordinator waits
+    # for their heartbeats.
+    job = ClusterJob(2, 1, ARGS, config, env=env)
+    rc = job.wait(300)
+    log = job.log
+    restored = [line for line in log.splitlines() if "restored version" in line and "from disk" in line]
+    print("\n".join(restored), flush=True)
+    lost = [line for line in log.splitlines() if ") lost: " in line or "lost the coordinator" in line]
+    check(len(restored) >= 2, f"run 2: both nodes restore their shard from disk\n{log[-4000:]}")
+    check(not lost, "run 2: no node is declared lost during the restore\n" + "\n".join(lost[:10]))
+    check("restoring version" in log and "from the persist directory" in log,
+          "run 2: the coordinator restores from disk")
+    check(rc == 0, f"run 2: exit 0 (got {rc})\n{log[-4000:]}")
+    check(digests(log) == want, "run 2: digests equal the failure-free run's")

@@ -12,16 +12,13 @@ written into.
 """
 import os
 import random
-import shutil
 import signal
 import subprocess
 import time
 
-from ftrun_testlib import AGENT, SOURCE, check, finish, scratch
+import pytest
 
-if os.getuid() != 0:
-    print("SKIPPED: the standby runs as root")
-    raise SystemExit(77)
+from ftrun_testlib import AGENT, SOURCE
 
 VICTIM = "precious bytes\n"
 
@@ -56,9 +53,16 @@ def victim(tmp):
     return path
 
 
-tmp = scratch("ftrun-sbf-")
-try:
-    # A planted log link.
+@pytest.fixture(autouse=True)
+def as_root():
+    if os.getuid() != 0:
+        pytest.skip("the standby runs as root")
+
+
+def test_planted_log_link(check, scratch):
+    """The log file is a symlink to a victim file: the prolog fails (the standby refuses the log, naming it),
+    and the victim is unchanged."""
+    tmp = scratch("ftrun-sbf-")
     d = os.path.join(tmp, "a")
     os.mkdir(d, 0o755)
     job = str(random.randrange(10**6, 10**7))
@@ -70,7 +74,11 @@ try:
     check(f"slurm-{job}.log" in p.stdout + p.stderr, "the error names the log file")
     check(open(v).read() == VICTIM, "nothing is written through the log link")
 
-    # A planted pid-file link.
+
+def test_planted_pid_file_link(check, scratch):
+    """The pid file is a symlink to a victim file: refused (written through a temporary name and renamed,
+    never over a link), the standby's log says why, and the victim is unchanged."""
+    tmp = scratch("ftrun-sbf-")
     d = os.path.join(tmp, "b")
     os.mkdir(d, 0o755)
     job = str(random.randrange(10**6, 10**7))
@@ -84,7 +92,10 @@ try:
     check(open(v).read() == VICTIM, "nothing is written through the pid-file link")
     check(os.path.islink(f"{d}/slurm-{job}.pid"), "the link is left as it is")
 
-    # A standby directory others can write into.
+
+def test_shared_standby_dir(check, scratch):
+    """FTRUN_STANDBY_DIR group- or other-writable: refused, naming it; no socket is made there."""
+    tmp = scratch("ftrun-sbf-")
     for mode in (0o775, 0o777):
         d = os.path.join(tmp, "c%o" % mode)
         os.mkdir(d)
@@ -95,6 +106,3 @@ try:
         check(p.returncode != 0, f"a standby directory of mode {mode:o} is refused")
         check(d in p.stdout + p.stderr, f"the error names the mode-{mode:o} directory")
         check(not os.path.exists(f"{d}/slurm-{job}.sock"), f"no socket is made in the mode-{mode:o} directory")
-finally:
-    shutil.rmtree(tmp, ignore_errors=True)
-finish()

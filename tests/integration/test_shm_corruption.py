@@ -22,7 +22,9 @@ import shutil
 import signal
 import time
 
-from ftrun_testlib import ClusterJob, Job, check, digests, finish, golden, scratch
+import pytest
+
+from ftrun_testlib import ClusterJob, Job, digests, golden
 
 ARGS = ["--state-bytes", "8MiB", "--tensors", "4", "--steps", "150", "--step-ms", "20", "--change-fraction", "0.3",
         "--change-only-rank", "0"]
@@ -31,12 +33,14 @@ BASE = ("job:\n  max_restarts: 5\n  stop_grace: 2s\n"
 CLUSTER = BASE + ("cluster:\n  replicas: 1\n  heartbeat_interval: 200ms\n  heartbeat_misses: 10\n"
                   "  lost_node_timeout: 30s\n")
 
-seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-print("seed", seed, "(set FTRUN_TEST_SEED to replay)")
-rng = random.Random(seed)
+@pytest.fixture(scope="module")
+def rng():
+    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+    print("seed", seed, "(set FTRUN_TEST_SEED to replay)")
+    return random.Random(seed)
 
 
-def flip_bit(agent_status, chunk):
+def flip_bit(rng, agent_status, chunk):
     """Flips one bit of `chunk` (a committed_chunks entry) in the agent's store."""
     path = "/proc/%d/fd/%d" % (agent_status["agent_pid"], agent_status["store"]["store_fd"])
     at = chunk["offset"] + rng.randrange(chunk["bytes"])
@@ -69,7 +73,10 @@ def chunk_name(c):
     return f"rank {c['rank']} tensor '{c['tensor']}' chunk #{c['chunk']} of version "
 
 
-def cluster_run():
+def test_repaired_from_holder(check, rng):
+    """3 nodes x 2 ranks, replicas 1: the agent drops the corrupted chunk, pulls the rank's shard from its
+    holder before the restart, names the chunk and the repair, counts it, and the job ends with the
+    failure-free digests."""
     nodes, per_node = 3, 2
     want = golden(nodes * per_node, ARGS)
     job = ClusterJob(nodes, per_node, ARGS, CLUSTER)
@@ -92,7 +99,7 @@ def cluster_run():
             time.sleep(0.02)
         check(chunk is not None, f"cluster: agent {agent} lists no committed chunk of ranks {ranks}")
         if chunk:
-            flip_bit(ast, chunk)
+            flip_bit(rng, ast, chunk)
             victim = rng.choice(ast["ranks"])
             check(kill(victim["pid"]), f"cluster: could not SIGKILL rank {victim['rank']}")
             print(f"cluster: SIGKILLed rank {victim['rank']} of node {node}", flush=True)
@@ -107,7 +114,11 @@ def cluster_run():
         check(repaired >= 1, f"cluster: chunks_corrupt_repaired is {repaired} in the agent's status")
 
 
-def single_node(persist):
+@pytest.mark.parametrize("persist", [False, True], ids=["no holder, no persist", "persist"])
+def test_single_node(check, scratch, rng, persist):
+    """1 node with a persist directory that holds the chunk: repaired from disk, and the failure-free digests.
+    1 node, no holder and no persist directory: the job stops with an error that names the rank, tensor and
+    chunk, after one restart (no loop)."""
     name = "one node, persist" if persist else "one node, no holder, no persist"
     nranks = 2
     config = BASE
@@ -122,7 +133,7 @@ def single_node(persist):
     chunk = None
     if st and st["state"] == "running":
         chunk = rng.choice(samples(st, [1]))
-        flip_bit(st, chunk)
+        flip_bit(rng, st, chunk)
         check(kill(job.rank_pid(0)), f"{name}: could not SIGKILL rank 0")
     rc = job.wait(timeout=240)
     end = job.state() or {}
@@ -144,9 +155,3 @@ def single_node(persist):
     check(end.get("restarts", 99) <= 1, f"{name}: {end.get('restarts')} restarts: it looped")
     check(end.get("store", {}).get("chunks_corrupt_found", 0) >= 1, f"{name}: the corruption is not counted")
     check(not digests(job.log), f"{name}: a rank finished after restoring a corrupted chunk")
-
-
-cluster_run()
-single_node(persist=False)
-single_node(persist=True)
-finish()

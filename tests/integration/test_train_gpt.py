@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 
-from ftrun_testlib import BUILD, RUNNER, SOURCE, ClusterJob, check, failures, finish, scratch
+import pytest
+
+from ftrun_testlib import BUILD, RUNNER, SOURCE, ClusterJob, scratch, started
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_gpt.py")
@@ -29,18 +31,6 @@ CONFIG = ("job:\n  max_restarts: %d\n  stop_grace: 2s\n"
 LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)
-
-torch_check = subprocess.run([PY, "-c", "import torch, torch.distributed.optim"], capture_output=True, text=True)
-if torch_check.returncode != 0:  # CTest shows 77 as skipped
-    print(f"SKIPPED: {PY} cannot import torch (the ranks need it):\n{torch_check.stderr[-1500:]}", flush=True)
-    sys.exit(77)
-
-seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-print("seed", seed, "(set FTRUN_TEST_SEED to replay)", flush=True)
-rng = random.Random(seed)
-MODEL_SEED = rng.randrange(1 << 20)
-# gloo on the CPU even where CUDA exists: 4 ranks share this machine, maybe one GPU.
-ARGS = ["--steps", str(STEPS), "--seed", str(MODEL_SEED), "--backend", "gloo"]
 
 
 def free_port_range(n):
@@ -82,7 +72,7 @@ class GptJob(ClusterJob):
         pypath = os.path.join(os.path.abspath(BUILD), "python")
         env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.out = open(os.path.join(self.dir, "out.log"), "w+")
-        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT, env=env)
+        self.proc = started(subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT, env=env))
         self.log = ""
 
     def rank_pid(self, rank):
@@ -120,71 +110,110 @@ def weights(log):
     return {int(r): d for r, d in WEIGHTS_RE.findall(log)}
 
 
-# 1. The failure-free run: the golden losses and weights.
-print(f"model seed {MODEL_SEED}, {NODES} nodes x {PER_NODE} ranks, {STEPS} steps", flush=True)
-t0 = time.time()
-job = GptJob(ARGS)
-rc = job.wait(timeout=150)
-print(f"failure-free run: exit {rc} in {time.time() - t0:.1f} s", flush=True)
-check(rc == 0, f"failure-free run: runner exit {rc}\n{job.log[-4000:]}")
-want_loss = losses(job.log)
-want_weights = weights(job.log)
-check(sorted(want_loss) == list(range(STEPS)), f"failure-free run: LOSS lines for steps {sorted(want_loss)}")
-check(len(LOSS_RE.findall(job.log)) == STEPS, "failure-free run: every step printed once")
-check(sorted(want_weights) == list(range(WORLD)) and len(set(want_weights.values())) == 1,
-      f"failure-free run: one WEIGHTS digest per rank, all equal: {want_weights}")
-check((job.state() or {}).get("restarts") == 0, "failure-free run: no restart")
-if want_loss:
-    print(f"loss: step 0 {float.fromhex(want_loss[0]):.4f}, step {STEPS - 1} "
-          f"{float.fromhex(want_loss.get(STEPS - 1, '0x0p+0')):.4f}", flush=True)
-if failures:
-    finish()  # no golden to compare with
+@pytest.fixture(scope="module")
+def seeds():
+    """(rng, the model's seed): FTRUN_TEST_SEED replays both."""
+    torch_check = subprocess.run([PY, "-c", "import torch, torch.distributed.optim"], capture_output=True, text=True)
+    if torch_check.returncode != 0:
+        pytest.skip(f"{PY} cannot import torch (the ranks need it):\n{torch_check.stderr[-1500:]}")
+    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+    rng = random.Random(seed)
+    return seed, rng, rng.randrange(1 << 20)
 
-# 2. The same run with one rank SIGKILLed mid-run.
-after = rng.randrange(3, 13)  # committed versions before the kill
-victim = rng.randrange(WORLD)
-t0 = time.time()
-job = GptJob(ARGS + ["--step-ms", "60"])
-st = job.wait_for(lambda s: s.get("phase") == "running" and s.get("committed_version") is not None
-                  and s["committed_version"] >= after, timeout=90)
-killed = None
-if st is not None:
-    time.sleep(rng.uniform(0.0, 0.08))  # anywhere in a step: in a collective, a save or the sleep
-    pid = job.rank_pid(victim)
-    if pid > 0 and is_trainer(pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed = (pid, st["committed_version"])
-        except ProcessLookupError:
-            pass
-check(killed is not None, f"rank {victim} SIGKILLed mid-run (status {st})")
-if killed:
-    print(f"SIGKILLed rank {victim} (pid {killed[0]}, node {victim // PER_NODE}) with version {killed[1]} "
-          f"committed (waited for >= {after})", flush=True)
-    check(killed[1] < STEPS - 1, f"the kill came before the last step (version {killed[1]} committed)")
-rc = job.wait(timeout=150)
-st = job.state() or {}
-print(f"run with a kill: exit {rc} in {time.time() - t0:.1f} s, restarts {st.get('restarts')}", flush=True)
-check(rc == 0, f"run with a kill: runner exit {rc}\n{job.log[-4000:]}")
-check((st.get("restarts") or 0) >= 1, f"at least one restart expected, status says {st.get('restarts')}")
-resumed = {int(r): int(s) for r, s in RESUMED_RE.findall(job.log)}
-print("resumed (rank: step):", resumed, flush=True)
-if killed:
-    check(sorted(resumed) == list(range(WORLD)) and len(set(resumed.values())) == 1
-          and min(resumed.values()) > killed[1],
-          f"every rank resumed from one version newer than {killed[1]}: {resumed}")
-got_loss = losses(job.log)
-check(sorted(got_loss) == list(range(STEPS)), f"run with a kill: LOSS lines for steps {sorted(got_loss)}")
-bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s)]
-check(not bad, "losses differ from the failure-free run at steps %s:\n%s" % (
-    bad, "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:10])))
-got_weights = weights(job.log)
-check(got_weights == want_weights, f"final weights {got_weights} != failure-free run {want_weights}")
-if not bad and got_weights == want_weights:
-    seen = {}
-    for step, _ in LOSS_RE.findall(job.log):
-        seen[int(step)] = seen.get(int(step), 0) + 1
-    again = sorted(s for s, n in seen.items() if n > 1)
-    print(f"all {STEPS} losses (steps run again after the restart: {again or 'none'}) and the final weights "
-          f"of all {WORLD} ranks are bit-identical to the failure-free run", flush=True)
-finish()
+
+def args(model_seed):
+    # gloo on the CPU even where CUDA exists: 4 ranks share this machine, maybe one GPU.
+    return ["--steps", str(STEPS), "--seed", str(model_seed), "--backend", "gloo"]
+
+
+@pytest.fixture(scope="module")
+def failure_free(seeds):
+    """1. The failure-free run: the golden losses and weights. Returns (exit code, job)."""
+    seed, _, model_seed = seeds
+    print(f"model seed {model_seed}, {NODES} nodes x {PER_NODE} ranks, {STEPS} steps", flush=True)
+    t0 = time.time()
+    job = GptJob(args(model_seed))
+    rc = job.wait(timeout=150)
+    print(f"failure-free run: exit {rc} in {time.time() - t0:.1f} s", flush=True)
+    return rc, job
+
+
+def golden_expectations(rc, job):
+    """(holds, what) for each thing the failure-free run must show to serve as the golden run."""
+    want_loss, want_weights = losses(job.log), weights(job.log)
+    return [(rc == 0, f"failure-free run: runner exit {rc}\n{job.log[-4000:]}"),
+            (sorted(want_loss) == list(range(STEPS)), f"failure-free run: LOSS lines for steps {sorted(want_loss)}"),
+            (len(LOSS_RE.findall(job.log)) == STEPS, "failure-free run: every step printed once"),
+            (sorted(want_weights) == list(range(WORLD)) and len(set(want_weights.values())) == 1,
+             f"failure-free run: one WEIGHTS digest per rank, all equal: {want_weights}"),
+            ((job.state() or {}).get("restarts") == 0, "failure-free run: no restart")]
+
+
+def test_failure_free_run(check, seeds, failure_free):
+    """The failure-free run prints every step's loss once and one WEIGHTS digest per rank, all equal."""
+    print("seed", seeds[0], "(set FTRUN_TEST_SEED to replay)", flush=True)
+    rc, job = failure_free
+    for holds, what in golden_expectations(rc, job):
+        check(holds, what)
+    want_loss = losses(job.log)
+    if want_loss:
+        print(f"loss: step 0 {float.fromhex(want_loss[0]):.4f}, step {STEPS - 1} "
+              f"{float.fromhex(want_loss.get(STEPS - 1, '0x0p+0')):.4f}", flush=True)
+
+
+def test_rank_killed_mid_run(check, seeds, failure_free):
+    """2. The same run with one rank, picked at random, SIGKILLed mid-run: every rank restarts from one
+    committed version, and the run ends exactly like the failure-free one (every step's last loss, every rank's
+    final weights, bit for bit)."""
+    seed, rng, model_seed = seeds
+    print("seed", seed, "(set FTRUN_TEST_SEED to replay)", flush=True)
+    rc, golden_job = failure_free
+    bad_golden = [what for holds, what in golden_expectations(rc, golden_job) if not holds]
+    assert not bad_golden, "no golden to compare with:\n" + "\n".join(bad_golden)
+    want_loss, want_weights = losses(golden_job.log), weights(golden_job.log)
+    after = rng.randrange(3, 13)  # committed versions before the kill
+    victim = rng.randrange(WORLD)
+    t0 = time.time()
+    job = GptJob(args(model_seed) + ["--step-ms", "60"])
+    st = job.wait_for(lambda s: s.get("phase") == "running" and s.get("committed_version") is not None
+                      and s["committed_version"] >= after, timeout=90)
+    killed = None
+    if st is not None:
+        time.sleep(rng.uniform(0.0, 0.08))  # anywhere in a step: in a collective, a save or the sleep
+        pid = job.rank_pid(victim)
+        if pid > 0 and is_trainer(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed = (pid, st["committed_version"])
+            except ProcessLookupError:
+                pass
+    check(killed is not None, f"rank {victim} SIGKILLed mid-run (status {st})")
+    if killed:
+        print(f"SIGKILLed rank {victim} (pid {killed[0]}, node {victim // PER_NODE}) with version {killed[1]} "
+              f"committed (waited for >= {after})", flush=True)
+        check(killed[1] < STEPS - 1, f"the kill came before the last step (version {killed[1]} committed)")
+    rc = job.wait(timeout=150)
+    st = job.state() or {}
+    print(f"run with a kill: exit {rc} in {time.time() - t0:.1f} s, restarts {st.get('restarts')}", flush=True)
+    check(rc == 0, f"run with a kill: runner exit {rc}\n{job.log[-4000:]}")
+    check((st.get("restarts") or 0) >= 1, f"at least one restart expected, status says {st.get('restarts')}")
+    resumed = {int(r): int(s) for r, s in RESUMED_RE.findall(job.log)}
+    print("resumed (rank: step):", resumed, flush=True)
+    if killed:
+        check(sorted(resumed) == list(range(WORLD)) and len(set(resumed.values())) == 1
+              and min(resumed.values()) > killed[1],
+              f"every rank resumed from one version newer than {killed[1]}: {resumed}")
+    got_loss = losses(job.log)
+    check(sorted(got_loss) == list(range(STEPS)), f"run with a kill: LOSS lines for steps {sorted(got_loss)}")
+    bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s)]
+    check(not bad, "losses differ from the failure-free run at steps %s:\n%s" % (
+        bad, "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:10])))
+    got_weights = weights(job.log)
+    check(got_weights == want_weights, f"final weights {got_weights} != failure-free run {want_weights}")
+    if not bad and got_weights == want_weights:
+        seen = {}
+        for step, _ in LOSS_RE.findall(job.log):
+            seen[int(step)] = seen.get(int(step), 0) + 1
+        again = sorted(s for s, n in seen.items() if n > 1)
+        print(f"all {STEPS} losses (steps run again after the restart: {again or 'none'}) and the final weights "
+              f"of all {WORLD} ranks are bit-identical to the failure-free run", flush=True)

@@ -1,36 +1,21 @@
-#!/usr/bin/python3
 """Checks integration/chaos/ftrun_chaos/report.py on synthetic chaos results.
 
-A plain script: exits 0 when every check passes, 1 otherwise (printing what
-failed). Run from anywhere: python3 tests/unit_py/test_chaos_report.py
+Run from anywhere: python3 -m pytest tests/unit_py/test_chaos_report.py
 """
-
 import json
 import os
 import random
 import struct
-import sys
-import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "integration", "chaos"))
+import pytest
 
-from ftrun_chaos import report  # noqa: E402
+from ftrun_chaos import report
 
 KINDS = ["rank_kill", "rank_hang", "agent_kill", "node_kill", "coordinator_kill",
          "link_down", "partition", "packet_loss", "delay", "disk_full",
          "disk_error", "bitflip_shm", "bitflip_disk"]
 PHASES = ["detect", "stop", "respawn", "restore", "first step"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-failures = []
-
-
-def check(ok, what):
-    """Records a failed check."""
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def make_result(n_faults, n_recoveries, verdict="pass", seed=7):
@@ -102,7 +87,7 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
-def check_files(name, result, out_dir):
+def check_files(check, name, result, out_dir):
     """The three files exist, JSON round-trips, PNG is a big enough PNG; returns the Markdown."""
     paths = report.write_reports(result, out_dir)
     check(set(paths) == {"json", "markdown", "png"}, f"{name}: returned keys {sorted(paths)}")
@@ -117,7 +102,7 @@ def check_files(name, result, out_dir):
         return f.read()
 
 
-def check_markdown(name, result, md):
+def check_markdown(check, name, result, md):
     """Verdict, check names, kind counts, escaped pipes, well-formed tables."""
     verdict = result["verdict"].upper()
     check(md.splitlines()[0].startswith("#") and verdict in md.splitlines()[0],
@@ -145,7 +130,7 @@ def check_markdown(name, result, md):
         check(why < 0, f"{name}: 'Why it failed' in a passing report")
 
 
-def check_summary(name, result):
+def check_summary(check, name, result):
     """format_summary names the verdict and every failed check."""
     text = report.format_summary(result)
     check(result["verdict"].upper() in text, f"{name}: summary lacks the verdict")
@@ -155,28 +140,34 @@ def check_summary(name, result):
                   f"{name}: summary lacks failed check {c['name']!r}")
 
 
-def main():
-    cases = {"pass": make_result(40, 12),
-             "fail": make_result(30, 8, verdict="fail"),
-             "no faults": make_result(0, 0),
-             "1200 faults": make_result(1200, 400, seed=11)}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, result) in enumerate(cases.items()):
-            out_dir = os.path.join(tmp, f"case{i}", "nested")  # created by write_reports
-            md = check_files(name, result, out_dir)
-            check_markdown(name, result, md)
-            check_summary(name, result)
-        md = check_files("sparse", sparse_result(), os.path.join(tmp, "sparse"))
-        check("## Why it failed" in md and "FAIL" in md, "sparse: verdict or failure section missing")
-        check_summary("sparse", sparse_result())
-        md = check_files("no faults again", cases["no faults"], os.path.join(tmp, "case2", "nested"))
-        check("No faults were injected." in md, "no faults: missing 'No faults were injected.'")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("test_chaos_report: all checks passed")
-    return 0
+CASES = {"pass": (40, 12, "pass", 7), "fail": (30, 8, "fail", 7), "no faults": (0, 0, "pass", 7),
+         "1200 faults": (1200, 400, "pass", 11)}
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.parametrize("name", list(CASES))
+def test_report(check, scratch, name):
+    """The three files (JSON that round-trips, a big enough PNG, Markdown with the verdict, checks, counts and
+    escaped pipes) and the summary, for a result of this shape."""
+    n_faults, n_recoveries, verdict, seed = CASES[name]
+    result = make_result(n_faults, n_recoveries, verdict=verdict, seed=seed)
+    out_dir = os.path.join(scratch("ftrun-chaos-report-"), "nested")  # created by write_reports
+    md = check_files(check, name, result, out_dir)
+    check_markdown(check, name, result, md)
+    check_summary(check, name, result)
+
+
+def test_sparse_result(check, scratch):
+    """A result with almost every field missing or None still gives the files, a FAIL verdict and the
+    failure section."""
+    md = check_files(check, "sparse", sparse_result(), os.path.join(scratch("ftrun-chaos-report-"), "sparse"))
+    check("## Why it failed" in md and "FAIL" in md, "sparse: verdict or failure section missing")
+    check_summary(check, "sparse", sparse_result())
+
+
+def test_rewrite_same_directory(check, scratch):
+    """Reports written again into a directory that holds some: no temporary files, and the new content."""
+    result = make_result(0, 0)
+    out_dir = os.path.join(scratch("ftrun-chaos-report-"), "nested")
+    check_files(check, "no faults", result, out_dir)
+    md = check_files(check, "no faults again", result, out_dir)
+    check("No faults were injected." in md, "no faults: missing 'No faults were injected.'")
