@@ -37,7 +37,7 @@ TABLE = "ftrun_delay"
 QUEUE = 7
 D = 50  # ms
 
-# The rule text documented at the top of integration/chaos/netdelay.cc, for
+# The rule text documented at the top of integration/chaos/netdelay/main.cc, for
 # `nft -f -` in the node namespace where nft has the `queue` expression.
 NFT_RULES = """table inet ftrun_delay {}
 delete table inet ftrun_delay
