@@ -232,6 +232,15 @@ class ClusterJob(_Watched):
                 pass
         return killed
 
+    def kill_whole(self, st):
+        """SIGKILL to the runner and, as its status `st` names them, every agent and rank: the job dies whole, as
+        on a machine that went down, with no drain to disk."""
+        pids = [self.proc.pid]
+        for a in range(len(st["agents"])):
+            ast = self.agent_state(a) or {}
+            pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
+        kill_all(pids)
+
     def wait(self, timeout=300):
         try:
             rc = self.proc.wait(timeout=timeout)

@@ -157,11 +157,7 @@ def test_cluster_killed_whole(check, scratch, rng):
     check("disk +backlog" in out and re.search(r" v\d+ \+\d+", out),
           "ftrun status shows each node's newest version on disk and its backlog")
     if st:
-        pids = [cl.proc.pid]
-        for a in range(len(st["agents"])):
-            ast = cl.agent_state(a) or {}
-            pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
-        kill_all(pids)
+        cl.kill_whole(st)
     cl.wait(30)
     # A flipped bit in a chunk file of the newest complete version that no older
     # complete version references (a version still being written when the

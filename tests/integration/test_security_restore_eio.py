@@ -22,7 +22,7 @@ starts with the first 3 chunk reads of every agent failing with EIO.
 import os
 import random
 
-from ftrun_testlib import ClusterJob, digests, golden, kill_all
+from ftrun_testlib import ClusterJob, digests, golden
 
 ARGS = ["--state-bytes", "16MiB", "--tensors", "2", "--steps", "60", "--step-ms", "40", "--change-fraction", "0.2"]
 
@@ -62,11 +62,7 @@ def test_transient_eio_is_retried(check, scratch):
     job = ClusterJob(2, 1, ARGS, config, env=env)
     st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 6 for a in range(2)), timeout=120)
     if check(st is not None, "run 1: versions reach the disk on both nodes"):
-        pids = [job.proc.pid]
-        for a in range(len(st["agents"])):
-            ast = job.agent_state(a) or {}
-            pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
-        kill_all(pids)
+        job.kill_whole(st)
     job.wait(60)
     versions = complete(job_dir)
     newest = versions[-1] if versions else None

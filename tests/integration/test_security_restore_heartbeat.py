@@ -16,7 +16,7 @@ failure-free digests, with no node lost and no restart.
 import os
 import random
 
-from ftrun_testlib import ClusterJob, digests, golden, kill_all
+from ftrun_testlib import ClusterJob, digests, golden
 
 ARGS = ["--state-bytes", "2GiB", "--tensors", "4", "--steps", "60", "--step-ms", "200", "--change-fraction", "0.01"]
 
@@ -38,11 +38,7 @@ def test_restore_keeps_heartbeats(check, scratch):
     job = ClusterJob(2, 1, ARGS, config, env=env)
     st = job.wait_for(lambda s: all((job.last_written(a) or 0) >= 1 for a in range(2)), timeout=180)
     if check(st is not None, "run 1: a version reaches the disk on both nodes"):
-        pids = [job.proc.pid]
-        for a in range(len(st["agents"])):
-            ast = job.agent_state(a) or {}
-            pids += [ast.get("agent_pid")] + [r.get("pid") for r in ast.get("ranks", [])]
-        kill_all(pids)
+        job.kill_whole(st)
     job.wait(60)
 
     # Run 2: both nodes restore 2 GiB each from disk while the coordinator waits
