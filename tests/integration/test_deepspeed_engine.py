@@ -12,12 +12,10 @@ DeepSpeedEngine.save_checkpoint / load_checkpoint, 0.16 to 0.19).
 import os
 import signal
 import subprocess
-import sys
 
-from ftrun_testlib import Job, digests
+from ftrun_testlib import Job, PY, digests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 RANK = os.path.join(HERE, "py_deepspeed_rank.py")
 CONFIG = "job:\n  max_restarts: 0\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
 

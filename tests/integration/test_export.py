@@ -24,18 +24,16 @@ import pty
 import shutil
 import struct
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 import ftrun
-from ftrun_testlib import RUNNER, Job, scratch
+from ftrun_testlib import Job, PY, RUNNER, scratch
 from py_export_rank import Thing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 ST_DTYPES = {"uint8": "U8", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "float16": "F16",
              "bfloat16": "BF16", "float32": "F32", "float64": "F64", "bool": "BOOL", "uint16": "U16",
              "uint32": "U32", "uint64": "U64"}

@@ -1,11 +1,9 @@
 """The Python client (import ftrun) as real ranks under ftrun-agent."""
 import os
-import sys
 
-from ftrun_testlib import Job
+from ftrun_testlib import Job, PY
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
 def test_rank_checks(check):

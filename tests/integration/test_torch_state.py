@@ -6,12 +6,10 @@ without failure."""
 import os
 import signal
 import subprocess
-import sys
 
-from ftrun_testlib import Job, digests
+from ftrun_testlib import Job, PY, digests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 RANK_SCRIPT = os.path.join(HERE, "py_torch_rank.py")
 CONFIG = "job:\n  max_restarts: 2\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
 NRANKS = 2

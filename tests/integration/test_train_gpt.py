@@ -13,14 +13,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
-from ftrun_testlib import BUILD, RUNNER, SOURCE, ClusterJob, scratch, started
+from ftrun_testlib import BUILD, ClusterJob, PY, RUNNER, SOURCE, scratch, started
 
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_gpt.py")
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
