@@ -55,6 +55,9 @@ bool ReadJson(const std::string& path, nlohmann::json* out);
 
 int RunSave(int argc, char** argv, Result* out);
 int RunSaveWorker(int argc, char** argv);
+// save --cuda (save_cuda_bench.cu; built where nvcc exists).
+int RunSaveCuda(const std::string& state, int reps, int tensors, const std::string& chunk, Result* out);
+int RunSaveCudaWorker(int argc, char** argv);
 int RunRestartLocal(int argc, char** argv, Result* out);
 int RunReplicate(int argc, char** argv, Result* out);
 int RunRestartNode(int argc, char** argv, Result* out);

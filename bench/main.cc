@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::printf(
         "usage: ftrun-bench SCENARIO [--json FILE] [flags]\nscenarios:\n"
-        "  save            save stall vs memcpy, incremental saves (1 GiB per rank by default)\n"
+        "  save            save stall vs memcpy, incremental saves (1 GiB per rank by default);\n"
+        "                  --cuda: a 4 GiB GPU state vs pinned D2H and D2D copies\n"
         "  restart-local   kill a rank of 4, time until every rank completed a step after restore\n"
         "  replicate       replication to a holder over UCX vs ucx_perftest; incremental bytes on the wire\n"
         "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
@@ -107,6 +108,9 @@ int main(int argc, char** argv) {
   }
   std::string scenario = argv[1];
   if (scenario == "save-worker") return RunSaveWorker(argc - 1, argv + 1);
+#ifdef FTRUN_HAVE_CUDA
+  if (scenario == "save-cuda-worker") return RunSaveCudaWorker(argc - 1, argv + 1);
+#endif
   std::string json_path;
   std::vector<char*> rest = {argv[0]};
   for (int i = 2; i < argc; ++i) {

@@ -175,7 +175,20 @@ int RunSave(int argc, char** argv, Result* out) {
   app.add_option("--reps", reps, "repetitions per figure (median reported)");
   app.add_option("--tensors", tensors, "tensors the state is split into");
   app.add_option("--chunk-size", chunk, "store.chunk_size");
+  bool cuda = false;
+  app.add_flag("--cuda", cuda,
+               "the state in GPU memory, saved by the CUDA path (4 GiB and 16 tensors unless given), "
+               "against pinned D2H and D2D copies");
   CLI11_PARSE(app, argc, argv);
+  if (cuda) {
+#ifdef FTRUN_HAVE_CUDA
+    return RunSaveCuda(app.count("--state-bytes") ? state : std::to_string(4ull << 30), reps,
+                       app.count("--tensors") ? tensors : 16, chunk, out);
+#else
+    std::fprintf(stderr, "ftrun-bench save --cuda: this ftrun-bench was built without CUDA (no nvcc)\n");
+    return 2;
+#endif
+  }
   const uint64_t state_bytes = std::stoull(state);
 
   const std::string dir = "/tmp/ftrun-bench-" + std::to_string(::getpid());

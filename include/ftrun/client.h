@@ -66,6 +66,16 @@ struct TensorInfo {
   Device device = Device::kHost;  // the device it was saved from
 };
 
+// How a Save of CUDA tensors is ordered on the GPU (host tensors ignore it).
+struct SaveOptions {
+  // The cudaStream_t that wrote the tensors and will next overwrite them
+  // (PyTorch: torch.cuda.current_stream().cuda_stream); nullptr means the
+  // legacy and the per-thread default streams. The copies wait for the
+  // stream's work queued before Save; its work queued after Save waits for
+  // the copies (a CUDA event: the CPU never blocks on it).
+  void* cuda_stream = nullptr;
+};
+
 struct SaveStats {
   uint64_t bytes_total = 0;   // state size
   uint64_t bytes_hashed = 0;  // bytes read to hash (skipped chunks are not)
@@ -137,7 +147,13 @@ class Snapshot {
   // Returns kCorruption if a chunk's bytes do not match its hash.
   Status Read(std::string_view name, void* dst, uint64_t dst_bytes) const;
   // Same, into CUDA memory when built with CUDA (kUnimplemented otherwise).
-  Status ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes) const;
+  // Every chunk's hash is checked on the host first; the copies then go
+  // straight from the store (registered with CUDA) to dst, asynchronously
+  // on `cuda_stream` (a cudaStream_t; nullptr: the legacy default stream):
+  // work queued on that stream afterwards sees the bytes. The Snapshot
+  // waits for the copies when it is destroyed (its store extents are
+  // released then).
+  Status ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes, void* cuda_stream = nullptr) const;
   // Maps tensor `name` copy-on-write (see MappedTensor), checking every
   // chunk's hash: no copy, so restoring a large state costs page-table
   // updates instead of a copy into fresh memory. kFailedPrecondition when
@@ -176,6 +192,8 @@ class Client {
   // are queued; Wait() or the next Save fences them.
   Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
               SaveStats* stats = nullptr);
+  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+              const SaveOptions& options, SaveStats* stats = nullptr);
   // Completes the last Save's asynchronous part (CUDA copies, manifest).
   Status Wait();
   // Blocks until `version` is committed (or a newer one), up to timeout_ms.

@@ -124,12 +124,17 @@ bool Client::restore_version(uint64_t* version) const {
 
 Status Client::Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
                     SaveStats* stats) {
+  return Save(version, tensors, user_bytes, SaveOptions{}, stats);
+}
+
+Status Client::Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+                    const SaveOptions& options, SaveStats* stats) {
   FTRUN_RETURN_IF_ERROR(Wait());
   bool any_device = false;
   for (const auto& t : tensors) any_device |= t.device == Device::kCuda;
   if (!any_device) return impl_->SaveHost(version, tensors, user_bytes, stats, false);
   if (!impl_->device) FTRUN_RETURN_IF_ERROR(DeviceSaver::Create(impl_.get(), &impl_->device));
-  return impl_->device->Save(version, tensors, user_bytes, stats);
+  return impl_->device->Save(version, tensors, user_bytes, options.cuda_stream, stats);
 }
 
 Status Client::Wait() {

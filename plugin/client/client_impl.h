@@ -121,6 +121,7 @@ struct Snapshot::Impl {
   Client::Impl* client = nullptr;
   Manifest manifest;
   std::vector<TensorInfo> infos;
+  bool device_reads = false;  // ReadToDevice queued copies (fenced at destruction)
 };
 
 }  // namespace ftrun

@@ -1,14 +1,17 @@
 // The CUDA save path (see device_saver.h). Unchanged chunks are found on the
 // GPU, so they never cross PCIe; changed ones are DMA'd straight into the
 // store segment, which is registered with CUDA so the copies need no bounce
-// buffer. XXH3 chunk ids are computed on the host in Wait(), once the bytes
-// have landed, so the rank's Save only pays for the fingerprint kernel.
+// buffer. XXH3 chunk ids are computed on the host by a landing thread once
+// the bytes have landed, so the rank's Save only pays for the fingerprint
+// kernel; Wait() (or the next Save) joins it and sends the manifest.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -35,9 +38,11 @@ class CudaDeviceSaver final : public DeviceSaver {
   CudaDeviceSaver(Client::Impl* client, int device) : client_(client), device_(device) {}
   ~CudaDeviceSaver() override;
   Status Init();
-  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes, void* stream,
               SaveStats* stats) override;
   Status Wait() override;
+  Status CopyToDevice(void* dst, const void* src, uint64_t n, void* stream) override;
+  Status FenceRestores() override;
 
  private:
   // Fingerprints of a tensor's chunks, and the chunk ids they were taken
@@ -53,20 +58,26 @@ class CudaDeviceSaver final : public DeviceSaver {
     uint64_t offset;
   };
 
-  Status Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes, bool retried);
+  Status Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes);
   Status CheckPointer(const TensorRef& t) const;
   Status LaunchFingerprints(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first, size_t total);
   Status QueueCopies(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first);
+  // The landing thread's work: waits for the copies, hashes what they wrote.
+  Status Land();
   Status Fence();
+  // The streams Save orders against: the caller's, or the default ones.
+  std::vector<cudaStream_t> CallerStreams() const;
   void Drop();
 
   // Constant after Init.
   Client::Impl* const client_;
   const int device_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr;  // the producer's work at Save
-  cudaEvent_t done_ = nullptr;   // the pending save's copies
+  cudaEvent_t ready_ = nullptr;     // the producer's work at Save
+  cudaEvent_t done_ = nullptr;      // the pending save's copies
+  cudaEvent_t restored_ = nullptr;  // the last CopyToDevice
   bool registered_ = false;
+  unsigned hash_threads_ = 1;
 
   // Guarded by the Client's one-caller-at-a-time rule.
   unsigned long long* dev_fps_ = nullptr;  // 2 words per chunk, grown as needed
@@ -75,23 +86,30 @@ class CudaDeviceSaver final : public DeviceSaver {
   std::unordered_map<std::string, Known> known_;
   // The save whose copies may be in flight (pending_ true).
   bool pending_ = false;
-  bool retried_ = false;
   uint64_t version_ = 0;
-  std::string user_bytes_;
+  void* stream_arg_ = nullptr;  // the caller's stream at the pending Save
   std::vector<TensorRef> tensors_;
   PendingSave save_;
   std::vector<Copy> copies_;
+  std::vector<ChunkHash> copied_ids_;  // per copy, set by the landing thread
+  std::future<Status> landing_;
+  // The stream of the last CopyToDevice; restored_ is recorded on it.
+  cudaStream_t restore_stream_ = nullptr;
+  bool restores_pending_ = false;
   std::vector<std::vector<Fingerprint>> new_fps_;  // per tensor; empty: keep known_
 };
 
 CudaDeviceSaver::~CudaDeviceSaver() {
   // In-flight copies write into the arena: let them land before it is
   // unregistered (and then unmapped by the client). Errors are moot here.
+  if (landing_.valid()) landing_.wait();
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  if (restores_pending_) (void)cudaEventSynchronize(restored_);
   if (registered_) (void)cudaHostUnregister(client_->arena.base());
   if (dev_fps_ != nullptr) (void)cudaFree(dev_fps_);
   if (host_fps_ != nullptr) (void)cudaFreeHost(host_fps_);
   if (done_ != nullptr) (void)cudaEventDestroy(done_);
+  if (restored_ != nullptr) (void)cudaEventDestroy(restored_);
   if (ready_ != nullptr) (void)cudaEventDestroy(ready_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
@@ -104,6 +122,8 @@ Status CudaDeviceSaver::Init() {
       Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the copy stream", kU));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "creating an event", kU));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event", kU));
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&restored_, cudaEventDisableTiming), "creating an event", kU));
+  hash_threads_ = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
   FTRUN_RETURN_IF_ERROR(Cuda(cudaHostRegister(client_->arena.base(), client_->arena.size(), cudaHostRegisterDefault),
                              "registering the store segment with CUDA (cudaHostRegister)", kU));
   registered_ = true;
@@ -146,9 +166,9 @@ Status CudaDeviceSaver::LaunchFingerprints(const std::vector<TensorRef>& tensors
     FTRUN_RETURN_IF_ERROR(Cuda(cudaMallocHost(&host_fps_, total * sizeof(Fingerprint)), "allocating fingerprints"));
     fps_capacity_ = total;
   }
-  // The trainer wrote the tensors on the default stream (legacy, or
-  // per-thread when built that way); the side stream must see those writes.
-  for (cudaStream_t producer : {cudaStreamLegacy, cudaStreamPerThread}) {
+  // The side stream must see what the caller's stream wrote before Save
+  // (without a stream: the legacy and the per-thread default streams).
+  for (cudaStream_t producer : CallerStreams()) {
     FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(ready_, producer), "recording the trainer's stream"));
     FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream_, ready_, 0), "ordering the copy stream"));
   }
@@ -165,8 +185,8 @@ Status CudaDeviceSaver::LaunchFingerprints(const std::vector<TensorRef>& tensors
               "copying fingerprints to the host");
 }
 
-Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
-                              bool retried) {
+Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& tensors,
+                              std::string_view user_bytes) {
   FTRUN_RETURN_IF_ERROR(client_->CheckTensors(tensors));
   int current = -1;
   FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDevice(&current), "cudaGetDevice"));
@@ -190,9 +210,7 @@ Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& te
     }
   }
   version_ = version;
-  user_bytes_.assign(user_bytes.data(), user_bytes.size());
   tensors_ = tensors;
-  retried_ = retried;
   client_->BeginSave(version, tensors, user_bytes, &save_);
   // The kernels run while the host tensors are staged.
   FTRUN_RETURN_IF_ERROR(LaunchFingerprints(tensors, first, total));
@@ -204,7 +222,8 @@ Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& te
     s = client_->StageHost(tensors, &save_);
   }
   FTRUN_RETURN_IF_ERROR(s);
-  // Only the stream's small fingerprint transfer is waited for here.
+  // The CPU waits for the fingerprints (and so for the caller's stream to
+  // reach Save) to decide which chunks to copy; not for any copy.
   if (total > 0) FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "fingerprinting CUDA tensors"));
   FTRUN_RETURN_IF_ERROR(QueueCopies(tensors, first));
   pending_ = true;
@@ -258,14 +277,27 @@ Status CudaDeviceSaver::QueueCopies(const std::vector<TensorRef>& tensors, const
     st.chunks_copied++;
     st.bytes_copied += lengths[k];
   }
-  return Cuda(cudaEventRecord(done_, stream_), "recording the chunk copies");
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(done_, stream_), "recording the chunk copies"));
+  // The caller's later work (its next optimizer step) must not overwrite
+  // the tensors before the copies have read them: a GPU-side wait.
+  for (cudaStream_t consumer : CallerStreams()) {
+    FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(consumer, done_, 0), "ordering the trainer's stream"));
+  }
+  landing_ = std::async(std::launch::async, [this] { return Land(); });
+  return Status::Ok();
+}
+
+std::vector<cudaStream_t> CudaDeviceSaver::CallerStreams() const {
+  if (stream_arg_ != nullptr) return {static_cast<cudaStream_t>(stream_arg_)};
+  return {cudaStreamLegacy, cudaStreamPerThread};
 }
 
 Status CudaDeviceSaver::Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
-                             SaveStats* stats) {
+                             void* stream, SaveStats* stats) {
   const auto t0 = std::chrono::steady_clock::now();
   FTRUN_RETURN_IF_ERROR(Wait());
-  Status s = Stage(version, tensors, user_bytes, false);
+  stream_arg_ = stream;
+  Status s = Stage(version, tensors, user_bytes);
   if (!s.ok()) {
     Drop();
     return s;
@@ -275,11 +307,30 @@ Status CudaDeviceSaver::Save(uint64_t version, const std::vector<TensorRef>& ten
   return Status::Ok();
 }
 
-Status CudaDeviceSaver::Fence() {
+Status CudaDeviceSaver::Land() {
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(done_), "copying CUDA chunks into shared memory"));
-  for (const Copy& c : copies_) {
+  copied_ids_.assign(copies_.size(), ChunkHash{});
+  const unsigned threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(hash_threads_, copies_.size())));
+  auto hash_every = [this, threads](size_t first) {
+    for (size_t k = first; k < copies_.size(); k += threads) {
+      const Copy& c = copies_[k];
+      const uint64_t length = save_.manifest.tensors[c.tensor].chunks[c.chunk].length;
+      copied_ids_[k] = HashBytes(client_->arena.base() + c.offset, length);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(hash_every, t);
+  hash_every(0);
+  for (std::thread& h : helpers) h.join();
+  return Status::Ok();
+}
+
+Status CudaDeviceSaver::Fence() {
+  FTRUN_RETURN_IF_ERROR(landing_.get());
+  for (size_t k = 0; k < copies_.size(); ++k) {
+    const Copy& c = copies_[k];
     ChunkRef& ref = save_.manifest.tensors[c.tensor].chunks[c.chunk];
-    ref.hash = HashBytes(client_->arena.base() + c.offset, ref.length);
+    ref.hash = copied_ids_[k];
     ref.offset = c.offset;
     save_.fresh[c.tensor].changed_last[c.chunk] = true;
   }
@@ -299,34 +350,55 @@ Status CudaDeviceSaver::Fence() {
 Status CudaDeviceSaver::Wait() {
   if (!pending_) return Status::Ok();
   Status s = Fence();
-  if (s.code() == Code::kChunkMissing && !retried_) {
-    // The store dropped a chunk we referenced by id (e.g. its version was
-    // discarded at a restart): forget what we know and copy everything,
-    // now. The tensors are still valid: the caller may not touch them
-    // before Wait returns.
-    const uint64_t version = version_;
-    const std::string user_bytes = std::move(user_bytes_);
-    const std::vector<TensorRef> tensors = std::move(tensors_);
+  if (!s.ok()) {
     Drop();
-    client_->cache.clear();
-    known_.clear();
-    s = Stage(version, tensors, user_bytes, true);
-    if (s.ok()) s = Fence();
+    if (s.code() == Code::kChunkMissing) {
+      // The store dropped a chunk this save referenced by id (its version
+      // was discarded at a restart). The tensors may have changed since
+      // Save returned (the caller's stream only waited for the copies), so
+      // the save cannot be redone: it is refused, and the next one copies
+      // every chunk.
+      client_->cache.clear();
+      known_.clear();
+      return Status(s.code(), "version " + std::to_string(version_) + " was not saved: " + s.message() +
+                                  "; the next save copies every chunk");
+    }
   }
-  if (!s.ok()) Drop();
   return s;
 }
 
 void CudaDeviceSaver::Drop() {
-  // Copies may still be writing into extents the agent will hand out again
-  // (and fingerprints into host_fps_). Cheap when the stream is idle.
+  // The landing thread reads copies_ and the arena; copies may still be
+  // writing into extents the agent will hand out again (and fingerprints
+  // into host_fps_). Cheap when the stream is idle.
+  if (landing_.valid()) landing_.wait();
+  landing_ = {};
   (void)cudaStreamSynchronize(stream_);
   pending_ = false;
   copies_.clear();
+  copied_ids_.clear();
   new_fps_.clear();
   tensors_.clear();
-  user_bytes_.clear();
   save_ = PendingSave{};
+}
+
+Status CudaDeviceSaver::CopyToDevice(void* dst, const void* src, uint64_t n, void* stream) {
+  if (n == 0) return Status::Ok();
+  const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
+  // restored_ tracks one stream: a copy on another first fences the last.
+  if (restores_pending_ && s != restore_stream_) FTRUN_RETURN_IF_ERROR(FenceRestores());
+  FTRUN_RETURN_IF_ERROR(
+      Cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "copying a restored tensor to the device"));
+  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(restored_, s), "recording a restore copy"));
+  restore_stream_ = s;
+  restores_pending_ = true;
+  return Status::Ok();
+}
+
+Status CudaDeviceSaver::FenceRestores() {
+  if (!restores_pending_) return Status::Ok();
+  restores_pending_ = false;
+  return Cuda(cudaEventSynchronize(restored_), "copying restored tensors to the device");
 }
 
 }  // namespace
@@ -342,15 +414,6 @@ Status DeviceSaver::Create(Client::Impl* client, std::unique_ptr<DeviceSaver>* o
   FTRUN_RETURN_IF_ERROR(saver->Init());
   *out = std::move(saver);
   return Status::Ok();
-}
-
-Status DeviceSaver::CopyToDevice(void* dst, const void* src, uint64_t n) {
-  if (n == 0) return Status::Ok();
-  // Synchronous: the restore's staging buffer is freed right after, and the
-  // trainer may read the tensor from any stream.
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cudaStreamLegacy),
-                             "copying a restored tensor to the device"));
-  return Cuda(cudaStreamSynchronize(cudaStreamLegacy), "copying a restored tensor to the device");
 }
 
 }  // namespace ftrun

@@ -6,11 +6,7 @@ namespace ftrun {
 Status DeviceSaver::Create(Client::Impl*, std::unique_ptr<DeviceSaver>*) {
   return Status::Unimplemented(
       "this libftrun was built without CUDA (no nvcc at build time); "
-      "cannot save CUDA tensors");
-}
-
-Status DeviceSaver::CopyToDevice(void*, const void*, uint64_t) {
-  return Status::Unimplemented("this libftrun was built without CUDA; cannot restore into CUDA memory");
+      "cannot save CUDA tensors or restore into CUDA memory");
 }
 
 }  // namespace ftrun

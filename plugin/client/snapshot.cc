@@ -13,6 +13,9 @@ namespace ftrun {
 Snapshot::Snapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Snapshot::~Snapshot() {
+  // ReadToDevice's copies read this version's extents: they must land
+  // before the agent may hand the extents out again.
+  if (impl_->device_reads) (void)impl_->client->device->FenceRestores();
   ByteWriter w;
   w.Put<uint64_t>(impl_->manifest.version);
   (void)impl_->client->Notify(MsgType::kLoadDone, w.data());  // best effort
@@ -95,11 +98,36 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
   return Status::Ok();
 }
 
-Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes) const {
-  // Verify into a host staging buffer, then one copy to the device.
-  std::string staging(dst_bytes, '\0');
-  FTRUN_RETURN_IF_ERROR(Read(name, staging.data(), dst_bytes));
-  return DeviceSaver::CopyToDevice(dst, staging.data(), dst_bytes);
+Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes, void* cuda_stream) const {
+  const TensorManifest* tm = nullptr;
+  std::string where;
+  FTRUN_RETURN_IF_ERROR(impl_->Find(name, &tm, &where));
+  if (dst_bytes != tm->info.nbytes) {
+    return Status::InvalidArgument(where + " is " + std::to_string(tm->info.nbytes) + " bytes, the destination " +
+                                   std::to_string(dst_bytes));
+  }
+  Client::Impl* client = impl_->client;
+  if (!client->device) FTRUN_RETURN_IF_ERROR(DeviceSaver::Create(client, &client->device));
+  // Every chunk is checked before any is queued: a corrupted version puts
+  // nothing on the device. The copies read the store itself, which this
+  // snapshot keeps pinned until its destructor fences them.
+  const Arena& arena = client->arena;
+  std::vector<ChunkHash> hashes;
+  for (size_t j = 0; j < tm->chunks.size(); ++j) {
+    const ChunkRef& c = tm->chunks[j];
+    FTRUN_RETURN_IF_ERROR(impl_->CheckBounds(c, j, where));
+    ChunkHash h = HashBytes(arena.base() + c.offset, c.length);
+    if (h != c.hash) return impl_->Corrupted(*tm, j, h, where);
+    hashes.push_back(h);
+  }
+  char* out = static_cast<char*>(dst);
+  for (const ChunkRef& c : tm->chunks) {
+    FTRUN_RETURN_IF_ERROR(client->device->CopyToDevice(out, arena.base() + c.offset, c.length, cuda_stream));
+    out += c.length;
+  }
+  impl_->device_reads = true;
+  impl_->Remember(*tm, std::move(hashes));
+  return Status::Ok();
 }
 
 Status Client::Load(uint64_t version, std::unique_ptr<Snapshot>* out) {

@@ -1,6 +1,8 @@
 #include "plugin/python/buffers.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -90,13 +92,76 @@ const char* NumpyDTypeName(DType d) {
   }
 }
 
+py::array NewArray(DType d, const std::vector<py::ssize_t>& shape, void* data, py::handle base) {
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = static_cast<py::ssize_t>(ftrun::DTypeSize(d));
+  for (size_t k = shape.size(); k-- > 0;) {
+    strides[k] = stride;
+    stride *= std::max<py::ssize_t>(shape[k], 1);
+  }
+  if (data == nullptr) return py::array(py::dtype(NumpyDTypeName(d)), shape, strides);
+  return py::array(py::dtype(NumpyDTypeName(d)), shape, strides, data, base);
+}
+
+namespace {
+
+// An override reinterprets the bytes, like numpy's .view(dtype): the same
+// item size, or bytes (item size 1) whose last dimension it divides.
+void ApplyOverride(const std::string& where, py::ssize_t itemsize, const py::object& dtype_override,
+                   ftrun::TensorRef* ref) {
+  const std::string dtype_name = py::str(dtype_override);
+  if (!ftrun::ParseDType(dtype_name, &ref->dtype)) {
+    throw py::value_error(where + ": unknown dtype '" + dtype_name + "'");
+  }
+  const auto size = static_cast<int64_t>(ftrun::DTypeSize(ref->dtype));
+  if (itemsize == size) return;
+  if (itemsize != 1 || ref->shape.empty() || ref->shape.back() % size != 0) {
+    throw py::value_error(where + ": cannot view a buffer of item size " + std::to_string(itemsize) + " as " +
+                          dtype_name + " (pass an item size of " + std::to_string(size) +
+                          ", or uint8 with a last dimension that is a multiple of " + std::to_string(size) + ")");
+  }
+  ref->shape.back() /= size;
+}
+
+// A __cuda_array_interface__ typestr ("<f4", "|u1", "|b1") as a PEP 3118
+// format and item size.
+std::string TypestrToFormat(const std::string& typestr, std::string* format, py::ssize_t* itemsize) {
+  if (typestr.size() < 3) return "malformed typestr '" + typestr + "'";
+  const char order = typestr[0], kind = typestr[1];
+  try {
+    *itemsize = std::stoi(typestr.substr(2));
+  } catch (const std::exception&) {
+    return "malformed typestr '" + typestr + "'";
+  }
+  const std::string prefix = order == '>' ? ">" : "<";  // '|' and '<' are native here
+  switch (kind) {
+    case 'f':
+      *format = prefix + (*itemsize == 2 ? "e" : *itemsize == 4 ? "f" : "d");
+      return *itemsize == 2 || *itemsize == 4 || *itemsize == 8 ? "" : "unsupported typestr '" + typestr + "'";
+    case 'i':
+      *format = prefix + "q";
+      return "";
+    case 'u':
+      *format = prefix + "Q";
+      return "";
+    case 'b':
+      *format = prefix + "?";
+      return "";
+  }
+  return "unsupported typestr '" + typestr + "' (pass uint8 bytes with a dtype override)";
+}
+
+}  // namespace
+
 ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py::object& dtype_override,
                              py::buffer_info* info) {
   const std::string where = "tensor '" + name + "'";
+  if (py::hasattr(value, "__cuda_array_interface__")) return ToCudaTensorRef(name, value, dtype_override);
   if (!PyObject_CheckBuffer(value.ptr())) {
     throw py::type_error(where + ": a " + std::string(py::str(value.get_type().attr("__name__"))) +
                          " does not support the buffer protocol (pass a numpy array, "
-                         "bytearray or memoryview; for a torch tensor, .numpy())");
+                         "bytearray or memoryview; for a torch tensor, .numpy(); for CUDA memory, an "
+                         "object with __cuda_array_interface__)");
   }
   *info = py::reinterpret_borrow<py::buffer>(value).request();
   if (!IsCContiguous(*info)) {
@@ -112,19 +177,53 @@ ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py
     if (!why.empty()) throw py::type_error(where + ": " + why);
     return ref;
   }
-  // An override reinterprets the bytes, like numpy's .view(dtype).
-  const std::string dtype_name = py::str(dtype_override);
-  if (!ftrun::ParseDType(dtype_name, &ref.dtype)) {
-    throw py::value_error(where + ": unknown dtype '" + dtype_name + "'");
+  ApplyOverride(where, info->itemsize, dtype_override, &ref);
+  return ref;
+}
+
+ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::object& dtype_override) {
+  const std::string where = "tensor '" + name + "' (__cuda_array_interface__)";
+  py::dict cai;
+  try {
+    cai = py::reinterpret_borrow<py::dict>(value.attr("__cuda_array_interface__"));
+  } catch (const py::error_already_set& e) {
+    throw py::type_error(where + ": cannot read it: " + std::string(e.what()));
   }
-  const auto size = static_cast<int64_t>(ftrun::DTypeSize(ref.dtype));
-  if (info->itemsize == size) return ref;
-  if (info->itemsize != 1 || ref.shape.empty() || ref.shape.back() % size != 0) {
-    throw py::value_error(where + ": cannot view a buffer of item size " + std::to_string(info->itemsize) + " as " +
-                          dtype_name + " (pass an item size of " + std::to_string(size) +
-                          ", or uint8 with a last dimension that is a multiple of " + std::to_string(size) + ")");
+  for (const char* key : {"shape", "typestr", "data"}) {
+    if (!cai.contains(key)) throw py::value_error(where + " lacks the field '" + key + "'");
   }
-  ref.shape.back() /= size;
+  ftrun::TensorRef ref;
+  ref.name = name;
+  ref.device = ftrun::Device::kCuda;
+  py::tuple data = py::reinterpret_borrow<py::tuple>(cai["data"]);
+  if (data.size() != 2) throw py::value_error(where + ": field 'data' must be (pointer, read_only)");
+  ref.data = reinterpret_cast<const void*>(data[0].cast<uintptr_t>());
+  py::ssize_t count = 1;
+  for (auto extent : py::reinterpret_borrow<py::tuple>(cai["shape"])) {
+    const auto e = extent.cast<int64_t>();
+    if (e < 0) throw py::value_error(where + ": field 'shape' has a negative extent");
+    ref.shape.push_back(e);
+    count *= static_cast<py::ssize_t>(e);
+  }
+  std::string format;
+  py::ssize_t itemsize = 0;
+  std::string why = TypestrToFormat(py::str(cai["typestr"]), &format, &itemsize);
+  if (why.empty()) why = FormatToDType(format, itemsize, &ref.dtype);
+  if (!why.empty() && dtype_override.is_none()) throw py::type_error(where + ": " + why);
+  if (!why.empty()) itemsize = std::max<py::ssize_t>(itemsize, 1);
+  // C-contiguous: no strides, or the ones C order gives (extent-1 dims free).
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    py::tuple strides = py::reinterpret_borrow<py::tuple>(cai["strides"]);
+    py::ssize_t expected = itemsize;
+    bool empty = count == 0, ok = strides.size() == ref.shape.size();
+    for (size_t d = ref.shape.size(); ok && d-- > 0;) {
+      if (ref.shape[d] != 1 && strides[d].cast<py::ssize_t>() != expected) ok = false;
+      expected *= static_cast<py::ssize_t>(ref.shape[d]);
+    }
+    if (!ok && !empty) throw py::value_error(where + " is not C-contiguous (use .contiguous())");
+  }
+  ref.nbytes = static_cast<uint64_t>(count) * static_cast<uint64_t>(itemsize);
+  if (!dtype_override.is_none()) ApplyOverride(where, itemsize, dtype_override, &ref);
   return ref;
 }
 

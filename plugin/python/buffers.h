@@ -3,9 +3,11 @@
 // held; they raise Python exceptions (TypeError, ValueError) on bad input.
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 #include "ftrun/client.h"
 
@@ -19,9 +21,19 @@ std::string FormatToDType(std::string format, py::ssize_t itemsize, DType* out);
 bool IsCContiguous(const py::buffer_info& info);
 // The numpy dtype name a loaded tensor comes back as (bfloat16 as uint16).
 const char* NumpyDTypeName(DType d);
+// A C-ordered numpy array of d's numpy dtype: new memory, or a view of data
+// kept alive by base. Strides are given explicitly: pybind11 before 2.12
+// reads a dtype's item size at numpy 1's offset, wrong under numpy 2.
+py::array NewArray(DType d, const std::vector<py::ssize_t>& shape, void* data = nullptr,
+                   py::handle base = py::handle());
 // Builds the TensorRef for one dict entry, keeping its buffer in *info.
-// dtype_override (None or a dtype name) reinterprets the bytes.
+// dtype_override (None or a dtype name) reinterprets the bytes. An object
+// with __cuda_array_interface__ goes to ToCudaTensorRef.
 TensorRef ToTensorRef(const std::string& name, py::handle value, const py::object& dtype_override,
                       py::buffer_info* info);
+// The TensorRef (device kCuda) of C-contiguous CUDA memory described by
+// value's __cuda_array_interface__ (torch CUDA tensors, CuPy, Numba); its
+// "stream" field is not used: Client.save(cuda_stream=) orders the copies.
+TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::object& dtype_override);
 
 }  // namespace ftrun::python

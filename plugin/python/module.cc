@@ -35,7 +35,6 @@ namespace {
 using ftrun::Code;
 using ftrun::DType;
 using ftrun::Status;
-using ftrun::python::NumpyDTypeName;
 using ftrun::python::ToTensorRef;
 
 // Exception types and the load result type; created once at import and kept
@@ -140,7 +139,7 @@ class PyClient {
   }
 
   py::dict Save(uint64_t version, const py::dict& tensors, const py::bytes& user_bytes, const py::object& generations,
-                const py::object& dtypes) {
+                const py::object& dtypes, uintptr_t cuda_stream) {
     CheckNamesKnown(generations, tensors, "generations");
     CheckNamesKnown(dtypes, tensors, "dtypes");
     // Buffers stay held (and are released with the GIL) until we return.
@@ -163,7 +162,9 @@ class PyClient {
     std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));
     DetachMapped();
     ftrun::SaveStats stats;
-    Check(Call([&](ftrun::Client& c) { return c.Save(version, refs, user, &stats); }));
+    ftrun::SaveOptions options;
+    options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+    Check(Call([&](ftrun::Client& c) { return c.Save(version, refs, user, options, &stats); }));
     return StatsToDict(stats);
   }
 
@@ -189,7 +190,7 @@ class PyClient {
     return d;
   }
 
-  py::object Load(const py::object& version_arg, bool map);
+  py::object Load(const py::object& version_arg, bool map, const py::object& cuda, uintptr_t cuda_stream);
 
   void Close() {
     py::gil_scoped_release nogil;
@@ -258,7 +259,7 @@ class PyClient {
   std::vector<std::weak_ptr<Mapped>> mapped_;
 };
 
-py::object PyClient::Load(const py::object& version_arg, bool map) {
+py::object PyClient::Load(const py::object& version_arg, bool map, const py::object& cuda, uintptr_t cuda_stream) {
   const uint64_t version = version_arg.is_none() ? ftrun::Client::kLatest : version_arg.cast<uint64_t>();
   auto open = std::make_shared<OpenSnapshot>();
   open->mu = mu_ptr_;
@@ -267,18 +268,56 @@ py::object PyClient::Load(const py::object& version_arg, bool map) {
     return c.Load(version, &open->snap);
   }));
 
-  // Map (map=True, tensors of 64 KiB or more) or read every tensor without
-  // the GIL, then build the arrays with it. Tensors that cannot be mapped
-  // are read into arrays allocated first.
+  // Tensors named in `cuda` go straight to their CUDA destination;
+  // the others are mapped (map=True, 64 KiB or more) or read, without the
+  // GIL, into arrays built with it (those that cannot be mapped are read
+  // into arrays allocated first).
   constexpr uint64_t kMapMinBytes = 64 << 10;
   const std::vector<ftrun::TensorInfo>& infos = open->snap->tensors();
+  std::vector<ftrun::TensorRef> device_dsts(infos.size());
+  std::vector<bool> to_device(infos.size(), false);
+  py::object cuda_targets = cuda;
+  if (!cuda.is_none() && PyCallable_Check(cuda.ptr()) != 0) {
+    // Chosen from the version's user bytes (e.g. its tensors' devices).
+    cuda_targets = cuda(py::bytes(open->snap->user_bytes()));
+  }
+  if (!cuda_targets.is_none()) {
+    if (!py::isinstance<py::dict>(cuda_targets)) throw py::type_error("cuda must be a dict (or a callable returning one)");
+    py::dict targets = py::reinterpret_borrow<py::dict>(cuda_targets);
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (!targets.contains(infos[i].name)) continue;
+      py::object target = targets[infos[i].name.c_str()];
+      device_dsts[i] = ftrun::python::ToCudaTensorRef(infos[i].name, target, py::none());
+      to_device[i] = true;
+      if (device_dsts[i].nbytes != infos[i].nbytes) {
+        throw py::value_error("cuda['" + infos[i].name + "'] is " + std::to_string(device_dsts[i].nbytes) +
+                              " bytes, the saved tensor " + std::to_string(infos[i].nbytes));
+      }
+    }
+    for (auto item : targets) {
+      const std::string name = py::str(item.first);
+      bool found = false;
+      for (const auto& t : infos) found |= t.name == name;
+      if (!found) throw py::value_error("cuda names '" + name + "', which is not in the loaded version");
+    }
+  }
   std::vector<std::unique_ptr<ftrun::MappedTensor>> maps(infos.size());
   Status st;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < infos.size() && st.ok(); ++i) {
+      if (!to_device[i]) continue;
+      st = open->snap->ReadToDevice(infos[i].name, const_cast<void*>(device_dsts[i].data), infos[i].nbytes,
+                                    reinterpret_cast<void*>(cuda_stream));
+    }
+  }
+  Check(st);
   if (map) {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < infos.size() && st.ok(); ++i) {
-      if (infos[i].nbytes < kMapMinBytes) continue;
+      if (infos[i].nbytes < kMapMinBytes || to_device[i]) continue;
       st = open->snap->Map(infos[i].name, &maps[i]);
       if (st.code() == Code::kFailedPrecondition) st = Status::Ok();  // read below
     }
@@ -292,21 +331,25 @@ py::object PyClient::Load(const py::object& version_arg, bool map) {
   for (size_t i = 0; i < infos.size(); ++i) {
     const ftrun::TensorInfo& t = infos[i];
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+    devices[t.name.c_str()] = t.device == ftrun::Device::kCuda ? "cuda" : "cpu";
+    dtypes[t.name.c_str()] = ftrun::DTypeName(t.dtype);
+    if (to_device[i]) {
+      arrays[t.name.c_str()] = py::reinterpret_borrow<py::dict>(cuda_targets)[t.name.c_str()];
+      continue;
+    }
     py::array a;
     if (maps[i]) {
       void* data = maps[i]->data();
       auto* m = new std::shared_ptr<Mapped>(new Mapped{open, std::move(maps[i])});
       mapped_.push_back(*m);
       py::capsule base(m, [](void* p) { delete static_cast<std::shared_ptr<Mapped>*>(p); });
-      a = py::array(py::dtype(NumpyDTypeName(t.dtype)), shape, {}, data, base);
+      a = ftrun::python::NewArray(t.dtype, shape, data, base);
     } else {
-      a = py::array(py::dtype(NumpyDTypeName(t.dtype)), shape);
+      a = ftrun::python::NewArray(t.dtype, shape);
       to_read.emplace_back(i, a);
       dsts.push_back(a.mutable_data());
     }
     arrays[t.name.c_str()] = a;
-    dtypes[t.name.c_str()] = ftrun::DTypeName(t.dtype);
-    devices[t.name.c_str()] = t.device == ftrun::Device::kCuda ? "cuda" : "cpu";
   }
   {
     py::gil_scoped_release nogil;
@@ -363,6 +406,11 @@ PYBIND11_MODULE(_ftrun, m) {
   m.add_object("InvalidArgumentError", py::handle(g_invalid_argument));
   m.add_object("LoadResult", py::handle(reinterpret_cast<PyObject*>(g_load_result)));
   m.attr("LATEST") = py::int_(ftrun::Client::kLatest);
+#ifdef FTRUN_HAVE_CUDA
+  m.attr("CUDA") = true;  // libftrun has the CUDA save path
+#else
+  m.attr("CUDA") = false;
+#endif
 
   py::class_<PyClient>(m, "Client",
                        "A rank's connection to its node agent. Use as a context manager or "
@@ -377,12 +425,14 @@ PYBIND11_MODULE(_ftrun, m) {
       .def_property_readonly("restore_version", &PyClient::restore_version,
                              "The version to restore after a restart, or None at a fresh start.")
       .def("save", &PyClient::Save, py::arg("version"), py::arg("tensors"), py::arg("user_bytes") = py::bytes(""),
-           py::arg("generations") = py::none(), py::arg("dtypes") = py::none(), ftrun::python::kSaveDoc)
+           py::arg("generations") = py::none(), py::arg("dtypes") = py::none(), py::arg("cuda_stream") = 0,
+           ftrun::python::kSaveDoc)
       .def("wait", &PyClient::Wait, "Completes the last save's asynchronous part.")
       .def("wait_committed", &PyClient::WaitCommitted, py::arg("version"), py::arg("timeout_ms") = 60000,
            "Blocks until `version` (or a newer one) is committed; Error TIMEOUT after "
            "timeout_ms.")
-      .def("load", &PyClient::Load, py::arg("version") = py::none(), py::arg("map") = false, ftrun::python::kLoadDoc)
+      .def("load", &PyClient::Load, py::arg("version") = py::none(), py::arg("map") = false,
+           py::arg("cuda") = py::none(), py::arg("cuda_stream") = 0, ftrun::python::kLoadDoc)
       .def("list_versions", &PyClient::ListVersions,
            "dict(committed=[...ascending], pending=[this rank's uncommitted], "
            "restore=int or None)")

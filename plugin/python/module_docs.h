@@ -28,6 +28,15 @@ types the buffer protocol cannot express, e.g. 'bfloat16' for a uint16 array
 (or a uint8 array whose last dimension is twice as long). `generations`
 (dict name -> int) are change hints: a non-zero value equal to the one given
 at the previous save promises the tensor did not change, so it is not read.
+CUDA memory: a value with __cuda_array_interface__ (a contiguous torch CUDA
+tensor, CuPy array; bfloat16 or float8 as a uint8 view with a `dtypes`
+override) is saved from the device without host staging: chunk
+fingerprints are computed on the GPU, only changed chunks are copied, and
+save returns once the copies are queued. `cuda_stream` (an int
+cudaStream_t, e.g. torch.cuda.current_stream().cuda_stream; 0: the default
+streams) is the stream that wrote the tensors: the copies wait for its
+earlier work, and its later work waits for the copies (the CPU does not).
+The memory must stay allocated until wait() or the next save.
 Returns the save statistics as a dict (bytes_total, bytes_hashed,
 bytes_copied, chunks_total, chunks_copied, chunks_skipped, chunks_unchanged,
 stall_seconds). RESOURCE_EXHAUSTED: the store cannot fit this save; the last
@@ -45,7 +54,15 @@ numpy has no bfloat16: such tensors come back as uint16 arrays of the same
 shape, and the result's .dtypes dict (name -> saved dtype name) says which,
 e.g. torch.from_numpy(a).view(torch.bfloat16) when .dtypes[name] ==
 'bfloat16'. .devices (name -> 'cpu' or 'cuda') tells where each was saved
-from; the arrays are always in host memory.
+from; the arrays are in host memory, except those named in `cuda`.
+
+cuda (dict name -> CUDA memory with __cuda_array_interface__, contiguous,
+of the saved size; or a callable given the version's user bytes that
+returns such a dict) puts those tensors straight into that memory: hashes are
+checked on the host, then the bytes go from the store to the device
+asynchronously on `cuda_stream` (0: the legacy default stream); the result
+holds the given objects for them. Work queued on that stream afterwards
+sees the bytes.
 
 map=True maps every tensor of 64 KiB or more copy-on-write from the agent's
 shared memory instead of copying it (hashes are still checked): the load

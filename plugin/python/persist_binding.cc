@@ -130,7 +130,7 @@ py::object ReadPersisted(const std::string& dir, const std::string& job, const p
   std::vector<std::pair<char*, uint64_t>> dsts;
   for (const auto& t : m.tensors) {
     std::vector<py::ssize_t> shape(t.info.shape.begin(), t.info.shape.end());
-    py::array a(py::dtype(NumpyDTypeName(t.info.dtype)), shape);
+    py::array a = NewArray(t.info.dtype, shape);
     dsts.emplace_back(static_cast<char*>(a.mutable_data()), static_cast<uint64_t>(a.nbytes()));
     arrays[t.info.name.c_str()] = a;
     dtypes[t.info.name.c_str()] = DTypeName(t.info.dtype);

@@ -83,6 +83,7 @@ import random
 import numpy as np
 import torch
 
+from . import state_client
 from .state_client import _warn_once, configure, get_client
 from .state_pack import _FORMAT_VERSION, _Packer
 from .state_unpack import _Loaded, _load_version, load_maps  # noqa: F401  (_Loaded: ftrun.deepspeed, persisted)
@@ -134,7 +135,7 @@ def load(version=None, map_location=None):
     ('cuda:0') to new ones; a callable f(cpu_tensor, saved_device_str) returns
     the tensor to use.
     """
-    loaded = _load_version(get_client(), version, _FORMAT)
+    loaded = _load_version(get_client(), version, _FORMAT, map_location)
     if loaded is None:
         return None
     state = loaded.unpack(loaded.payload["skeleton"], map_location)
@@ -151,6 +152,7 @@ def wait(timeout=None):
 def _wait_committed(timeout):
     client = get_client()
     client.wait()
+    state_client._in_flight = []  # the copies landed
     if _last_saved is not None:
         ms = 60000 if timeout is None else max(0, int(timeout * 1000))
         client.wait_committed(_last_saved, timeout_ms=ms)

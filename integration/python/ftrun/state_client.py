@@ -11,6 +11,7 @@ _lock = threading.Lock()
 _client = None
 _pin_memory = True
 _staging = {}           # tensor name -> pinned host buffer for CUDA tensors
+_in_flight = []         # CUDA buffers the last save's copies read (until wait() or the next save)
 _warned = set()
 
 

@@ -6,6 +6,7 @@ buffers of one version and saves them; ftrun.state_unpack reads them back.
 """
 
 import io
+import os
 import pickle
 
 import numpy as np
@@ -106,6 +107,7 @@ class _Packer:
         self._keep = []        # keeps packed tensors (and their ids) alive
         self._used = set()
         self._cuda_devices = set()
+        self._device_keep = []  # CUDA buffers the save reads after it returns
         self._fallback = 0
         self._pin = state_client._pin_memory if pin_memory is None else pin_memory
 
@@ -138,15 +140,11 @@ class _Packer:
         idx = len(self.metas)
         self._index[id(t)] = idx
         self._keep.append(t)
-        host = self._host(t.detach(), name)
         dt = t.dtype
-        if dt in _NATIVE_DTYPES:
-            enc, arr = _ENC_NATIVE, host.numpy()
-        elif dt == torch.bfloat16:
-            enc, arr = _ENC_BF16, host.view(torch.int16).numpy()
-            self.dtypes[name] = "bfloat16"
+        if _saved_from_device(t):
+            enc, arr = self._device(t.detach(), name)
         else:
-            enc, arr = _ENC_RAW, _raw_bytes(host)
+            enc, arr = self._host_encoded(t.detach(), name)
         self.arrays[name] = arr
         self.metas.append({
             "name": name,
@@ -158,6 +156,38 @@ class _Packer:
             "enc": enc,
         })
         return idx
+
+    def _host_encoded(self, t, name):
+        """(encoding, host buffer) of t's values."""
+        host = self._host(t, name)
+        dt = t.dtype
+        if dt in _NATIVE_DTYPES:
+            enc, arr = _ENC_NATIVE, host.numpy()
+        elif dt == torch.bfloat16:
+            enc, arr = _ENC_BF16, host.view(torch.int16).numpy()
+            self.dtypes[name] = "bfloat16"
+        else:
+            enc, arr = _ENC_RAW, _raw_bytes(host)
+        return enc, arr
+
+    def _device(self, t, name):
+        """(encoding, CUDA uint8 view of t's bytes): saved from the device by
+        the C++ CUDA path, no host staging. Non-contiguous tensors and views
+        get a contiguous copy on the device (kept alive until the save's
+        copies are fenced)."""
+        t = _resolve(t)
+        if not t.is_contiguous():
+            t = t.contiguous()
+        data = _byte_view(t)
+        self._device_keep.append(data)
+        dt = t.dtype
+        if dt in _NATIVE_DTYPES:
+            self.dtypes[name] = str(dt).replace("torch.", "")
+            return _ENC_NATIVE, data
+        if dt == torch.bfloat16:
+            self.dtypes[name] = "bfloat16"
+            return _ENC_BF16, data
+        return _ENC_RAW, data
 
     def _host(self, t, name):
         """A contiguous CPU tensor with t's values (t itself when it already is one)."""
@@ -190,8 +220,11 @@ class _Packer:
         user = pickle.dumps(payload, protocol=_PICKLE_PROTOCOL)
         # Sorted by name: the store's layout does not depend on dict order.
         arrays = {name: self.arrays[name] for name in sorted(self.arrays)}
+        stream = torch.cuda.current_stream().cuda_stream if self._device_keep else 0
         try:
-            stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None)
+            stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None, cuda_stream=stream)
+            # The copies read these until the next save or wait() fences them.
+            state_client._in_flight = self._device_keep
             _start_populating(client)
             return stats
         except _ftrun.Error as e:
@@ -203,6 +236,29 @@ class _Packer:
                                    "start saving after the optimizer's first step (torch optimizers create "
                                    "their state lazily)", e) from e
             raise
+
+
+def _saved_from_device(t):
+    """Whether t goes to the C++ CUDA save path: a CUDA tensor on the current
+    device, with a libftrun built with CUDA (FTRUN_CUDA_STAGING=1 stages
+    through pinned host buffers instead, as do tensors of other devices)."""
+    if t.device.type != "cuda" or not getattr(_ftrun, "CUDA", False) or _staging_forced():
+        return False
+    return t.device.index is None or t.device.index == torch.cuda.current_device()
+
+
+def _staging_forced():
+    return os.environ.get("FTRUN_CUDA_STAGING", "0") == "1"
+
+
+def _byte_view(t):
+    """A flat uint8 view of a contiguous tensor's bytes, on its device."""
+    flat = t.reshape(-1)
+    if flat.dtype == torch.uint8:
+        return flat
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    return flat.view(torch.uint8)
 
 
 def _raw_bytes(t):

@@ -6,6 +6,7 @@ ftrun.persisted load through _Loaded.
 """
 
 import io
+import math
 import os
 import pickle
 
@@ -14,7 +15,7 @@ import torch
 
 from . import _ftrun
 from .state_client import _ftrun_error, _warn_once
-from .state_pack import _ENC_BF16, _ENC_NATIVE, _FORMAT_VERSION
+from .state_pack import _ENC_BF16, _ENC_NATIVE, _FORMAT_VERSION, _staging_forced
 
 
 def _torch_dtype(name):
@@ -56,18 +57,26 @@ def _device_available(dev):
     return True  # other accelerators: tried, and CPU if moving fails
 
 
-def _place(t, orig, map_location):
-    """Moves a loaded CPU tensor where map_location (torch.load style) says."""
+def _target(orig, map_location):
+    """Where a tensor saved from device `orig` goes (torch.load's map_location:
+    None, a device or string, or a dict of saved -> new device strings), as
+    a string; None for a callable map_location, which decides itself."""
     if callable(map_location) and not isinstance(map_location, (str, torch.device)):
-        out = map_location(t, orig)
-        return out if isinstance(out, torch.Tensor) else t
+        return None
     target = orig
     if isinstance(map_location, dict):
         target = map_location.get(orig, orig)
-        if isinstance(target, torch.device):
-            target = str(target)
     elif map_location is not None:
-        target = str(map_location)
+        target = map_location
+    return str(target)
+
+
+def _place(t, orig, map_location):
+    """Moves a loaded CPU tensor where map_location (torch.load style) says."""
+    target = _target(orig, map_location)
+    if target is None:
+        out = map_location(t, orig)
+        return out if isinstance(out, torch.Tensor) else t
     dev = torch.device(target)
     if dev.type == "cpu":
         return t
@@ -81,6 +90,32 @@ def _place(t, orig, map_location):
         _warn_once(("device", target), f"ftrun.load: cannot move tensors to '{target}' ({e}); "
                    "they stay on the CPU")
         return t
+
+
+def _device_targets(map_location):
+    """For Client.load(cuda=): given a version's user bytes, a new CUDA byte
+    buffer for every tensor that goes to a CUDA device, which the store's
+    bytes are copied into directly (no host staging); {} when libftrun has
+    no CUDA path or FTRUN_CUDA_STAGING=1."""
+    def choose(user_bytes):
+        if not getattr(_ftrun, "CUDA", False) or _staging_forced():
+            return {}
+        try:
+            metas = pickle.loads(user_bytes).get("tensors") or []
+        except Exception:  # not ours: _Loaded reports it
+            return {}
+        out = {}
+        for meta in metas:
+            target = _target(meta["device"], map_location)
+            if target is None or not target.startswith("cuda") or not _device_available(torch.device(target)):
+                continue
+            dtype = getattr(torch, meta["dtype"], None)
+            if not isinstance(dtype, torch.dtype):
+                continue  # _Loaded reports it
+            nbytes = math.prod(meta["shape"]) * torch.empty((), dtype=dtype).element_size()
+            out[meta["name"]] = torch.empty(nbytes, dtype=torch.uint8, device=target)
+        return out
+    return choose
 
 
 class _Unpickler(pickle.Unpickler):
@@ -126,7 +161,11 @@ class _Loaded:
         arr = self.arrays.get(meta["name"])
         if arr is None:
             raise _ftrun_error("CORRUPTION", f"version {self.version} lacks tensor '{meta['name']}'")
-        t = _place(_cpu_tensor(meta, arr), meta["device"], map_location)
+        if isinstance(arr, torch.Tensor):  # restored straight into CUDA memory
+            dtype = _torch_dtype(meta["dtype"])
+            t = (arr if dtype == torch.uint8 else arr.view(dtype)).reshape(meta["shape"])
+        else:
+            t = _place(_cpu_tensor(meta, arr), meta["device"], map_location)
         rg = meta["requires_grad"] and (t.is_floating_point() or t.is_complex())
         if meta.get("param"):
             return torch.nn.Parameter(t, requires_grad=rg)
@@ -138,9 +177,11 @@ class _Loaded:
         return _Unpickler(io.BytesIO(skeleton), self, map_location).load()
 
 
-def _load_version(client, version, expect_format):
+def _load_version(client, version, expect_format, map_location=None):
     """Loads `version` (None: the one a restart restores, else the last
-    committed); None when nothing is committed."""
+    committed); None when nothing is committed. Tensors that map_location
+    (see _target) puts on a CUDA device are read straight into new CUDA
+    memory."""
     if version is None or version == _ftrun.LATEST:
         lv = client.list_versions()
         version = lv["restore"]
@@ -148,7 +189,7 @@ def _load_version(client, version, expect_format):
             if not lv["committed"]:
                 return None
             version = lv["committed"][-1]
-    return _Loaded(client.load(version, map=load_maps()), expect_format)
+    return _Loaded(client.load(version, map=load_maps(), cuda=_device_targets(map_location)), expect_format)
 
 
 def load_maps():

@@ -1,0 +1,57 @@
+"""step_overhead (issue 16): train_gpt.py on one GPU (NCCL, one rank) under
+the ftrun runner, step time with ftrun.save every step over the same run
+saving only after its last step. Prints key=value lines.
+
+  python3 bench/cuda_step_overhead.py --build build [--steps 60] [train_gpt args...]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "integration", "examples", "train_gpt.py")
+TIMING_RE = re.compile(r"^TIMING 0 (step_s|save_stall_s) (\S+) (\d+)$", re.M)
+
+
+def run(build, steps, save_every, extra, port, python):
+    d = tempfile.mkdtemp(prefix="ftrun-stepov-")
+    cfg = os.path.join(d, "ftrun.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"agent:\n  run_dir: {d}/run\nstore:\n  memory_budget: 8GiB\n  chunk_size: 4MiB\n")
+    argv = [os.path.join(build, "ftrun"), "--num_nodes", "1", "--num_gpus", "1", "--config", cfg,
+            "--master_addr", "127.0.0.1", "--master_port", str(port), SCRIPT, "--backend", "nccl",
+            "--steps", str(steps), "--save-every", str(save_every), "--timing", "--dropout", "0", *extra]
+    env = dict(os.environ, FTRUN_PYTHON=python)
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    if p.returncode != 0:
+        sys.exit(f"cuda_step_overhead: the run failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    per_step = {}
+    for name, value, step in TIMING_RE.findall(p.stdout):
+        per_step.setdefault(int(step), 0.0)
+        per_step[int(step)] += float(value)
+    warm = sorted(per_step)[steps // 4:-1]  # past warm-up; the last step always saves
+    return statistics.median(per_step[s] for s in warm)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--port", type=int, default=29611)
+    a, extra = ap.parse_known_args()
+    extra = extra or ["--layers", "4", "--d-model", "1024", "--batch", "32", "--seq", "256", "--vocab", "512"]
+    without = run(a.build, a.steps, 10 ** 6, extra, a.port, a.python)
+    with_save = run(a.build, a.steps, 1, extra, a.port + 10, a.python)
+    print(f"step_s_without_saves={without:.6f}")
+    print(f"step_s_with_saves={with_save:.6f}")
+    print(f"step_overhead={with_save / without:.4f}  (target <= 1.03)")
+    print(f"model_args={' '.join(extra)}")
+
+
+if __name__ == "__main__":
+    main()
