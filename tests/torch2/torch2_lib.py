@@ -1,0 +1,33 @@
+"""What the torch-2 tests share: the check that the ranks' Python
+(ftrun_testlib.PY, FTRUN_TEST_PYTHON) has torch 2.x with what a test needs,
+else a visible skip naming the torch version found."""
+import subprocess
+
+import pytest
+
+from ftrun_testlib import PY
+
+_PROBE = r"""
+import sys, torch
+print(torch.__version__)
+major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+ok = (major, minor) >= (2, %d)
+if ok:
+    try:
+        %s
+    except Exception as e:
+        print("missing:", type(e).__name__, e)
+        ok = False
+sys.exit(0 if ok else 3)
+"""
+
+
+def require_torch2(what, minor=4, imports="pass"):
+    """Skips the test (module) unless PY has torch >= 2.<minor> and `imports` (one line of Python) runs."""
+    p = subprocess.run([PY, "-c", _PROBE % (minor, imports)], capture_output=True, text=True)
+    version = (p.stdout.strip().splitlines() or ["(no torch)"])[0]
+    if p.returncode != 0:
+        detail = p.stdout.strip().splitlines()[1:] or p.stderr.strip().splitlines()[-1:]
+        pytest.skip(f"{what} needs torch >= 2.{minor}; {PY} has torch {version} {' '.join(detail)[:300]} "
+                    "(set FTRUN_TEST_PYTHON to a torch 2.x interpreter)")
+    return version
