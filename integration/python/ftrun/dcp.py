@@ -138,7 +138,10 @@ class StorageWriter(_storage.StorageWriter):
     def prepare_global_plan(self, plans):
         from torch.distributed.checkpoint.default_planner import create_default_global_save_plan
 
-        _, metadata = create_default_global_save_plan(plans, rewrite_index_hints=False)
+        try:
+            _, metadata = create_default_global_save_plan(plans, rewrite_index_hints=False)
+        except TypeError:  # a torch whose helper always rewrites the hints (the planner already did)
+            _, metadata = create_default_global_save_plan(plans)
         mappings = [p.planner_data for p in plans if isinstance(p.planner_data, dict)]
         if mappings:
             metadata = dataclasses.replace(metadata, planner_data=dict(ChainMap(*mappings)))
