@@ -55,6 +55,19 @@ Benchmark options (`ftrun-bench baseline-torch`, bench/baseline_torch.py):
   10 ms resolution). After the first step that follows a restore (the
   optimizer step, before the save) every rank prints
   `FIRSTSTEP <rank> <unix time> <CLOCK_MONOTONIC>`.
+* `--fsdp 2` (torch >= 2.6: FSDP2 `fully_shard` on every block and the
+  root, on a 1-D device mesh over all ranks) or `--fsdp 1` (FSDP1
+  FullyShardedDataParallel, one unit per block, use_orig_params, a sharded
+  state dict) replaces the data parallelism above: every rank keeps only its
+  shard of the parameters and of a plain Adam's state. A save is
+  `get_state_dict(model, opt)` (torch.distributed.checkpoint.state_dict:
+  DTensors with FSDP2, ShardedTensors with FSDP1) through ftrun.save, which
+  stores each rank's LOCAL shards only (ftrun.sharded); a restore copies the
+  loaded shards into the live state dicts in place (ftrun.restore_into) and
+  hands them to `set_state_dict`. WEIGHTS is then the digest of the rank's own
+  local shards (it differs between ranks), and every save prints
+  `SAVED <rank> <step> <bytes_total of the save> <local shard bytes of the
+  state> <global bytes of the state>`.
 * `--layers`, `--d-model`, `--vocab`, `--seq`, `--batch` size the model: the
   bench uses `--layers 4 --d-model 1024`, ~50 M parameters (193 MiB, the same
   on every rank) plus each rank's Adam shard (2 x 193 MiB / ranks).
@@ -114,6 +127,8 @@ def parse_args(argv=None):
                    help="ftrun (default): ftrun.save/ftrun.load; torch:DIR: torch.save to DIR, torch.load on restart")
     p.add_argument("--save-every", type=int, default=1, help="save every N steps (and after the last)")
     p.add_argument("--timing", action="store_true", help="print TIMING and FIRSTSTEP lines (see above)")
+    p.add_argument("--fsdp", type=int, choices=[0, 1, 2], default=0,
+                   help="2: FSDP2 fully_shard, 1: FSDP1 with a sharded state dict, 0 (default): data parallel + ZeRO")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.checkpoint != "ftrun" and not (a.checkpoint.startswith("torch:") and len(a.checkpoint) > 6):
@@ -122,6 +137,8 @@ def parse_args(argv=None):
         p.error("--save-every must be at least 1")
     if a.d_model % a.heads:
         p.error(f"--d-model ({a.d_model}) must be a multiple of --heads ({a.heads})")
+    if a.fsdp and a.checkpoint != "ftrun":
+        p.error("--fsdp saves through ftrun only (--checkpoint ftrun)")
     if min(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.batch) < 1 or a.steps < 0:
         p.error("sizes must be positive")
     return a
@@ -230,6 +247,84 @@ def weights_digest(model):
 
 
 # --------------------------------------------------------------------------
+# FSDP (--fsdp 1|2)
+
+
+def local_tensors(obj):
+    """The local tensors of every tensor in obj, in order (a DTensor's local
+    shard, a ShardedTensor's local shards, plain tensors as they are)."""
+    from ftrun.sharded import _local_of
+
+    if isinstance(obj, torch.Tensor):
+        return list(_local_of(obj))
+    if isinstance(obj, dict):
+        return [t for k in sorted(obj, key=str) for t in local_tensors(obj[k])]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in local_tensors(v)]
+    return []
+
+
+def global_bytes(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()  # a DTensor's / ShardedTensor's global size
+    if isinstance(obj, dict):
+        return sum(global_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(global_bytes(v) for v in obj)
+    return 0
+
+
+def local_digest(tensors):
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def shard_model(a, model, world, device):
+    """Wraps the model with FSDP2 (a.fsdp == 2) or FSDP1 (1); returns the model to train."""
+    if a.fsdp == 2:
+        try:
+            from torch.distributed.fsdp import fully_shard  # torch >= 2.6
+        except ImportError:
+            from torch.distributed._composable.fsdp import fully_shard  # 2.4, 2.5
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (world,))
+        for blk in model.blocks:
+            fully_shard(blk, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy, StateDictType
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    kwargs = {"device_id": device} if device.type == "cuda" else {}
+    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
+                 sharding_strategy=ShardingStrategy.FULL_SHARD, **kwargs)
+    FSDP.set_state_dict_type(model, StateDictType.SHARDED_STATE_DICT)
+    return model
+
+
+def fsdp_state(model, opt):
+    """(model state dict, optimizer state dict), sharded, keyed by parameter names."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    return get_state_dict(model, opt)
+
+
+def fsdp_restore(model, opt, state):
+    """Puts a loaded sharded state back: the loaded local shards are copied into
+    the live (sharded) state dicts in place, which set_state_dict then loads."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    msd, osd = fsdp_state(model, opt)
+    ftrun.restore_into(msd, state["model"])
+    ftrun.restore_into(osd, state["optim"])
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+
+
+# --------------------------------------------------------------------------
 # Timing
 
 
@@ -277,8 +372,13 @@ def main():
 
     torch.manual_seed(a.seed)  # every rank builds the same initial model
     model = GPT(a).to(device)
-    params = list(model.parameters())
-    opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.Adam, lr=a.lr)
+    if a.fsdp:
+        model = shard_model(a, model, world, device)  # every rank keeps its shard of it
+        params = list(model.parameters())
+        opt = torch.optim.Adam(params, lr=a.lr)
+    else:
+        params = list(model.parameters())
+        opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.Adam, lr=a.lr)
     torch.manual_seed(a.seed + 1 + rank)  # dropout masks differ between ranks
     if device.type == "cuda":
         torch.cuda.manual_seed(a.seed + 1 + rank)
@@ -296,8 +396,11 @@ def main():
     if resumed is not None:
         step, state = resumed
         t_loaded = time.monotonic()
-        model.load_state_dict(state["model"])
-        opt.optim.load_state_dict(state["optim"])  # this rank's shard only
+        if a.fsdp:
+            fsdp_restore(model, opt, state)  # this rank's shards only, in place
+        else:
+            model.load_state_dict(state["model"])
+            opt.optim.load_state_dict(state["optim"])  # this rank's shard only
         ftrun.set_rng_state(state["rng"])
         start = step + 1
         if state["step"] != step:
@@ -328,7 +431,12 @@ def main():
         opt.zero_grad(set_to_none=False)
         loss.backward()
         t_sync = time.monotonic()
-        mean_loss = sync_gradients(params, loss, world)
+        if a.fsdp:  # FSDP reduce-scattered the gradients in backward; the loss for the log
+            lsum = loss.detach().reshape(1).clone()
+            dist.all_reduce(lsum)
+            mean_loss = (lsum / world).item()
+        else:
+            mean_loss = sync_gradients(params, loss, world)
         if rank == 0:
             say(f"LOSS {step} {float(mean_loss).hex()}")
         t_opt = time.monotonic()
@@ -347,8 +455,12 @@ def main():
             if a.timing:
                 say(f"FIRSTSTEP {rank} {time.time()!r} {now!r}")
         if step % a.save_every == a.save_every - 1 or step == a.steps - 1:
-            state = {"model": model.state_dict(), "optim": opt.optim.state_dict(), "step": step,
-                     "rng": ftrun.rng_state()}
+            if a.fsdp:
+                msd, osd = fsdp_state(model, opt)
+                state = {"model": msd, "optim": osd, "step": step, "rng": ftrun.rng_state()}
+            else:
+                state = {"model": model.state_dict(), "optim": opt.optim.state_dict(), "step": step,
+                         "rng": ftrun.rng_state()}
             if a.timing and not saved:
                 timing("state_bytes", tensor_bytes(state))
             saved = True
@@ -356,6 +468,9 @@ def main():
             t0 = time.monotonic()
             parts = ckpt.save(step, state)
             stall = time.monotonic() - t0
+            if a.fsdp:
+                say(f"SAVED {rank} {step} {ckpt.last_stats.get('bytes_total', -1)} "
+                    f"{sum(t.numel() * t.element_size() for t in local_tensors(state))} {global_bytes(state)}")
             parts["save_minflt"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt
             del state
             if a.timing:
@@ -367,7 +482,10 @@ def main():
 
     ckpt.finish()
     dist.barrier()
-    say(f"WEIGHTS {rank} {weights_digest(model)}")
+    if a.fsdp:
+        say(f"WEIGHTS {rank} {local_digest(local_tensors(model.state_dict()))}")
+    else:
+        say(f"WEIGHTS {rank} {weights_digest(model)}")
     dist.destroy_process_group()
 
 

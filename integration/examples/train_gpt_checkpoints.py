@@ -28,6 +28,7 @@ class FtrunCheckpoint:
 
     def save(self, step, state):
         stats = ftrun.save(step, state)
+        self.last_stats = stats  # Client.save's statistics (train_gpt.py --fsdp prints bytes_total)
         return {"save_ftrun_stall_s": stats["stall_seconds"]}
 
     def finish(self):

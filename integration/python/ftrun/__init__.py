@@ -27,9 +27,11 @@ picklable object) with the functions of ftrun.state, re-exported here::
     ftrun.save(step, {"model": model.state_dict(), "optim": opt.state_dict(),
                       "rng": ftrun.rng_state(), "data_pos": pos})
 
-ftrun.save, load, wait, rng_state and set_rng_state (and the submodules
-ftrun.state and ftrun.deepspeed, a DeepSpeed checkpoint engine) import torch on
-first use only: `import ftrun` alone does not need torch.
+ftrun.save, load, wait, rng_state, set_rng_state and restore_into (and the
+submodules ftrun.state, ftrun.deepspeed, a DeepSpeed checkpoint engine,
+ftrun.sharded, DTensor / ShardedTensor local shards, and ftrun.dcp, a
+torch.distributed.checkpoint storage backend) import torch on first use only:
+`import ftrun` alone does not need torch.
 
 Errors: a failed call raises Error (a RuntimeError) with .code, the status
 code name ('TIMEOUT', 'RESOURCE_EXHAUSTED', ...), and .message; a code of
@@ -65,9 +67,9 @@ LATEST = _ftrun.LATEST
 __all__ = ["Client", "Error", "InvalidArgumentError", "LoadResult", "LATEST"]
 
 # The torch layer, imported on first use so that `import ftrun` needs no torch.
-_STATE_NAMES = ("save", "load", "wait", "rng_state", "set_rng_state")
+_STATE_NAMES = ("save", "load", "wait", "rng_state", "set_rng_state", "restore_into")
 _PERSISTED_NAMES = ("load_persisted", "load_exported", "read_persisted", "read_exported", "persisted_versions")
-_SUBMODULES = ("state", "deepspeed", "persisted")
+_SUBMODULES = ("state", "deepspeed", "persisted", "sharded", "dcp")
 
 
 def __getattr__(name):

@@ -73,6 +73,11 @@ already allocated (mincore), in 16 MiB slices, while training goes on; later
 saves find their pages mapped. It never allocates store memory the agent has
 not (store.prefault: false stays lazy). FTRUN_POPULATE_STORE=0 turns it off.
 
+Sharded state dicts (torch 2.x: DTensor from FSDP2 fully_shard, ShardedTensor
+from FSDP1's SHARDED_STATE_DICT): every rank saves only its local shards, with
+the placement metadata to rebuild them; restore_into(target, state) copies a
+loaded state into live sharded tensors in place (see ftrun.sharded).
+
 The parts: ftrun.state_client (the client and settings), ftrun.state_pack
 (structure -> skeleton pickle and named buffers), ftrun.state_unpack (back),
 ftrun.store_populate (the store's mapping).
@@ -88,7 +93,9 @@ from .state_client import _warn_once, configure, get_client
 from .state_pack import _FORMAT_VERSION, _Packer
 from .state_unpack import _Loaded, _load_version, load_maps  # noqa: F401  (_Loaded: ftrun.deepspeed, persisted)
 
-__all__ = ["save", "load", "wait", "rng_state", "set_rng_state", "get_client", "configure"]
+from .sharded import restore_into, use_mesh
+
+__all__ = ["save", "load", "wait", "rng_state", "set_rng_state", "get_client", "configure", "restore_into"]
 
 _FORMAT = "ftrun.state"
 _last_saved = None      # step of this process's last save
@@ -123,7 +130,7 @@ def save(step, state, *, wait=False):
     return stats
 
 
-def load(version=None, map_location=None):
+def load(version=None, map_location=None, *, device_mesh=None):
     """Loads a state saved by save(): returns (step, state), or None when
     there is nothing to load (a fresh start: no version committed).
 
@@ -134,11 +141,17 @@ def load(version=None, map_location=None):
     device or string puts all of them there; a dict maps saved device strings
     ('cuda:0') to new ones; a callable f(cpu_tensor, saved_device_str) returns
     the tensor to use.
+    device_mesh: the DeviceMesh that loaded DTensors (torch 2.x sharded state
+    dicts, saved as their local shards: ftrun.sharded) are rebuilt on; None:
+    one of the saved layout over the default process group. To put a loaded
+    sharded state back into a live model and optimizer in place, use
+    ftrun.restore_into(target, state).
     """
     loaded = _load_version(get_client(), version, _FORMAT, map_location)
     if loaded is None:
         return None
-    state = loaded.unpack(loaded.payload["skeleton"], map_location)
+    with use_mesh(device_mesh):
+        state = loaded.unpack(loaded.payload["skeleton"], map_location)
     return loaded.payload["step"], state
 
 

@@ -14,6 +14,7 @@ import torch
 
 from . import _ftrun
 from . import state_client
+from . import sharded as _sharded
 from .state_client import _ftrun_error
 from .store_populate import _start_populating
 
@@ -90,6 +91,11 @@ class _Pickler(pickle.Pickler):
         self._prefix = prefix
 
     def persistent_id(self, obj):
+        # ftrun.sharded hook: a DTensor / ShardedTensor saves its local shard(s) only.
+        if isinstance(obj, torch.Tensor) and type(obj) is not torch.Tensor:
+            pid = _sharded.persistent_id(obj, self._packer, self._names, self._prefix)
+            if pid is not None:
+                return pid
         if isinstance(obj, torch.Tensor) and _storable(obj):
             return ("ftrun.tensor", self._packer.add(obj, self._names, self._prefix))
         return None

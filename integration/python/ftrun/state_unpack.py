@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from . import _ftrun
+from . import sharded as _sharded
 from .state_client import _ftrun_error, _warn_once
 from .state_pack import _ENC_BF16, _ENC_NATIVE, _FORMAT_VERSION, _staging_forced
 
@@ -126,6 +127,9 @@ class _Unpickler(pickle.Unpickler):
         self._made = {}
 
     def persistent_load(self, pid):
+        # ftrun.sharded hook: a DTensor / ShardedTensor rebuilt from its local shard(s).
+        if isinstance(pid, tuple) and pid and pid[0] in _sharded.PIDS:
+            return _sharded.persistent_load(pid, self._loaded, self._map, self._made)
         if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "ftrun.tensor"):
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
         idx = pid[1]

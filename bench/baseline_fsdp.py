@@ -1,0 +1,227 @@
+"""Benchmark "baseline-fsdp" (issue 19): an FSDP2 model saved every step by
+(a) a full state dict gathered on rank 0 and torch.save'd ("full"), (b)
+torch.distributed.checkpoint's dcp.save to local disk ("dcp"), (c) ftrun.save
+of the sharded state dict ("ftrun"); the save stall of each, and the peak CPU
+memory (VmHWM) of rank 0 and of the other ranks during the saves.
+
+    PYTHONPATH=build/python FTRUN_PYTHON=/path/to/python \
+        python bench/baseline_fsdp.py --build build [--mib-per-rank 256] [--steps 4]
+
+The driver starts one job per method under the ftrun runner (2 local nodes x
+2 ranks, gloo on CPU processes; `--nodes`, `--per-node` change it), each rank
+running this file with `--rank-mode METHOD`. A rank builds a stack of square
+Linear layers sized so that parameters + Adam state are `--mib-per-rank` MiB
+per rank, wraps each layer and the root with FSDP2 fully_shard, and per step
+runs a tiny forward/backward and Adam step, then saves. Each rank prints
+`BENCH <method> <rank> <median stall s> <max stall s> <VmHWM before the first
+save, KiB> <VmHWM at the end, KiB> <state bytes of the rank>`; the driver prints
+`key=value` lines:
+
+  state_mib_per_rank, world, steps
+  stall_s_<method>               median over steps and ranks of the per-save stall (slowest rank each step)
+  peak_mib_rank0_<method>        rank 0's VmHWM at the end (MiB)
+  peak_mib_other_max_<method>    the largest VmHWM of the other ranks
+  save_peak_growth_mib_rank0_<method>   VmHWM growth during the saves, rank 0
+  save_peak_growth_mib_other_max_<method>
+  stall_ratio_dcp_over_ftrun, stall_ratio_full_over_ftrun
+  rank0_over_other_peak_<method> rank 0's peak / the others' largest
+
+Targets of the issue: stall_ratio_dcp_over_ftrun >= 10 and
+rank0_over_other_peak_ftrun <= ~1. Not measured here: kill -> first step
+after restore (tests/torch2/test_fsdp.py covers the restore's correctness).
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+METHODS = ("full", "dcp", "ftrun")
+
+
+def vm_hwm_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return -1
+
+
+def rank_main(a):
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    # params + exp_avg + exp_avg_sq = 3 x params, sharded over the world.
+    total_floats = a.mib_per_rank * (1 << 20) * world // (3 * 4)
+    layers = max(1, a.layers)
+    d = max(world, int((total_floats / layers) ** 0.5) // world * world)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(d, d, bias=False) for _ in range(layers)])
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(2, d)
+    if a.rank_mode == "ftrun":
+        import ftrun
+    if a.rank_mode == "dcp":
+        import torch.distributed.checkpoint as dcp
+    stalls = []
+    hwm0 = None
+    state_bytes = 0
+    for step in range(a.steps):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        if hwm0 is None:
+            hwm0 = vm_hwm_kib()
+        dist.barrier()
+        t0 = time.monotonic()
+        if a.rank_mode == "full":
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            msd, osd = get_state_dict(model, opt, options=opts)
+            if rank == 0:
+                path = os.path.join(a.dir, "full.pt")
+                with open(path + ".tmp", "wb") as f:
+                    torch.save({"model": msd, "optim": osd}, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(path + ".tmp", path)
+            del msd, osd
+        else:
+            msd, osd = get_state_dict(model, opt)
+            state = {"model": msd, "optim": osd}
+            if a.rank_mode == "dcp":
+                dcp.save(state, checkpoint_id=os.path.join(a.dir, f"step{step}"))
+            else:
+                ftrun.save(step, state)
+            if not state_bytes:
+                from ftrun.sharded import _local_of
+
+                def nbytes(o):
+                    if isinstance(o, torch.Tensor):
+                        return sum(t.numel() * t.element_size() for t in _local_of(o))
+                    if isinstance(o, dict):
+                        return sum(nbytes(v) for v in o.values())
+                    if isinstance(o, (list, tuple)):
+                        return sum(nbytes(v) for v in o)
+                    return 0
+                state_bytes = nbytes(state)
+            del state, msd, osd
+        stalls.append(time.monotonic() - t0)
+        if a.rank_mode == "dcp" and rank == 0 and step > 0:
+            shutil.rmtree(os.path.join(a.dir, f"step{step - 1}"), ignore_errors=True)
+    if a.rank_mode == "ftrun":
+        ftrun.wait()
+    dist.barrier()
+    os.write(1, (f"BENCH {a.rank_mode} {rank} {statistics.median(stalls)!r} {max(stalls)!r} {hwm0} "
+                 f"{vm_hwm_kib()} {state_bytes} {' '.join(repr(s) for s in stalls)}\n").encode())
+    dist.destroy_process_group()
+
+
+def run_method(a, method, workdir):
+    here = os.path.abspath(__file__)
+    run = tempfile.mkdtemp(prefix=f"fsdp-{method}-", dir=workdir)
+    cfg = os.path.join(run, "ftrun.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"agent:\n  run_dir: {run}/run\njob:\n  max_restarts: 0\nstore:\n  memory_budget: {a.store_mib}MiB\n")
+    argv = [os.path.join(a.build, "ftrun"), "--num_nodes", str(a.nodes), "--num_gpus", str(a.per_node),
+            "--config", cfg, "--master_addr", "127.0.0.1", "--master_port", str(a.port),
+            here, "--rank-mode", method, "--dir", run, "--mib-per-rank", str(a.mib_per_rank),
+            "--steps", str(a.steps), "--layers", str(a.layers)]
+    env = os.environ.copy()
+    pypath = os.path.join(os.path.abspath(a.build), "python")
+    env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("FTRUN_PYTHON", sys.executable)
+    t0 = time.time()
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=a.timeout)
+    out = p.stdout + p.stderr
+    rows = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[0] == "BENCH" and f[1] == method:
+            rows[int(f[2])] = {"median": float(f[3]), "max": float(f[4]), "hwm0": int(f[5]), "hwm": int(f[6]),
+                               "bytes": int(f[7]), "stalls": [float(x) for x in f[8:]]}
+    shutil.rmtree(run, ignore_errors=True)
+    if p.returncode != 0 or len(rows) != a.nodes * a.per_node:
+        sys.stderr.write(f"baseline-fsdp: method {method}: exit {p.returncode}, {len(rows)} ranks reported\n"
+                         f"{out[-4000:]}\n")
+        return None
+    print(f"# {method}: {time.time() - t0:.1f} s", flush=True)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", default=os.environ.get("FTRUN_BUILD_DIR", "build"))
+    p.add_argument("--mib-per-rank", type=int, default=256, help="parameters + Adam state per rank (MiB)")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--steps", type=int, default=4, help="saves per method (the runtime knob)")
+    p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--per-node", type=int, default=2)
+    p.add_argument("--store-mib", type=int, default=0, help="agent store budget (default: 4 x the node's state)")
+    p.add_argument("--port", type=int, default=29731)
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--timeout", type=int, default=600)
+    p.add_argument("--workdir", default=None, help="where checkpoints go (local disk; default: a temp dir)")
+    p.add_argument("--rank-mode", choices=METHODS, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dir", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.rank_mode:
+        return rank_main(a)
+    if not a.store_mib:
+        a.store_mib = 4 * a.mib_per_rank * a.per_node + 512
+    workdir = a.workdir or tempfile.mkdtemp(prefix="ftrun-bench-fsdp-")
+    res = {}
+    for i, m in enumerate(x for x in a.methods.split(",") if x):
+        a.port += 10 * i
+        res[m] = run_method(a, m, workdir)
+    if not a.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    world = a.nodes * a.per_node
+    print(f"state_mib_per_rank={a.mib_per_rank}")
+    print(f"world={world}")
+    print(f"steps={a.steps}")
+    stall = {}
+    peak0 = {}
+    for m, rows in res.items():
+        if rows is None:
+            print(f"stall_s_{m}=nan")
+            continue
+        per_step = [max(rows[r]["stalls"][s] for r in rows) for s in range(a.steps)]
+        stall[m] = statistics.median(per_step)
+        peak0[m] = rows[0]["hwm"] / 1024
+        others = [rows[r]["hwm"] / 1024 for r in rows if r != 0] or [float("nan")]
+        g0 = (rows[0]["hwm"] - rows[0]["hwm0"]) / 1024
+        go = max(((rows[r]["hwm"] - rows[r]["hwm0"]) / 1024 for r in rows if r != 0), default=float("nan"))
+        print(f"stall_s_{m}={stall[m]:.4f}")
+        print(f"peak_mib_rank0_{m}={peak0[m]:.1f}")
+        print(f"peak_mib_other_max_{m}={max(others):.1f}")
+        print(f"save_peak_growth_mib_rank0_{m}={g0:.1f}")
+        print(f"save_peak_growth_mib_other_max_{m}={go:.1f}")
+        print(f"rank0_over_other_peak_{m}={peak0[m] / max(others):.3f}")
+    if "ftrun" in stall and stall["ftrun"] > 0:
+        for m in ("dcp", "full"):
+            if m in stall:
+                print(f"stall_ratio_{m}_over_ftrun={stall[m] / stall['ftrun']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
