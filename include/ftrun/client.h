@@ -74,6 +74,11 @@ struct SaveOptions {
   // stream's work queued before Save; its work queued after Save waits for
   // the copies (a CUDA event: the CPU never blocks on it).
   void* cuda_stream = nullptr;
+  // false: the stream's later work does not wait for the copies, so they
+  // overlap it (the next forward and backward pass); the caller must order
+  // any write to the saved tensors after them with OrderAfterSave (ftrun's
+  // Python layer does it before every optimizer step).
+  bool order_cuda_stream = true;
 };
 
 struct SaveStats {
@@ -196,6 +201,10 @@ class Client {
               const SaveOptions& options, SaveStats* stats = nullptr);
   // Completes the last Save's asynchronous part (CUDA copies, manifest).
   Status Wait();
+  // Makes `cuda_stream`'s later work (a cudaStream_t; nullptr: the legacy
+  // default stream) wait for the last Save's CUDA copies, without blocking
+  // the CPU. A no-op when no copies are in flight.
+  Status OrderAfterSave(void* cuda_stream);
   // Blocks until `version` is committed (or a newer one), up to timeout_ms.
   Status WaitCommitted(uint64_t version, int timeout_ms);
   // Opens `version` (kLatest: the last committed version) for reading.

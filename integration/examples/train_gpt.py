@@ -126,6 +126,8 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint", default="ftrun", metavar="ftrun|torch:DIR",
                    help="ftrun (default): ftrun.save/ftrun.load; torch:DIR: torch.save to DIR, torch.load on restart")
     p.add_argument("--save-every", type=int, default=1, help="save every N steps (and after the last)")
+    p.add_argument("--overlap-saves", action="store_true",
+                   help="ftrun.save(overlap=True): CUDA copies overlap the next forward and backward pass")
     p.add_argument("--timing", action="store_true", help="print TIMING and FIRSTSTEP lines (see above)")
     p.add_argument("--fsdp", type=int, choices=[0, 1, 2], default=0,
                    help="2: FSDP2 fully_shard, 1: FSDP1 with a sharded state dict, 0 (default): data parallel + ZeRO")
@@ -266,7 +268,8 @@ def local_tensors(obj):
 
 def global_bytes(obj):
     if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()  # a DTensor's / ShardedTensor's global size
+        # A DTensor's / ShardedTensor's global size (ShardedTensor has no numel()).
+        return math.prod(obj.size()) * torch.empty((), dtype=obj.dtype).element_size()
     if isinstance(obj, dict):
         return sum(global_bytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):
@@ -299,9 +302,9 @@ def shard_model(a, model, world, device):
     from torch.distributed.fsdp import ShardingStrategy, StateDictType
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    kwargs = {"device_id": device} if device.type == "cuda" else {}
+    # device_id also for the CPU: FSDP1 otherwise computes on cuda:0 wherever CUDA is available.
     model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
-                 sharding_strategy=ShardingStrategy.FULL_SHARD, **kwargs)
+                 sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=device)
     FSDP.set_state_dict_type(model, StateDictType.SHARDED_STATE_DICT)
     return model
 
@@ -383,7 +386,7 @@ def main():
     if device.type == "cuda":
         torch.cuda.manual_seed(a.seed + 1 + rank)
     if a.checkpoint == "ftrun":
-        ckpt = FtrunCheckpoint()
+        ckpt = FtrunCheckpoint(overlap=a.overlap_saves)
     else:
         ckpt = TorchCheckpoint(a.checkpoint[len("torch:"):], rank, world)
     t_setup = time.monotonic()

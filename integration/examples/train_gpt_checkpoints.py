@@ -21,13 +21,17 @@ def tensor_bytes(obj):
 
 class FtrunCheckpoint:
     """The state goes to the node agent's memory (ftrun.save) and comes back
-    from it after a restart (ftrun.load)."""
+    from it after a restart (ftrun.load). overlap: CUDA copies overlap the next
+    forward and backward pass (ftrun.save(overlap=True))."""
+
+    def __init__(self, overlap=False):
+        self.overlap = overlap
 
     def load(self, device):
         return ftrun.load()
 
     def save(self, step, state):
-        stats = ftrun.save(step, state)
+        stats = ftrun.save(step, state, overlap=self.overlap)
         self.last_stats = stats  # Client.save's statistics (train_gpt.py --fsdp prints bytes_total)
         return {"save_ftrun_stall_s": stats["stall_seconds"]}
 

@@ -134,12 +134,17 @@ Status Client::Save(uint64_t version, const std::vector<TensorRef>& tensors, std
   for (const auto& t : tensors) any_device |= t.device == Device::kCuda;
   if (!any_device) return impl_->SaveHost(version, tensors, user_bytes, stats, false);
   if (!impl_->device) FTRUN_RETURN_IF_ERROR(DeviceSaver::Create(impl_.get(), &impl_->device));
-  return impl_->device->Save(version, tensors, user_bytes, options.cuda_stream, stats);
+  return impl_->device->Save(version, tensors, user_bytes, options, stats);
 }
 
 Status Client::Wait() {
   if (!impl_->device) return Status::Ok();
   return impl_->device->Wait();
+}
+
+Status Client::OrderAfterSave(void* cuda_stream) {
+  if (!impl_->device) return Status::Ok();
+  return impl_->device->OrderAfterCopies(cuda_stream);
 }
 
 Status Client::WaitCommitted(uint64_t version, int timeout_ms) {

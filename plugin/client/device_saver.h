@@ -24,13 +24,16 @@ class DeviceSaver {
   static Status Create(Client::Impl* client, std::unique_ptr<DeviceSaver>* out);
   virtual ~DeviceSaver() = default;
 
-  // Tensors may mix host and CUDA buffers. `stream` is the caller's
-  // cudaStream_t (nullptr: the legacy and per-thread default streams): the
-  // copies wait for its earlier work, its later work waits for the copies.
+  // Tensors may mix host and CUDA buffers. options.cuda_stream is the
+  // caller's stream (nullptr: the legacy and per-thread default streams):
+  // the copies wait for its earlier work, and, with
+  // options.order_cuda_stream, its later work waits for the copies.
   virtual Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
-                      void* stream, SaveStats* stats) = 0;
+                      const SaveOptions& options, SaveStats* stats) = 0;
   // Fences the last Save: its copies land, its manifest reaches the agent.
   virtual Status Wait() = 0;
+  // Makes `stream`'s later work wait for the last Save's copies (GPU side).
+  virtual Status OrderAfterCopies(void* stream) = 0;
 
   // Queues a copy of n bytes of the (registered) store at src to device
   // memory dst on `stream` (nullptr: the legacy default stream); src must

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -18,6 +19,7 @@
 #include "plugin/client/client_impl.h"
 #include "plugin/client/device_saver.h"
 #include "plugin/client/fingerprint_kernel.h"
+#include "plugin/client/registered_arena.h"
 
 namespace ftrun {
 namespace {
@@ -38,9 +40,10 @@ class CudaDeviceSaver final : public DeviceSaver {
   CudaDeviceSaver(Client::Impl* client, int device) : client_(client), device_(device) {}
   ~CudaDeviceSaver() override;
   Status Init();
-  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes, void* stream,
-              SaveStats* stats) override;
+  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
+              const SaveOptions& options, SaveStats* stats) override;
   Status Wait() override;
+  Status OrderAfterCopies(void* stream) override;
   Status CopyToDevice(void* dst, const void* src, uint64_t n, void* stream) override;
   Status FenceRestores() override;
 
@@ -76,7 +79,7 @@ class CudaDeviceSaver final : public DeviceSaver {
   cudaEvent_t ready_ = nullptr;     // the producer's work at Save
   cudaEvent_t done_ = nullptr;      // the pending save's copies
   cudaEvent_t restored_ = nullptr;  // the last CopyToDevice
-  bool registered_ = false;
+  std::unique_ptr<RegisteredArena> arena_;  // the store, registered slice by slice
   unsigned hash_threads_ = 1;
 
   // Guarded by the Client's one-caller-at-a-time rule.
@@ -88,6 +91,7 @@ class CudaDeviceSaver final : public DeviceSaver {
   bool pending_ = false;
   uint64_t version_ = 0;
   void* stream_arg_ = nullptr;  // the caller's stream at the pending Save
+  bool order_caller_ = true;    // its later work waits for the copies
   std::vector<TensorRef> tensors_;
   PendingSave save_;
   std::vector<Copy> copies_;
@@ -105,7 +109,7 @@ CudaDeviceSaver::~CudaDeviceSaver() {
   if (landing_.valid()) landing_.wait();
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   if (restores_pending_) (void)cudaEventSynchronize(restored_);
-  if (registered_) (void)cudaHostUnregister(client_->arena.base());
+  arena_.reset();  // unregistered once no copy uses it (the client unmaps it after)
   if (dev_fps_ != nullptr) (void)cudaFree(dev_fps_);
   if (host_fps_ != nullptr) (void)cudaFreeHost(host_fps_);
   if (done_ != nullptr) (void)cudaEventDestroy(done_);
@@ -124,9 +128,7 @@ Status CudaDeviceSaver::Init() {
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event", kU));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&restored_, cudaEventDisableTiming), "creating an event", kU));
   hash_threads_ = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaHostRegister(client_->arena.base(), client_->arena.size(), cudaHostRegisterDefault),
-                             "registering the store segment with CUDA (cudaHostRegister)", kU));
-  registered_ = true;
+  arena_ = std::make_unique<RegisteredArena>(client_->arena.base(), client_->arena.size());
   return Status::Ok();
 }
 
@@ -267,20 +269,29 @@ Status CudaDeviceSaver::QueueCopies(const std::vector<TensorRef>& tensors, const
   }
   std::vector<uint64_t> offsets;
   FTRUN_RETURN_IF_ERROR(client_->Reserve(&save_, lengths, &offsets));
-  for (size_t k = 0; k < copies_.size(); ++k) {
-    Copy& c = copies_[k];
-    c.offset = offsets[k];
-    const char* src = static_cast<const char*>(tensors[c.tensor].data) + c.chunk * cs;
-    FTRUN_RETURN_IF_ERROR(
-        Cuda(cudaMemcpyAsync(client_->arena.base() + c.offset, src, lengths[k], cudaMemcpyDeviceToHost, stream_),
-             "queueing a device-to-host chunk copy"));
-    st.chunks_copied++;
-    st.bytes_copied += lengths[k];
+  // One copy per run of consecutive chunks of a tensor that landed in
+  // consecutive extents (a full save: about one per tensor).
+  for (size_t k = 0; k < copies_.size();) {
+    copies_[k].offset = offsets[k];
+    uint64_t bytes = lengths[k];
+    size_t end = k + 1;
+    while (end < copies_.size() && copies_[end].tensor == copies_[k].tensor &&
+           copies_[end].chunk == copies_[end - 1].chunk + 1 && offsets[end] == offsets[end - 1] + lengths[end - 1]) {
+      copies_[end].offset = offsets[end];
+      bytes += lengths[end];
+      ++end;
+    }
+    const char* src = static_cast<const char*>(tensors[copies_[k].tensor].data) + copies_[k].chunk * cs;
+    FTRUN_RETURN_IF_ERROR(arena_->CopyFromDevice(offsets[k], src, bytes, stream_));
+    st.chunks_copied += end - k;
+    st.bytes_copied += bytes;
+    k = end;
   }
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(done_, stream_), "recording the chunk copies"));
   // The caller's later work (its next optimizer step) must not overwrite
   // the tensors before the copies have read them: a GPU-side wait.
   for (cudaStream_t consumer : CallerStreams()) {
+    if (!order_caller_) break;
     FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(consumer, done_, 0), "ordering the trainer's stream"));
   }
   landing_ = std::async(std::launch::async, [this] { return Land(); });
@@ -293,10 +304,11 @@ std::vector<cudaStream_t> CudaDeviceSaver::CallerStreams() const {
 }
 
 Status CudaDeviceSaver::Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
-                             void* stream, SaveStats* stats) {
+                             const SaveOptions& options, SaveStats* stats) {
   const auto t0 = std::chrono::steady_clock::now();
   FTRUN_RETURN_IF_ERROR(Wait());
-  stream_arg_ = stream;
+  stream_arg_ = options.cuda_stream;
+  order_caller_ = options.order_cuda_stream;
   Status s = Stage(version, tensors, user_bytes);
   if (!s.ok()) {
     Drop();
@@ -382,13 +394,19 @@ void CudaDeviceSaver::Drop() {
   save_ = PendingSave{};
 }
 
+Status CudaDeviceSaver::OrderAfterCopies(void* stream) {
+  if (!pending_) return Status::Ok();
+  const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
+  return Cuda(cudaStreamWaitEvent(s, done_, 0), "ordering a stream after the save's copies");
+}
+
 Status CudaDeviceSaver::CopyToDevice(void* dst, const void* src, uint64_t n, void* stream) {
   if (n == 0) return Status::Ok();
   const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
   // restored_ tracks one stream: a copy on another first fences the last.
   if (restores_pending_ && s != restore_stream_) FTRUN_RETURN_IF_ERROR(FenceRestores());
-  FTRUN_RETURN_IF_ERROR(
-      Cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "copying a restored tensor to the device"));
+  const uint64_t offset = static_cast<uint64_t>(static_cast<const char*>(src) - client_->arena.base());
+  FTRUN_RETURN_IF_ERROR(arena_->CopyToDevice(dst, offset, n, s));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(restored_, s), "recording a restore copy"));
   restore_stream_ = s;
   restores_pending_ = true;

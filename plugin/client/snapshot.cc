@@ -120,10 +120,16 @@ Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_byt
     if (h != c.hash) return impl_->Corrupted(*tm, j, h, where);
     hashes.push_back(h);
   }
+  // One copy per run of chunks that lie back to back in the store.
   char* out = static_cast<char*>(dst);
-  for (const ChunkRef& c : tm->chunks) {
-    FTRUN_RETURN_IF_ERROR(client->device->CopyToDevice(out, arena.base() + c.offset, c.length, cuda_stream));
-    out += c.length;
+  for (size_t j = 0; j < tm->chunks.size();) {
+    const uint64_t start = tm->chunks[j].offset;
+    uint64_t n = tm->chunks[j].length;
+    size_t end = j + 1;
+    for (; end < tm->chunks.size() && tm->chunks[end].offset == start + n; ++end) n += tm->chunks[end].length;
+    FTRUN_RETURN_IF_ERROR(client->device->CopyToDevice(out, arena.base() + start, n, cuda_stream));
+    out += n;
+    j = end;
   }
   impl_->device_reads = true;
   impl_->Remember(*tm, std::move(hashes));

@@ -139,7 +139,7 @@ class PyClient {
   }
 
   py::dict Save(uint64_t version, const py::dict& tensors, const py::bytes& user_bytes, const py::object& generations,
-                const py::object& dtypes, uintptr_t cuda_stream) {
+                const py::object& dtypes, uintptr_t cuda_stream, bool order_cuda_stream) {
     CheckNamesKnown(generations, tensors, "generations");
     CheckNamesKnown(dtypes, tensors, "dtypes");
     // Buffers stay held (and are released with the GIL) until we return.
@@ -164,12 +164,17 @@ class PyClient {
     ftrun::SaveStats stats;
     ftrun::SaveOptions options;
     options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+    options.order_cuda_stream = order_cuda_stream;
     Check(Call([&](ftrun::Client& c) { return c.Save(version, refs, user, options, &stats); }));
     return StatsToDict(stats);
   }
 
   void Wait() {
     Check(Call([](ftrun::Client& c) { return c.Wait(); }));
+  }
+
+  void OrderAfterSave(uintptr_t cuda_stream) {
+    Check(Call([&](ftrun::Client& c) { return c.OrderAfterSave(reinterpret_cast<void*>(cuda_stream)); }));
   }
 
   void WaitCommitted(uint64_t version, int timeout_ms) {
@@ -426,8 +431,11 @@ PYBIND11_MODULE(_ftrun, m) {
                              "The version to restore after a restart, or None at a fresh start.")
       .def("save", &PyClient::Save, py::arg("version"), py::arg("tensors"), py::arg("user_bytes") = py::bytes(""),
            py::arg("generations") = py::none(), py::arg("dtypes") = py::none(), py::arg("cuda_stream") = 0,
-           ftrun::python::kSaveDoc)
+           py::arg("order_cuda_stream") = true, ftrun::python::kSaveDoc)
       .def("wait", &PyClient::Wait, "Completes the last save's asynchronous part.")
+      .def("order_after_save", &PyClient::OrderAfterSave, py::arg("cuda_stream") = 0,
+           "Makes the CUDA stream's later work wait for the last save's copies (no CPU wait); a no-op when "
+           "none are in flight.")
       .def("wait_committed", &PyClient::WaitCommitted, py::arg("version"), py::arg("timeout_ms") = 60000,
            "Blocks until `version` (or a newer one) is committed; Error TIMEOUT after "
            "timeout_ms.")

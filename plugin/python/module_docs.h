@@ -35,7 +35,9 @@ fingerprints are computed on the GPU, only changed chunks are copied, and
 save returns once the copies are queued. `cuda_stream` (an int
 cudaStream_t, e.g. torch.cuda.current_stream().cuda_stream; 0: the default
 streams) is the stream that wrote the tensors: the copies wait for its
-earlier work, and its later work waits for the copies (the CPU does not).
+earlier work, and its later work waits for the copies (the CPU does not);
+order_cuda_stream=False leaves that wait to order_after_save(), so the
+copies overlap the stream's next work.
 The memory must stay allocated until wait() or the next save.
 Returns the save statistics as a dict (bytes_total, bytes_hashed,
 bytes_copied, chunks_total, chunks_copied, chunks_skipped, chunks_unchanged,

@@ -69,21 +69,21 @@ def dtype_state(dev):
     return state
 
 
-def check_round_trip(dev):
-    state = dtype_state(dev)
+def flatten(prefix, a, out):
+    if isinstance(a, dict):
+        for k, v in a.items():
+            flatten(prefix + "/" + k, v, out)
+    elif isinstance(a, list):
+        for i, v in enumerate(a):
+            flatten(prefix + "/" + str(i), v, out)
+    else:
+        out[prefix] = a
+
+
+def check_round_trip(state):
     stats = ftrun.save(1, state, wait=True)
     step, got = ftrun.load(1)
     flat_want, flat_got = {}, {}
-
-    def flatten(prefix, a, out):
-        if isinstance(a, dict):
-            for k, v in a.items():
-                flatten(prefix + "/" + k, v, out)
-        elif isinstance(a, list):
-            for i, v in enumerate(a):
-                flatten(prefix + "/" + str(i), v, out)
-        else:
-            out[prefix] = a
     flatten("", state, flat_want)
     flatten("", got, flat_got)
     for k, want in flat_want.items():
@@ -99,41 +99,41 @@ def check_round_trip(dev):
     if not isinstance(got["nested"]["param"], torch.nn.Parameter):
         fail("nested/param did not come back as a Parameter")
     _, on_cpu = ftrun.load(1, map_location="cpu")
-    if on_cpu["bf16"].device.type != "cpu" or not same_bytes(on_cpu["bf16"], state["bf16"].cpu()):
-        fail("map_location='cpu' did not give the saved bytes on the CPU")
-    print(f"rank round trip: {len(flat_want)} entries, {stats['bytes_total']} bytes, byte-identical", flush=True)
+    flat_cpu = {}
+    flatten("", on_cpu, flat_cpu)
+    for k, want in flat_want.items():
+        if isinstance(want, torch.Tensor) and (flat_cpu[k].device.type != "cpu" or
+                                               not same_bytes(flat_cpu[k], want.cpu())):
+            fail(f"{k}: map_location='cpu' did not give the saved bytes on the CPU")
+    print(f"rank round trip: {len(flat_want)} entries, {stats['bytes_total']} bytes, byte-identical "
+          "(on the device and with map_location='cpu')", flush=True)
 
 
-def check_changed_chunks(dev):
-    big = torch.randn(16 * CHUNK // 4, device=dev)          # 16 chunks
-    other = torch.randn(8 * CHUNK // 4, device=dev)         # 8 chunks, never changed
-    state = {"big": big, "other": other}
-    ftrun.save(2, state)
-    ftrun.save(3, state, wait=True)  # fingerprints known: nothing changed
+def check_changed_chunks(state):
+    ftrun.save(2, state, wait=True)  # every fingerprint known: nothing changed
+    big = state["big"]
     per_chunk = CHUNK // 4
     changed = [0, 5, 11]
     for c in changed:
         big[c * per_chunk + 17] += 1.0
-    stats = ftrun.save(4, state, wait=True)
+    stats = ftrun.save(3, state, wait=True)
     if stats["chunks_copied"] != len(changed) or stats["bytes_copied"] != len(changed) * CHUNK:
-        fail(f"{len(changed)} of 24 chunks changed, the save copied {stats['chunks_copied']} chunks, "
-             f"{stats['bytes_copied']} bytes")
-    _, got = ftrun.load(4)
-    if not same_bytes(got["big"], big) or not same_bytes(got["other"], other):
+        fail(f"{len(changed)} of {stats['chunks_total']} chunks changed, the save copied {stats['chunks_copied']} "
+             f"chunks, {stats['bytes_copied']} bytes")
+    _, got = ftrun.load(3)
+    if not same_bytes(got["big"], big) or not same_bytes(got["other"], state["other"]):
         fail("the incremental save's bytes differ from the device's")
     print(f"rank changed chunks: {stats['chunks_copied']} of {stats['chunks_total']} copied "
           f"({stats['bytes_copied']} bytes), the rest unchanged", flush=True)
 
 
-def check_write_after_save(dev, version, side_stream):
-    n = 256 * CHUNK // 4  # 256 MiB: the copies take long enough for a race to show
-    w = torch.full((n,), 1.0, device=dev)
+def check_write_after_save(state, version, side_stream):
+    w = state["w"]
     torch.cuda.synchronize()
     stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
-    with torch.cuda.stream(stream):
-        if side_stream:
-            w.fill_(1.0)
-        ftrun.save(version, {"w": w})
+    with torch.cuda.stream(stream), torch.no_grad():
+        w.fill_(1.0)
+        ftrun.save(version, state)
         w.fill_(2.0)          # queued right after save returned: must wait for the copies
         w.mul_(3.0)
     ftrun.wait()
@@ -147,13 +147,43 @@ def check_write_after_save(dev, version, side_stream):
     print(f"rank write after save: saved bytes unchanged (side stream: {side_stream})", flush=True)
 
 
+def check_overlapped_save(state, version):
+    """save(overlap=True): the copies overlap later work; an optimizer step
+    queued right after save must still wait for them."""
+    w = state["w"]
+    with torch.no_grad():
+        w.fill_(1.0)
+    w.grad = torch.ones_like(w)
+    opt = torch.optim.SGD([w], lr=1.0)
+    torch.cuda.synchronize()
+    ftrun.save(version, state, overlap=True)
+    opt.step()                # w -= grad: queued right after save returned
+    ftrun.wait()
+    torch.cuda.synchronize()
+    _, got = ftrun.load(version)
+    if not torch.all(got["w"] == 1.0):
+        fail(f"an optimizer step after save(overlap=True) changed {int((got['w'] != 1.0).sum())} saved values")
+    if not torch.all(w == 0.0):
+        fail("the optimizer step after save did not happen")
+    w.grad = None
+    print("rank overlapped save: an optimizer step after it waited for the copies", flush=True)
+
+
 def checks():
     dev = torch.device("cuda", torch.cuda.current_device())
-    check_round_trip(dev)
-    check_changed_chunks(dev)
+    # One layout for every save (the store keeps a rank's first layout).
+    state = dtype_state(dev)
+    state["big"] = torch.randn(16 * CHUNK // 4, device=dev)     # 16 chunks
+    state["other"] = torch.randn(8 * CHUNK // 4, device=dev)    # 8 chunks, never changed
+    # 256 MiB: the copies take long enough for a race to show.
+    state["w"] = torch.nn.Parameter(torch.full((256 * CHUNK // 4,), 1.0, device=dev))
+    check_round_trip(state)
+    check_changed_chunks(state)
     for i in range(3):
-        check_write_after_save(dev, 10 + 2 * i, side_stream=False)
-        check_write_after_save(dev, 11 + 2 * i, side_stream=True)
+        check_write_after_save(state, 10 + 2 * i, side_stream=False)
+        check_write_after_save(state, 11 + 2 * i, side_stream=True)
+    for i in range(3):
+        check_overlapped_save(state, 20 + i)
     print("CUDA CHECKS OK", flush=True)
 
 

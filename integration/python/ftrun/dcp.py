@@ -50,6 +50,7 @@ give the same one as to dcp.save / dcp.load.
 import dataclasses
 import io
 import pickle
+import sys
 from collections import ChainMap
 
 import torch
@@ -234,7 +235,13 @@ class StorageReader(_storage.StorageReader):
         return self._loaded
 
     def read_metadata(self, *args, **kwargs):
-        return pickle.loads(self._load().payload["metadata"])
+        try:
+            return pickle.loads(self._load().payload["metadata"])
+        except Exception as e:
+            # dcp.load only logs this (at INFO) and then fails with "metadata is None": say why.
+            print(f"ftrun.dcp.StorageReader: cannot read the DCP metadata of version {self.version}: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            raise
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
         self.metadata = metadata

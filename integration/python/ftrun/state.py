@@ -33,12 +33,27 @@ What is stored where:
 * CPU contiguous tensors are handed over without a copy (a numpy view of their
   memory; bfloat16 as int16 bits with the binding's dtypes= override; dtypes
   numpy lacks, e.g. complex or float8, as raw bytes). A non-contiguous tensor
-  or view is copied to a contiguous one first. CUDA tensors are copied into
-  reused pinned host buffers (one per tensor name), then saved.
+  or view is copied to a contiguous one first.
+* CUDA tensors (on the current device) never pass through host staging:
+  libftrun's CUDA path fingerprints their chunks on the GPU and copies only
+  changed chunks, on a side stream, straight into the agent's store (the
+  store is registered with CUDA slice by slice as copies reach it). The
+  side stream waits for the current stream's work queued before save; the
+  current stream's later work waits for the copies through a CUDA event,
+  so save returns without synchronizing the device (it waits only for the
+  fingerprints), and a kernel queued after save can never change the saved
+  bytes. The copies' chunk ids are computed by a background thread; the
+  next save or wait() sends them to the agent, and the tensors are kept
+  alive until then. Non-contiguous CUDA tensors get a contiguous copy on the
+  device first. Tensors on another device than the current one, a libftrun
+  built without CUDA, or FTRUN_CUDA_STAGING=1 use reused pinned host
+  buffers instead (a device-to-host copy and a device sync per save).
 * load() rebuilds the same structure with the same dtypes and shapes; CPU
   tensors are views of the loaded buffers (torch.from_numpy, no extra copy);
   CUDA tensors go back to their device when it exists (else they stay on the
-  CPU, with a warning), or where map_location says.
+  CPU, with a warning), or where map_location says: each is checked on the
+  host, then copied from the store straight into new CUDA memory
+  (asynchronous copies, fenced before load returns).
 * Tensors of 64 KiB or more are not even copied out of the agent's store:
   load() maps them copy-on-write (Client.load(map=True); chunk hashes are
   still checked), so a restore costs page-table updates instead of a copy
@@ -105,7 +120,7 @@ _last_saved = None      # step of this process's last save
 # Public API
 
 
-def save(step, state, *, wait=False):
+def save(step, state, *, wait=False, overlap=False):
     """Saves `state` as version `step` of this rank.
 
     state: any nesting of dicts, lists, tuples and picklable objects holding
@@ -115,6 +130,14 @@ def save(step, state, *, wait=False):
     restart restores it or a newer one). Raises ftrun.Error; e.g.
     FAILED_PRECONDITION when the tensor layout differs from the first save or
     the step does not increase, RESOURCE_EXHAUSTED when the store is full.
+
+    CUDA tensors are copied from the device asynchronously (see the module
+    docstring); by default the current stream's later work waits for those
+    copies. overlap=True lets them overlap the next forward and backward
+    pass: only torch optimizer steps (and the next save, and wait()) wait
+    for them. Use it only when nothing but the optimizer writes the saved
+    tensors between saves (BatchNorm's running statistics, for one, are
+    written in the forward pass). Needs torch >= 2.0.
     """
     global _last_saved
     step = int(step)
@@ -123,7 +146,7 @@ def save(step, state, *, wait=False):
     stats = packer.save(get_client(), step, {
         "format": _FORMAT, "format_version": _FORMAT_VERSION, "step": step, "skeleton": skeleton,
         "torch": torch.__version__,
-    })
+    }, overlap=overlap)
     _last_saved = step
     if wait:
         _wait_committed(None)

@@ -219,16 +219,21 @@ class _Packer:
             torch.cuda.synchronize(dev)
         self._cuda_devices.clear()
 
-    def save(self, client, version, payload):
-        """Saves the collected buffers as `version`, payload pickled as user bytes."""
+    def save(self, client, version, payload, overlap=False):
+        """Saves the collected buffers as `version`, payload pickled as user bytes.
+        overlap: CUDA copies overlap the current stream's next work, and only
+        optimizer steps wait for them (see ftrun.save)."""
         self.finish()
         payload = dict(payload, tensors=self.metas)
         user = pickle.dumps(payload, protocol=_PICKLE_PROTOCOL)
         # Sorted by name: the store's layout does not depend on dict order.
         arrays = {name: self.arrays[name] for name in sorted(self.arrays)}
         stream = torch.cuda.current_stream().cuda_stream if self._device_keep else 0
+        if overlap and self._device_keep:
+            _order_optimizer_steps()
         try:
-            stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None, cuda_stream=stream)
+            stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None, cuda_stream=stream,
+                                order_cuda_stream=not (overlap and self._device_keep))
             # The copies read these until the next save or wait() fences them.
             state_client._in_flight = self._device_keep
             _start_populating(client)
@@ -242,6 +247,30 @@ class _Packer:
                                    "start saving after the optimizer's first step (torch optimizers create "
                                    "their state lazily)", e) from e
             raise
+
+
+_hooked = False
+
+
+def _order_optimizer_steps():
+    """Once per process: every torch optimizer step first makes the current
+    CUDA stream wait for the copies of a save still in flight."""
+    global _hooked
+    if _hooked:
+        return
+    from torch.optim import optimizer as optimizer_module
+
+    register = getattr(optimizer_module, "register_optimizer_step_pre_hook", None)
+    if register is None:
+        raise _ftrun_error("INVALID_ARGUMENT", f"ftrun.save(overlap=True) needs torch >= 2.0 (optimizer step "
+                           f"hooks); this is torch {torch.__version__}")
+
+    def before_step(optimizer, args, kwargs):
+        if state_client._in_flight:
+            state_client.get_client().order_after_save(torch.cuda.current_stream().cuda_stream)
+
+    register(before_step)
+    _hooked = True
 
 
 def _saved_from_device(t):
@@ -258,13 +287,16 @@ def _staging_forced():
 
 
 def _byte_view(t):
-    """A flat uint8 view of a contiguous tensor's bytes, on its device."""
-    flat = t.reshape(-1)
-    if flat.dtype == torch.uint8:
-        return flat
-    if flat.is_complex():
-        flat = torch.view_as_real(flat).reshape(-1)
-    return flat.view(torch.uint8)
+    """A uint8 view of a contiguous tensor's bytes, on its device, shaped so
+    that the binding's dtype override gives back t's shape (the last
+    dimension times the element size; 0-dim tensors as one element)."""
+    if t.dim() == 0:
+        t = t.reshape(1)
+    if t.dtype == torch.uint8:
+        return t
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(torch.uint8)
 
 
 def _raw_bytes(t):

@@ -44,6 +44,8 @@ def _cpu_tensor(meta, arr):
         t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
     else:
         t = _from_raw(arr, dtype, meta["shape"])
+    if t.dtype == dtype and tuple(t.shape) != tuple(meta["shape"]) and t.numel() == math.prod(meta["shape"]):
+        t = t.reshape(meta["shape"])  # a 0-dim tensor saved from a device is stored with one dimension
     if t.dtype != dtype or tuple(t.shape) != tuple(meta["shape"]):
         raise _ftrun_error("CORRUPTION", f"tensor '{meta['name']}' came back as {t.dtype}{list(t.shape)}, "
                            f"saved as {dtype}{list(meta['shape'])}")
