@@ -118,8 +118,8 @@ int RunSaveCudaWorker(int argc, char** argv) {
   Cuda(cudaMemcpy(dev_tenth, tenth_words.data(), tenth_words.size() * 8, cudaMemcpyHostToDevice), "copy");
   auto touch = [&](const std::vector<uint64_t>& words, const uint64_t* dev_words) {
     const uint64_t n = words.size();
-    TouchKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(reinterpret_cast<uint64_t*>(dev),
-                                                                            dev_words, n, stamp += n);
+    TouchKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(reinterpret_cast<uint64_t*>(dev), dev_words,
+                                                                            n, stamp += n);
     Cuda(cudaGetLastError(), "touch");
   };
 
@@ -178,7 +178,7 @@ int RunSaveCudaWorker(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       save(&stats);
       stall->push_back(stats.stall_seconds);
-      Cuda(cudaStreamSynchronize(stream), "copies");  // the stream waits for the copies
+      Cuda(cudaStreamSynchronize(stream), "copies");          // the stream waits for the copies
       const double copies = Since(t0) - stats.stall_seconds;  // after the fingerprints
       copy_rate->push_back(static_cast<double>(stats.bytes_copied) / copies);
       wait();
@@ -231,10 +231,26 @@ int RunSaveCuda(const std::string& state, int reps, int tensors, const std::stri
   const std::string cfg = dir + ".yaml", result = dir + ".json", status = dir + ".status.json";
   std::ofstream(cfg) << "store:\n  memory_budget: " << (state_bytes * 5 / 2 + (64ull << 20)) << "B\n"
                      << "  chunk_size: " << chunk << "\nagent:\n  run_dir: " << dir << "\n  log_level: warn\n";
-  pid_t agent = StartAgent({"--config", cfg, "--nproc", "1", "--job-id", "bench-save-cuda", "--status-file", status,
-                            "--no_python", "--no_local_rank", SiblingBinary("ftrun-bench"), "save-cuda-worker",
-                            "--state-bytes", std::to_string(state_bytes), "--tensors", std::to_string(tensors),
-                            "--reps", std::to_string(reps), "--out", result});
+  pid_t agent = StartAgent({"--config",
+                            cfg,
+                            "--nproc",
+                            "1",
+                            "--job-id",
+                            "bench-save-cuda",
+                            "--status-file",
+                            status,
+                            "--no_python",
+                            "--no_local_rank",
+                            SiblingBinary("ftrun-bench"),
+                            "save-cuda-worker",
+                            "--state-bytes",
+                            std::to_string(state_bytes),
+                            "--tensors",
+                            std::to_string(tensors),
+                            "--reps",
+                            std::to_string(reps),
+                            "--out",
+                            result});
   int rc = WaitExit(agent);
   ::unlink(status.c_str());
   nlohmann::json j;

@@ -2,106 +2,21 @@
 // GPU, so they never cross PCIe; changed ones are DMA'd straight into the
 // store segment, which is registered with CUDA so the copies need no bounce
 // buffer. XXH3 chunk ids are computed on the host by a landing thread once
-// the bytes have landed, so the rank's Save only pays for the fingerprint
-// kernel; Wait() (or the next Save) joins it and sends the manifest.
+// the bytes have landed (device_saver_landing.cu), so the rank's Save only
+// pays for the fingerprint kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <future>
-#include <memory>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
-#include "plugin/client/client_impl.h"
-#include "plugin/client/device_saver.h"
+#include "plugin/client/cuda_device_saver.h"
 #include "plugin/client/fingerprint_kernel.h"
-#include "plugin/client/registered_arena.h"
 
 namespace ftrun {
-namespace {
-
-Status Cuda(cudaError_t e, const char* what, Code code = Code::kIoError) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Status(code, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-struct Fingerprint {
-  unsigned long long a = 0, b = 0;
-  bool operator==(const Fingerprint& o) const { return a == o.a && b == o.b; }
-};
-static_assert(sizeof(Fingerprint) == 2 * sizeof(unsigned long long));
-
-class CudaDeviceSaver final : public DeviceSaver {
- public:
-  CudaDeviceSaver(Client::Impl* client, int device) : client_(client), device_(device) {}
-  ~CudaDeviceSaver() override;
-  Status Init();
-  Status Save(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes,
-              const SaveOptions& options, SaveStats* stats) override;
-  Status Wait() override;
-  Status OrderAfterCopies(void* stream) override;
-  Status CopyToDevice(void* dst, const void* src, uint64_t n, void* stream) override;
-  Status FenceRestores() override;
-
- private:
-  // Fingerprints of a tensor's chunks, and the chunk ids they were taken
-  // with: a fingerprint match only proves a chunk unchanged if the client's
-  // cache still names the same chunk (a Load or a host save may replace it).
-  struct Known {
-    uint64_t nbytes = 0;
-    std::vector<Fingerprint> fps;
-    std::vector<ChunkHash> ids;
-  };
-  struct Copy {
-    size_t tensor, chunk;
-    uint64_t offset;
-  };
-
-  Status Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes);
-  Status CheckPointer(const TensorRef& t) const;
-  Status LaunchFingerprints(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first, size_t total);
-  Status QueueCopies(const std::vector<TensorRef>& tensors, const std::vector<size_t>& first);
-  // The landing thread's work: waits for the copies, hashes what they wrote.
-  Status Land();
-  Status Fence();
-  // The streams Save orders against: the caller's, or the default ones.
-  std::vector<cudaStream_t> CallerStreams() const;
-  void Drop();
-
-  // Constant after Init.
-  Client::Impl* const client_;
-  const int device_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr;     // the producer's work at Save
-  cudaEvent_t done_ = nullptr;      // the pending save's copies
-  cudaEvent_t restored_ = nullptr;  // the last CopyToDevice
-  std::unique_ptr<RegisteredArena> arena_;  // the store, registered slice by slice
-  unsigned hash_threads_ = 1;
-
-  // Guarded by the Client's one-caller-at-a-time rule.
-  unsigned long long* dev_fps_ = nullptr;  // 2 words per chunk, grown as needed
-  Fingerprint* host_fps_ = nullptr;        // pinned, same capacity
-  size_t fps_capacity_ = 0;
-  std::unordered_map<std::string, Known> known_;
-  // The save whose copies may be in flight (pending_ true).
-  bool pending_ = false;
-  uint64_t version_ = 0;
-  void* stream_arg_ = nullptr;  // the caller's stream at the pending Save
-  bool order_caller_ = true;    // its later work waits for the copies
-  std::vector<TensorRef> tensors_;
-  PendingSave save_;
-  std::vector<Copy> copies_;
-  std::vector<ChunkHash> copied_ids_;  // per copy, set by the landing thread
-  std::future<Status> landing_;
-  // The stream of the last CopyToDevice; restored_ is recorded on it.
-  cudaStream_t restore_stream_ = nullptr;
-  bool restores_pending_ = false;
-  std::vector<std::vector<Fingerprint>> new_fps_;  // per tensor; empty: keep known_
-};
 
 CudaDeviceSaver::~CudaDeviceSaver() {
   // In-flight copies write into the arena: let them land before it is
@@ -187,8 +102,7 @@ Status CudaDeviceSaver::LaunchFingerprints(const std::vector<TensorRef>& tensors
               "copying fingerprints to the host");
 }
 
-Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& tensors,
-                              std::string_view user_bytes) {
+Status CudaDeviceSaver::Stage(uint64_t version, const std::vector<TensorRef>& tensors, std::string_view user_bytes) {
   FTRUN_RETURN_IF_ERROR(client_->CheckTensors(tensors));
   int current = -1;
   FTRUN_RETURN_IF_ERROR(Cuda(cudaGetDevice(&current), "cudaGetDevice"));
@@ -318,108 +232,6 @@ Status CudaDeviceSaver::Save(uint64_t version, const std::vector<TensorRef>& ten
   if (stats != nullptr) *stats = save_.stats;
   return Status::Ok();
 }
-
-Status CudaDeviceSaver::Land() {
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(done_), "copying CUDA chunks into shared memory"));
-  copied_ids_.assign(copies_.size(), ChunkHash{});
-  const unsigned threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(hash_threads_, copies_.size())));
-  auto hash_every = [this, threads](size_t first) {
-    for (size_t k = first; k < copies_.size(); k += threads) {
-      const Copy& c = copies_[k];
-      const uint64_t length = save_.manifest.tensors[c.tensor].chunks[c.chunk].length;
-      copied_ids_[k] = HashBytes(client_->arena.base() + c.offset, length);
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(hash_every, t);
-  hash_every(0);
-  for (std::thread& h : helpers) h.join();
-  return Status::Ok();
-}
-
-Status CudaDeviceSaver::Fence() {
-  FTRUN_RETURN_IF_ERROR(landing_.get());
-  for (size_t k = 0; k < copies_.size(); ++k) {
-    const Copy& c = copies_[k];
-    ChunkRef& ref = save_.manifest.tensors[c.tensor].chunks[c.chunk];
-    ref.hash = copied_ids_[k];
-    ref.offset = c.offset;
-    save_.fresh[c.tensor].changed_last[c.chunk] = true;
-  }
-  FTRUN_RETURN_IF_ERROR(client_->SendManifest(&save_));
-  for (size_t i = 0; i < new_fps_.size(); ++i) {
-    if (new_fps_[i].empty()) continue;
-    Known& k = known_[tensors_[i].name];
-    k.nbytes = tensors_[i].nbytes;
-    k.fps = std::move(new_fps_[i]);
-    k.ids.clear();
-    for (const ChunkRef& c : save_.manifest.tensors[i].chunks) k.ids.push_back(c.hash);
-  }
-  Drop();  // done: nothing in flight any more
-  return Status::Ok();
-}
-
-Status CudaDeviceSaver::Wait() {
-  if (!pending_) return Status::Ok();
-  Status s = Fence();
-  if (!s.ok()) {
-    Drop();
-    if (s.code() == Code::kChunkMissing) {
-      // The store dropped a chunk this save referenced by id (its version
-      // was discarded at a restart). The tensors may have changed since
-      // Save returned (the caller's stream only waited for the copies), so
-      // the save cannot be redone: it is refused, and the next one copies
-      // every chunk.
-      client_->cache.clear();
-      known_.clear();
-      return Status(s.code(), "version " + std::to_string(version_) + " was not saved: " + s.message() +
-                                  "; the next save copies every chunk");
-    }
-  }
-  return s;
-}
-
-void CudaDeviceSaver::Drop() {
-  // The landing thread reads copies_ and the arena; copies may still be
-  // writing into extents the agent will hand out again (and fingerprints
-  // into host_fps_). Cheap when the stream is idle.
-  if (landing_.valid()) landing_.wait();
-  landing_ = {};
-  (void)cudaStreamSynchronize(stream_);
-  pending_ = false;
-  copies_.clear();
-  copied_ids_.clear();
-  new_fps_.clear();
-  tensors_.clear();
-  save_ = PendingSave{};
-}
-
-Status CudaDeviceSaver::OrderAfterCopies(void* stream) {
-  if (!pending_) return Status::Ok();
-  const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
-  return Cuda(cudaStreamWaitEvent(s, done_, 0), "ordering a stream after the save's copies");
-}
-
-Status CudaDeviceSaver::CopyToDevice(void* dst, const void* src, uint64_t n, void* stream) {
-  if (n == 0) return Status::Ok();
-  const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
-  // restored_ tracks one stream: a copy on another first fences the last.
-  if (restores_pending_ && s != restore_stream_) FTRUN_RETURN_IF_ERROR(FenceRestores());
-  const uint64_t offset = static_cast<uint64_t>(static_cast<const char*>(src) - client_->arena.base());
-  FTRUN_RETURN_IF_ERROR(arena_->CopyToDevice(dst, offset, n, s));
-  FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(restored_, s), "recording a restore copy"));
-  restore_stream_ = s;
-  restores_pending_ = true;
-  return Status::Ok();
-}
-
-Status CudaDeviceSaver::FenceRestores() {
-  if (!restores_pending_) return Status::Ok();
-  restores_pending_ = false;
-  return Cuda(cudaEventSynchronize(restored_), "copying restored tensors to the device");
-}
-
-}  // namespace
 
 Status DeviceSaver::Create(Client::Impl* client, std::unique_ptr<DeviceSaver>* out) {
   int count = 0;

@@ -3,18 +3,10 @@
 #include <chrono>
 #include <string>
 
+#include "plugin/client/cuda_status.h"
 #include "plugin/client/registered_arena.h"
 
 namespace ftrun {
-namespace {
-
-Status Cuda(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Status::IoError(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-}  // namespace
-
 RegisteredArena::~RegisteredArena() {
   for (size_t s = 0; s < registered_.size(); ++s) {
     if (registered_[s]) (void)cudaHostUnregister(base_ + s * kSliceBytes);
@@ -29,8 +21,8 @@ Status RegisteredArena::Register(size_t slice) {
   register_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // do not leave our failure for the trainer to find
-    return Cuda(e, "registering " + std::to_string(len >> 20) + " MiB of the store at offset " +
-                       std::to_string(begin) + " with CUDA (cudaHostRegister)");
+    return Cuda(e, "registering " + std::to_string(len >> 20) + " MiB of the store at offset " + std::to_string(begin) +
+                       " with CUDA (cudaHostRegister)");
   }
   registered_[slice] = true;
   return Status::Ok();

@@ -21,7 +21,8 @@ class RegisteredArena {
  public:
   static constexpr uint64_t kSliceBytes = 256ull << 20;
 
-  RegisteredArena(char* base, uint64_t size) : base_(base), size_(size), registered_((size + kSliceBytes - 1) / kSliceBytes) {}
+  RegisteredArena(char* base, uint64_t size)
+      : base_(base), size_(size), registered_((size + kSliceBytes - 1) / kSliceBytes) {}
   ~RegisteredArena();
   RegisteredArena(const RegisteredArena&) = delete;
   RegisteredArena& operator=(const RegisteredArena&) = delete;

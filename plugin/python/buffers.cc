@@ -105,6 +105,22 @@ py::array NewArray(DType d, const std::vector<py::ssize_t>& shape, void* data, p
 
 namespace {
 
+void CheckNamesKnown(const py::object& mapping, const py::dict& tensors, const char* what) {
+  if (mapping.is_none()) return;
+  for (auto item : py::reinterpret_borrow<py::dict>(mapping)) {
+    if (!tensors.contains(item.first)) {
+      throw py::value_error(std::string(what) + " names '" + std::string(py::str(item.first)) +
+                            "', which is not in tensors");
+    }
+  }
+}
+
+py::object Lookup(const py::object& mapping, const std::string& key) {
+  if (mapping.is_none()) return py::none();
+  py::dict d = py::reinterpret_borrow<py::dict>(mapping);
+  return d.contains(key) ? py::reinterpret_borrow<py::object>(d[key.c_str()]) : py::none();
+}
+
 // An override reinterprets the bytes, like numpy's .view(dtype): the same
 // item size, or bytes (item size 1) whose last dimension it divides.
 void ApplyOverride(const std::string& where, py::ssize_t itemsize, const py::object& dtype_override,
@@ -225,6 +241,52 @@ ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, cons
   ref.nbytes = static_cast<uint64_t>(count) * static_cast<uint64_t>(itemsize);
   if (!dtype_override.is_none()) ApplyOverride(where, itemsize, dtype_override, &ref);
   return ref;
+}
+
+std::vector<TensorRef> CudaTargets(const std::vector<TensorInfo>& infos, const py::object& targets_arg) {
+  std::vector<TensorRef> out(infos.size());
+  if (targets_arg.is_none()) return out;
+  if (!py::isinstance<py::dict>(targets_arg)) throw py::type_error("cuda must be a dict (or a callable returning one)");
+  py::dict targets = py::reinterpret_borrow<py::dict>(targets_arg);
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!targets.contains(infos[i].name)) continue;
+    out[i] = ToCudaTensorRef(infos[i].name, targets[infos[i].name.c_str()], py::none());
+    if (out[i].nbytes != infos[i].nbytes) {
+      throw py::value_error("cuda['" + infos[i].name + "'] is " + std::to_string(out[i].nbytes) +
+                            " bytes, the saved tensor " + std::to_string(infos[i].nbytes));
+    }
+  }
+  for (auto item : targets) {
+    const std::string name = py::str(item.first);
+    bool found = false;
+    for (const auto& t : infos) found |= t.name == name;
+    if (!found) throw py::value_error("cuda names '" + name + "', which is not in the loaded version");
+  }
+  return out;
+}
+
+std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& generations, const py::object& dtypes,
+                                    std::vector<py::buffer_info>* buffers) {
+  CheckNamesKnown(generations, tensors, "generations");
+  CheckNamesKnown(dtypes, tensors, "dtypes");
+  buffers->clear();
+  buffers->resize(tensors.size());
+  std::vector<TensorRef> refs;
+  refs.reserve(tensors.size());
+  for (auto item : tensors) {
+    if (!py::isinstance<py::str>(item.first)) throw py::type_error("tensor names must be str");
+    const std::string name = py::str(item.first);
+    const size_t i = refs.size();
+    refs.push_back(ToTensorRef(name, item.second, Lookup(dtypes, name), &(*buffers)[i]));
+    py::object gen = Lookup(generations, name);
+    if (gen.is_none()) continue;
+    try {
+      refs.back().generation = gen.cast<uint64_t>();
+    } catch (const py::cast_error&) {
+      throw py::value_error("generations['" + name + "'] must be a non-negative int");
+    }
+  }
+  return refs;
 }
 
 }  // namespace ftrun::python

@@ -35,5 +35,15 @@ TensorRef ToTensorRef(const std::string& name, py::handle value, const py::objec
 // value's __cuda_array_interface__ (torch CUDA tensors, CuPy, Numba); its
 // "stream" field is not used: Client.save(cuda_stream=) orders the copies.
 TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::object& dtype_override);
+// Client.save's arguments: a TensorRef per entry of tensors (name ->
+// buffer or CUDA memory), with generations and dtypes (None or dicts
+// naming only those entries) applied; *buffers keeps the buffers held.
+std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& generations, const py::object& dtypes,
+                                    std::vector<py::buffer_info>* buffers);
+// Client.load(cuda=...): per loaded tensor, the CUDA memory it goes to
+// (device kCuda), or an empty TensorRef (device kHost) when targets (None
+// or a dict name -> CUDA memory of the saved size) does not name it.
+// Raises ValueError for a wrong size or a name not in infos.
+std::vector<TensorRef> CudaTargets(const std::vector<TensorInfo>& infos, const py::object& targets);
 
 }  // namespace ftrun::python

@@ -35,7 +35,6 @@ namespace {
 using ftrun::Code;
 using ftrun::DType;
 using ftrun::Status;
-using ftrun::python::ToTensorRef;
 
 // Exception types and the load result type; created once at import and kept
 // for the life of the process.
@@ -54,22 +53,6 @@ PyTypeObject* g_load_result = nullptr;
 
 void Check(const Status& st) {
   if (!st.ok()) Raise(st);
-}
-
-void CheckNamesKnown(const py::object& mapping, const py::dict& tensors, const char* what) {
-  if (mapping.is_none()) return;
-  for (auto item : py::reinterpret_borrow<py::dict>(mapping)) {
-    if (!tensors.contains(item.first)) {
-      throw py::value_error(std::string(what) + " names '" + std::string(py::str(item.first)) +
-                            "', which is not in tensors");
-    }
-  }
-}
-
-py::object Lookup(const py::object& mapping, const std::string& key) {
-  if (mapping.is_none()) return py::none();
-  py::dict d = py::reinterpret_borrow<py::dict>(mapping);
-  return d.contains(key) ? py::reinterpret_borrow<py::object>(d[key.c_str()]) : py::none();
 }
 
 py::dict StatsToDict(const ftrun::SaveStats& s) {
@@ -140,25 +123,9 @@ class PyClient {
 
   py::dict Save(uint64_t version, const py::dict& tensors, const py::bytes& user_bytes, const py::object& generations,
                 const py::object& dtypes, uintptr_t cuda_stream, bool order_cuda_stream) {
-    CheckNamesKnown(generations, tensors, "generations");
-    CheckNamesKnown(dtypes, tensors, "dtypes");
     // Buffers stay held (and are released with the GIL) until we return.
-    std::vector<py::buffer_info> buffers(tensors.size());
-    std::vector<ftrun::TensorRef> refs;
-    refs.reserve(tensors.size());
-    for (auto item : tensors) {
-      if (!py::isinstance<py::str>(item.first)) throw py::type_error("tensor names must be str");
-      const std::string name = py::str(item.first);
-      const size_t i = refs.size();
-      refs.push_back(ToTensorRef(name, item.second, Lookup(dtypes, name), &buffers[i]));
-      py::object gen = Lookup(generations, name);
-      if (gen.is_none()) continue;
-      try {
-        refs.back().generation = gen.cast<uint64_t>();
-      } catch (const py::cast_error&) {
-        throw py::value_error("generations['" + name + "'] must be a non-negative int");
-      }
-    }
+    std::vector<py::buffer_info> buffers;
+    std::vector<ftrun::TensorRef> refs = ftrun::python::ToTensorRefs(tensors, generations, dtypes, &buffers);
     std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));
     DetachMapped();
     ftrun::SaveStats stats;
@@ -273,39 +240,18 @@ py::object PyClient::Load(const py::object& version_arg, bool map, const py::obj
     return c.Load(version, &open->snap);
   }));
 
-  // Tensors named in `cuda` go straight to their CUDA destination;
-  // the others are mapped (map=True, 64 KiB or more) or read, without the
+  // The others are mapped (map=True, 64 KiB or more) or read, without the
   // GIL, into arrays built with it (those that cannot be mapped are read
   // into arrays allocated first).
   constexpr uint64_t kMapMinBytes = 64 << 10;
   const std::vector<ftrun::TensorInfo>& infos = open->snap->tensors();
-  std::vector<ftrun::TensorRef> device_dsts(infos.size());
-  std::vector<bool> to_device(infos.size(), false);
+  // Tensors named in `cuda` (a dict, or a callable given the version's
+  // user bytes that returns one) go straight to that CUDA memory.
   py::object cuda_targets = cuda;
-  if (!cuda.is_none() && PyCallable_Check(cuda.ptr()) != 0) {
-    // Chosen from the version's user bytes (e.g. its tensors' devices).
-    cuda_targets = cuda(py::bytes(open->snap->user_bytes()));
-  }
-  if (!cuda_targets.is_none()) {
-    if (!py::isinstance<py::dict>(cuda_targets)) throw py::type_error("cuda must be a dict (or a callable returning one)");
-    py::dict targets = py::reinterpret_borrow<py::dict>(cuda_targets);
-    for (size_t i = 0; i < infos.size(); ++i) {
-      if (!targets.contains(infos[i].name)) continue;
-      py::object target = targets[infos[i].name.c_str()];
-      device_dsts[i] = ftrun::python::ToCudaTensorRef(infos[i].name, target, py::none());
-      to_device[i] = true;
-      if (device_dsts[i].nbytes != infos[i].nbytes) {
-        throw py::value_error("cuda['" + infos[i].name + "'] is " + std::to_string(device_dsts[i].nbytes) +
-                              " bytes, the saved tensor " + std::to_string(infos[i].nbytes));
-      }
-    }
-    for (auto item : targets) {
-      const std::string name = py::str(item.first);
-      bool found = false;
-      for (const auto& t : infos) found |= t.name == name;
-      if (!found) throw py::value_error("cuda names '" + name + "', which is not in the loaded version");
-    }
-  }
+  if (!cuda.is_none() && PyCallable_Check(cuda.ptr()) != 0) cuda_targets = cuda(py::bytes(open->snap->user_bytes()));
+  std::vector<ftrun::TensorRef> device_dsts = ftrun::python::CudaTargets(infos, cuda_targets);
+  std::vector<bool> to_device(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) to_device[i] = device_dsts[i].device == ftrun::Device::kCuda;
   std::vector<std::unique_ptr<ftrun::MappedTensor>> maps(infos.size());
   Status st;
   {
@@ -377,7 +323,7 @@ py::object PyClient::Load(const py::object& version_arg, bool map, const py::obj
 
 PyStructSequence_Field g_load_result_fields[] = {
     {"version", "the loaded version"},
-    {"tensors", "dict: name -> numpy.ndarray (bfloat16 as uint16)"},
+    {"tensors", "dict: name -> numpy.ndarray (bfloat16 as uint16), or the CUDA memory given in cuda="},
     {"user_bytes", "bytes given to save"},
     {"dtypes", "dict: name -> saved dtype name ('float32', 'bfloat16', ...)"},
     {"devices", "dict: name -> device saved from ('cpu' or 'cuda')"},
