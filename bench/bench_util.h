@@ -44,6 +44,10 @@ std::string SiblingBinary(const std::string& name);
 pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log);
 // Starts ftrun-agent with args; returns its pid.
 pid_t StartAgent(const std::vector<std::string>& args);
+// Starts ftrun-agent (config, job id, status file) whose one rank is this
+// ftrun-bench in `worker` mode with worker_args; returns the agent's pid.
+pid_t StartOneRankWorker(const std::string& config, const std::string& job_id, const std::string& status,
+                         const std::string& worker, const std::vector<std::string>& worker_args);
 // A waitpid() status as a shell-style exit code: the exit status, or 128 + the signal.
 inline int ExitCode(int wait_status) {
   return WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);

@@ -52,6 +52,24 @@ pid_t StartProgram(const std::string& path, const std::vector<std::string>& args
 
 pid_t StartAgent(const std::vector<std::string>& args) { return StartProgram(SiblingBinary("ftrun-agent"), args, ""); }
 
+pid_t StartOneRankWorker(const std::string& config, const std::string& job_id, const std::string& status,
+                         const std::string& worker, const std::vector<std::string>& worker_args) {
+  std::vector<std::string> args = {"--config",
+                                   config,
+                                   "--nproc",
+                                   "1",
+                                   "--job-id",
+                                   job_id,
+                                   "--status-file",
+                                   status,
+                                   "--no_python",
+                                   "--no_local_rank",
+                                   SiblingBinary("ftrun-bench"),
+                                   worker};
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  return StartAgent(args);
+}
+
 int WaitExit(pid_t pid) {
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {

@@ -196,28 +196,9 @@ int RunSave(int argc, char** argv, Result* out) {
   // Room for the committed version plus one full save in flight.
   std::ofstream(cfg) << "store:\n  memory_budget: " << (state_bytes * 5 / 2 + (64ull << 20)) << "B\n"
                      << "  chunk_size: " << chunk << "\nagent:\n  run_dir: " << dir << "\n  log_level: warn\n";
-  pid_t agent = StartAgent({"--config",
-                            cfg,
-                            "--nproc",
-                            "1",
-                            "--job-id",
-                            "bench-save",
-                            "--status-file",
-                            status,
-                            "--no_python",
-                            "--no_local_rank",
-                            SiblingBinary("ftrun-bench"),
-                            "save-worker",
-                            "--state-bytes",
-                            std::to_string(state_bytes),
-                            "--tensors",
-                            std::to_string(tensors),
-                            "--reps",
-                            std::to_string(reps),
-                            "--out",
-                            result,
-                            "--go-file",
-                            go});
+  pid_t agent = StartOneRankWorker(cfg, "bench-save", status, "save-worker",
+                                   {"--state-bytes", std::to_string(state_bytes), "--tensors", std::to_string(tensors),
+                                    "--reps", std::to_string(reps), "--out", result, "--go-file", go});
   for (int i = 0; i < 1200; ++i) {
     nlohmann::json st;
     if (ReadJson(status, &st) && st["store"]["prefaulted"] == true) break;

@@ -231,26 +231,9 @@ int RunSaveCuda(const std::string& state, int reps, int tensors, const std::stri
   const std::string cfg = dir + ".yaml", result = dir + ".json", status = dir + ".status.json";
   std::ofstream(cfg) << "store:\n  memory_budget: " << (state_bytes * 5 / 2 + (64ull << 20)) << "B\n"
                      << "  chunk_size: " << chunk << "\nagent:\n  run_dir: " << dir << "\n  log_level: warn\n";
-  pid_t agent = StartAgent({"--config",
-                            cfg,
-                            "--nproc",
-                            "1",
-                            "--job-id",
-                            "bench-save-cuda",
-                            "--status-file",
-                            status,
-                            "--no_python",
-                            "--no_local_rank",
-                            SiblingBinary("ftrun-bench"),
-                            "save-cuda-worker",
-                            "--state-bytes",
-                            std::to_string(state_bytes),
-                            "--tensors",
-                            std::to_string(tensors),
-                            "--reps",
-                            std::to_string(reps),
-                            "--out",
-                            result});
+  pid_t agent = StartOneRankWorker(cfg, "bench-save-cuda", status, "save-cuda-worker",
+                                   {"--state-bytes", std::to_string(state_bytes), "--tensors", std::to_string(tensors),
+                                    "--reps", std::to_string(reps), "--out", result});
   int rc = WaitExit(agent);
   ::unlink(status.c_str());
   nlohmann::json j;

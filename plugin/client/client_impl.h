@@ -106,6 +106,8 @@ struct Client::Impl {
 struct Snapshot::Impl {
   // Tensor `name` of the manifest, and "version V tensor 'name'" for errors.
   Status Find(std::string_view name, const TensorManifest** tm, std::string* where) const;
+  // Find, and kInvalidArgument unless the tensor is dst_bytes long.
+  Status FindSized(std::string_view name, uint64_t dst_bytes, const TensorManifest** tm, std::string* where) const;
   // kCorruption when chunk j of a tensor lies outside the store segment.
   Status CheckBounds(const ChunkRef& c, size_t j, const std::string& where) const;
   // kCorruption naming the chunk when its bytes hash to `got`, not c.hash.

@@ -35,6 +35,16 @@ Status Snapshot::Impl::Find(std::string_view name, const TensorManifest** tm, st
   return Status::Ok();
 }
 
+Status Snapshot::Impl::FindSized(std::string_view name, uint64_t dst_bytes, const TensorManifest** tm,
+                                 std::string* where) const {
+  FTRUN_RETURN_IF_ERROR(Find(name, tm, where));
+  if (dst_bytes != (*tm)->info.nbytes) {
+    return Status::InvalidArgument(*where + " is " + std::to_string((*tm)->info.nbytes) + " bytes, the destination " +
+                                   std::to_string(dst_bytes));
+  }
+  return Status::Ok();
+}
+
 Status Snapshot::Impl::CheckBounds(const ChunkRef& c, size_t j, const std::string& where) const {
   const Arena& arena = client->arena;
   if (c.offset < arena.data_offset() || c.length > arena.size() || c.offset > arena.size() - c.length) {
@@ -74,11 +84,7 @@ void Snapshot::Impl::Remember(const TensorManifest& tm, std::vector<ChunkHash> h
 Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) const {
   const TensorManifest* tm = nullptr;
   std::string where;
-  FTRUN_RETURN_IF_ERROR(impl_->Find(name, &tm, &where));
-  if (dst_bytes != tm->info.nbytes) {
-    return Status::InvalidArgument(where + " is " + std::to_string(tm->info.nbytes) + " bytes, the destination " +
-                                   std::to_string(dst_bytes));
-  }
+  FTRUN_RETURN_IF_ERROR(impl_->FindSized(name, dst_bytes, &tm, &where));
   const Arena& arena = impl_->client->arena;
   // Fault the destination in with one call instead of a trap per 4 KiB page
   // (a restarted rank's memory is usually fresh).
@@ -101,11 +107,7 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
 Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes, void* cuda_stream) const {
   const TensorManifest* tm = nullptr;
   std::string where;
-  FTRUN_RETURN_IF_ERROR(impl_->Find(name, &tm, &where));
-  if (dst_bytes != tm->info.nbytes) {
-    return Status::InvalidArgument(where + " is " + std::to_string(tm->info.nbytes) + " bytes, the destination " +
-                                   std::to_string(dst_bytes));
-  }
+  FTRUN_RETURN_IF_ERROR(impl_->FindSized(name, dst_bytes, &tm, &where));
   Client::Impl* client = impl_->client;
   if (!client->device) FTRUN_RETURN_IF_ERROR(DeviceSaver::Create(client, &client->device));
   // Every chunk is checked before any is queued: a corrupted version puts

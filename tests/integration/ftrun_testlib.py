@@ -10,6 +10,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -262,3 +263,83 @@ class ClusterJob(_Watched):
         self.out.seek(0)
         self.log = self.out.read()
         return rc
+
+
+def free_port_range(n):
+    """A base port with base .. base+n-1 free (ftrun gives generation g MASTER_PORT base+g)."""
+    pick = random.SystemRandom()
+    for _ in range(200):
+        base = pick.randrange(20000, 40000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+class ScriptClusterJob(ClusterJob):
+    """ClusterJob running a Python script as every rank (ftrun runs
+    `$FTRUN_PYTHON -u SCRIPT ... --local_rank=N`, FTRUN_PYTHON being PY), with
+    this build's ftrun package first on PYTHONPATH and MASTER_PORT base ..
+    base+ports-1 free (one per generation)."""
+
+    def __init__(self, script, script_args, nodes, per_node, config="", prefix="ftrun-py-", ports=4):
+        self.dir = scratch(prefix)
+        self.config = os.path.join(self.dir, "ftrun.yaml")
+        self.status = os.path.join(self.dir, "status.json")
+        with open(self.config, "w") as f:
+            f.write("agent:\n  run_dir: %s/run\n" % self.dir + config)
+        self.script = script
+        self.master_port = free_port_range(ports)
+        self.argv = [RUNNER, "--num_nodes", str(nodes), "--num_gpus", str(per_node), "--config", self.config,
+                     "--status_file", self.status, "--master_addr", "127.0.0.1",
+                     "--master_port", str(self.master_port), script, *script_args]
+        env = os.environ.copy()
+        env["FTRUN_PYTHON"] = PY
+        pypath = os.path.join(os.path.abspath(BUILD), "python")
+        env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.out = open(os.path.join(self.dir, "out.log"), "w+")
+        self.proc = started(subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT, env=env))
+        self.log = ""
+
+    def rank_pid(self, rank):
+        """The pid of a global rank, from its node's agent status file."""
+        st = self.state()
+        if not st:
+            return 0
+        for node in st["nodes"]:
+            if node.get("agent") is None:
+                continue
+            for r in (self.agent_state(node["agent"]) or {}).get("ranks", []):
+                if r.get("rank") == rank and not r.get("finished"):
+                    return r.get("pid") or 0
+        return 0
+
+    def runs_script(self, pid):
+        """The pid is a live rank of this job's script (not a recycled pid)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return os.path.basename(self.script).encode() in f.read()
+        except OSError:
+            return False
+
+    def kill_rank_mid_step(self, rank, rng):
+        """SIGKILLs a global rank at a random moment of its step (in a
+        collective, a save or a sleep); its pid, or None when it is gone."""
+        time.sleep(rng.uniform(0.0, 0.08))
+        pid = self.rank_pid(rank)
+        if pid <= 0 or not self.runs_script(pid):
+            return None
+        try:
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        except ProcessLookupError:
+            return None

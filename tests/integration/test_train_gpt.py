@@ -10,14 +10,12 @@ every rank's final weights bit for bit."""
 import os
 import random
 import re
-import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
-from ftrun_testlib import BUILD, ClusterJob, PY, RUNNER, SOURCE, scratch, started
+from ftrun_testlib import PY, SOURCE, ScriptClusterJob
 
 SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_gpt.py")
 NODES, PER_NODE = 2, 2
@@ -31,69 +29,11 @@ WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)
 
 
-def free_port_range(n):
-    """A base port with base .. base+n-1 free (ftrun gives generation g MASTER_PORT base+g)."""
-    pick = random.SystemRandom()
-    for _ in range(200):
-        base = pick.randrange(20000, 40000 - n)
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
-
-
-class GptJob(ClusterJob):
-    """ClusterJob running train_gpt.py through the Python interpreter (ftrun
-    runs `$FTRUN_PYTHON -u SCRIPT ... --local_rank=N`)."""
+class GptJob(ScriptClusterJob):
+    """train_gpt.py as every rank of NODES x PER_NODE local nodes."""
 
     def __init__(self, script_args):
-        self.dir = scratch("ftrun-gpt-")
-        self.config = os.path.join(self.dir, "ftrun.yaml")
-        self.status = os.path.join(self.dir, "status.json")
-        with open(self.config, "w") as f:
-            f.write("agent:\n  run_dir: %s/run\n" % self.dir + CONFIG)
-        self.master_port = free_port_range(MAX_RESTARTS + 1)
-        self.argv = [RUNNER, "--num_nodes", str(NODES), "--num_gpus", str(PER_NODE), "--config", self.config,
-                     "--status_file", self.status, "--master_addr", "127.0.0.1",
-                     "--master_port", str(self.master_port), SCRIPT, *script_args]
-        env = os.environ.copy()
-        env["FTRUN_PYTHON"] = PY
-        pypath = os.path.join(os.path.abspath(BUILD), "python")
-        env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.out = open(os.path.join(self.dir, "out.log"), "w+")
-        self.proc = started(subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT, env=env))
-        self.log = ""
-
-    def rank_pid(self, rank):
-        """The pid of a global rank, from its node's agent status file."""
-        st = self.state()
-        if not st:
-            return 0
-        for node in st["nodes"]:
-            if node.get("agent") is None:
-                continue
-            for r in (self.agent_state(node["agent"]) or {}).get("ranks", []):
-                if r.get("rank") == rank and not r.get("finished"):
-                    return r.get("pid") or 0
-        return 0
-
-
-def is_trainer(pid):
-    """The pid is a live train_gpt.py rank (not a recycled pid)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"train_gpt.py" in f.read()
-    except OSError:
-        return False
+        super().__init__(SCRIPT, script_args, NODES, PER_NODE, CONFIG, prefix="ftrun-gpt-", ports=MAX_RESTARTS + 1)
 
 
 def losses(log):
@@ -177,14 +117,8 @@ def test_rank_killed_mid_run(check, seeds, failure_free):
                       and s["committed_version"] >= after, timeout=90)
     killed = None
     if st is not None:
-        time.sleep(rng.uniform(0.0, 0.08))  # anywhere in a step: in a collective, a save or the sleep
-        pid = job.rank_pid(victim)
-        if pid > 0 and is_trainer(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed = (pid, st["committed_version"])
-            except ProcessLookupError:
-                pass
+        pid = job.kill_rank_mid_step(victim, rng)
+        killed = (pid, st["committed_version"]) if pid else None
     check(killed is not None, f"rank {victim} SIGKILLed mid-run (status {st})")
     if killed:
         print(f"SIGKILLed rank {victim} (pid {killed[0]}, node {victim // PER_NODE}) with version {killed[1]} "

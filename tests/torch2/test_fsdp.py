@@ -17,13 +17,12 @@ Skips visibly where the ranks' Python (FTRUN_TEST_PYTHON) has torch < 2.6
 import os
 import random
 import re
-import signal
 import time
 
 import pytest
 
 from torch2_lib import require_torch2
-from test_train_gpt import GptJob, LOSS_RE, RESUMED_RE, STEPS, WORLD, PER_NODE, is_trainer, losses
+from test_train_gpt import GptJob, LOSS_RE, RESUMED_RE, STEPS, WORLD, PER_NODE, losses
 
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 SAVED_RE = re.compile(r"^SAVED (\d+) (\d+) (-?\d+) (\d+) (\d+)$", re.M)
@@ -103,14 +102,8 @@ def test_rank_killed_mid_run(check, seeds, mode):
                       and s["committed_version"] >= after, timeout=120)
     killed = None
     if st is not None:
-        time.sleep(rng.uniform(0.0, 0.08))
-        pid = job.rank_pid(victim)
-        if pid > 0 and is_trainer(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed = (pid, st["committed_version"])
-            except ProcessLookupError:
-                pass
+        pid = job.kill_rank_mid_step(victim, rng)
+        killed = (pid, st["committed_version"]) if pid else None
     check(killed is not None, f"rank {victim} SIGKILLed mid-run (status {st})")
     if killed:
         print(f"SIGKILLed rank {victim} (node {victim // PER_NODE}) with version {killed[1]} committed", flush=True)

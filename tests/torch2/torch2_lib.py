@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from ftrun_testlib import PY
+from ftrun_testlib import PY, ScriptClusterJob
 
 _PROBE = r"""
 import sys, torch
@@ -33,33 +33,6 @@ def require_torch2(what, minor=4, imports="pass"):
     return version
 
 
-class ScriptJob:
-    """A Python script run as the ranks of the ftrun runner on local nodes
-    (like test_train_gpt.GptJob, any script): ftrun_testlib.PY runs it, with
-    this build's ftrun package first on PYTHONPATH."""
-
-    def __new__(cls, script, script_args, nodes=2, per_node=2, config=""):
-        import os
-        import subprocess
-
-        from ftrun_testlib import BUILD, ClusterJob, RUNNER, scratch, started
-        from test_train_gpt import free_port_range
-
-        job = ClusterJob.__new__(ClusterJob)
-        job.dir = scratch("ftrun-t2-")
-        job.config = os.path.join(job.dir, "ftrun.yaml")
-        job.status = os.path.join(job.dir, "status.json")
-        with open(job.config, "w") as f:
-            f.write("agent:\n  run_dir: %s/run\n" % job.dir + config)
-        port = free_port_range(4)
-        job.argv = [RUNNER, "--num_nodes", str(nodes), "--num_gpus", str(per_node), "--config", job.config,
-                    "--status_file", job.status, "--master_addr", "127.0.0.1", "--master_port", str(port),
-                    script, *script_args]
-        env = os.environ.copy()
-        env["FTRUN_PYTHON"] = PY
-        pypath = os.path.join(os.path.abspath(BUILD), "python")
-        env["PYTHONPATH"] = pypath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        job.out = open(os.path.join(job.dir, "out.log"), "w+")
-        job.proc = started(subprocess.Popen(job.argv, stdout=job.out, stderr=subprocess.STDOUT, env=env))
-        job.log = ""
-        return job
+def ScriptJob(script, script_args, nodes=2, per_node=2, config=""):
+    """A Python script as the ranks of the ftrun runner on local nodes."""
+    return ScriptClusterJob(script, script_args, nodes, per_node, config, prefix="ftrun-t2-")
