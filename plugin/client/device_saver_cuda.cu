@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -208,7 +210,11 @@ Status CudaDeviceSaver::QueueCopies(const std::vector<TensorRef>& tensors, const
     if (!order_caller_) break;
     FTRUN_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(consumer, done_, 0), "ordering the trainer's stream"));
   }
-  landing_ = std::async(std::launch::async, [this] { return Land(); });
+  try {
+    landing_ = std::async(std::launch::async, [this] { return Land(); });
+  } catch (const std::system_error& e) {
+    return Status(Code::kResourceExhausted, std::string("starting the landing thread: ") + e.what());
+  }
   return Status::Ok();
 }
 

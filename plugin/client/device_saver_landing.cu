@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -15,17 +17,26 @@ namespace ftrun {
 Status CudaDeviceSaver::Land() {
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(done_), "copying CUDA chunks into shared memory"));
   copied_ids_.assign(copies_.size(), ChunkHash{});
-  const unsigned threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(hash_threads_, copies_.size())));
-  auto hash_every = [this, threads](size_t first) {
-    for (size_t k = first; k < copies_.size(); k += threads) {
+  // Chunks are taken one at a time from a shared counter, so however many
+  // helper threads start, every chunk is hashed once.
+  std::atomic<size_t> next{0};
+  auto hash_chunks = [this, &next] {
+    for (size_t k = next++; k < copies_.size(); k = next++) {
       const Copy& c = copies_[k];
       const uint64_t length = save_.manifest.tensors[c.tensor].chunks[c.chunk].length;
       copied_ids_[k] = HashBytes(client_->arena.base() + c.offset, length);
     }
   };
   std::vector<std::thread> helpers;
-  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(hash_every, t);
-  hash_every(0);
+  const size_t wanted = std::min<size_t>(hash_threads_, copies_.size());
+  for (size_t t = 1; t < wanted; ++t) {
+    try {
+      helpers.emplace_back(hash_chunks);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the ones running (and this one) do the rest
+    }
+  }
+  hash_chunks();
   for (std::thread& h : helpers) h.join();
   return Status::Ok();
 }
