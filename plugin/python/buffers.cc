@@ -172,7 +172,12 @@ std::string TypestrToFormat(const std::string& typestr, std::string* format, py:
 ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py::object& dtype_override,
                              py::buffer_info* info) {
   const std::string where = "tensor '" + name + "'";
-  if (py::hasattr(value, "__cuda_array_interface__")) return ToCudaTensorRef(name, value, dtype_override);
+  // An object whose __cuda_array_interface__ property raises (hasattr says
+  // false then) still goes to the CUDA path, to report why.
+  if (py::hasattr(value, "__cuda_array_interface__") ||
+      (!PyObject_CheckBuffer(value.ptr()) && py::hasattr(py::type::handle_of(value), "__cuda_array_interface__"))) {
+    return ToCudaTensorRef(name, value, dtype_override);
+  }
   if (!PyObject_CheckBuffer(value.ptr())) {
     throw py::type_error(where + ": a " + std::string(py::str(value.get_type().attr("__name__"))) +
                          " does not support the buffer protocol (pass a numpy array, "
@@ -203,7 +208,8 @@ ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, cons
   try {
     cai = py::reinterpret_borrow<py::dict>(value.attr("__cuda_array_interface__"));
   } catch (const py::error_already_set& e) {
-    throw py::type_error(where + ": cannot read it: " + std::string(e.what()));
+    throw py::type_error(where + ": cannot read it: " + std::string(e.what()) +
+                         " (for a CPU torch tensor, pass .numpy())");
   }
   for (const char* key : {"shape", "typestr", "data"}) {
     if (!cai.contains(key)) throw py::value_error(where + " lacks the field '" + key + "'");

@@ -82,6 +82,60 @@ except ValueError as e:
 expect_error(lambda: client.load(6), "FAILED_PRECONDITION", "not committed")
 
 
+# CUDA memory (__cuda_array_interface__): a malformed description is refused
+# before any device work, with the tensor and the field named, and nothing
+# committed is lost. No GPU is needed for these.
+class Cai:
+    def __init__(self, desc=None, error=None):
+        self._desc, self._error = desc, error
+
+    @property
+    def __cuda_array_interface__(self):
+        if self._error:
+            raise RuntimeError(self._error)
+        return self._desc
+
+
+good = {"shape": (4,), "typestr": "<f4", "data": (0xDEAD000, False), "version": 2}
+for desc, exc, needles in [
+    ({k: v for k, v in good.items() if k != "data"}, ValueError, ("'gpu'", "lacks the field 'data'")),
+    (dict(good, typestr="<c8"), TypeError, ("'gpu'", "unsupported typestr")),
+    (dict(good, typestr=">f4"), TypeError, ("'gpu'", "byte order")),
+    (dict(good, strides=(8,)), ValueError, ("'gpu'", "not C-contiguous")),
+    (dict(good, shape=(-1,)), ValueError, ("'gpu'", "negative")),
+    (None, TypeError, ("'gpu'", "cannot read it", "no device here")),
+]:
+    obj = Cai(desc) if desc is not None else Cai(error="no device here")
+    try:
+        client.save(6, dict(state, gpu=obj), dtypes=dtypes)
+        raise AssertionError(f"a bad CUDA description was accepted: {desc}")
+    except exc as e:
+        for n in needles:
+            assert n in str(e), (n, str(e))
+# A well-formed description of memory that is not CUDA memory (or with no
+# usable GPU, or a libftrun without CUDA) is an ftrun.Error naming why.
+try:
+    client.save(6, dict(state, gpu=Cai(good)), dtypes=dtypes)
+    raise AssertionError("a bogus CUDA pointer was accepted")
+except ftrun.Error as e:
+    assert e.code in ("UNAVAILABLE", "INVALID_ARGUMENT", "UNIMPLEMENTED"), (e.code, e.message)
+# load(cuda=...): the targets must name loaded tensors, be a dict, and have the saved size.
+for cuda, exc, needle in [
+    ({"nope": Cai(good)}, ValueError, "'nope', which is not in the loaded version"),
+    ({"step": Cai(dict(good, shape=(3,)))}, ValueError, "cuda['step'] is 12 bytes, the saved tensor 8"),
+    (5, TypeError, "cuda must be a dict"),
+    (lambda user_bytes: [], TypeError, "cuda must be a dict"),
+]:
+    try:
+        client.load(5, cuda=cuda)
+        raise AssertionError(f"load(cuda={cuda!r}) was accepted")
+    except exc as e:
+        assert needle in str(e), (needle, str(e))
+version, tensors, _ = client.load(5)
+assert version == 5 and tensors["w"].tobytes() == state["w"].tobytes(), "the committed version survives bad inputs"
+del tensors
+os.write(1, f"PYRANK CUDA INPUTS OK {rank}\n".encode())
+
 # Blocking calls release the GIL: another thread keeps running while this
 # one waits for a version that will never commit.
 import threading

@@ -13,6 +13,7 @@ def test_rank_checks(check):
     rc = job.wait(timeout=120)
     check(rc == 0, f"py_rank_checks: agent exit {rc}\n{job.log[-4000:]}")
     check(job.log.count("PYRANK OK") == 2, "both ranks report OK")
+    check(job.log.count("PYRANK CUDA INPUTS OK") == 2, "both ranks refuse malformed CUDA memory descriptions")
 
 
 def test_mapped_loads(check):
