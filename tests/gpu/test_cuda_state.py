@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from ftrun_testlib import Job, PY, digests
+from ftrun_testlib import Job, PY, digests, torch_sees_gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "py_cuda_rank.py")
@@ -18,13 +18,7 @@ CONFIG = "job:\n  max_restarts: 2\n  stop_grace: 2s\nstore:\n  memory_budget: 15
 STEPS = 40
 
 
-def _have_gpu():
-    probe = subprocess.run([PY, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-                           capture_output=True, timeout=120)
-    return probe.returncode == 0
-
-
-pytestmark = pytest.mark.skipif(not _have_gpu(), reason=f"no CUDA device visible to {PY}'s torch")
+pytestmark = pytest.mark.skipif(not torch_sees_gpu(), reason=f"no CUDA device visible to {PY}'s torch")
 
 
 def test_cuda_checks(check):

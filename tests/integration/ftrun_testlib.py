@@ -343,3 +343,10 @@ class ScriptClusterJob(ClusterJob):
             return pid
         except ProcessLookupError:
             return None
+
+
+def torch_sees_gpu():
+    """Whether PY's torch sees a CUDA device (the GPU tests skip otherwise)."""
+    probe = subprocess.run([PY, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
+                           capture_output=True, timeout=120)
+    return probe.returncode == 0
