@@ -12,7 +12,6 @@
 //   recovery_speedup  kill -> every rank's first step after the restore, torch
 //                     over ftrun (reported; Python start-up, import torch, the
 //                     process group and the first step weigh on both sides)
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -24,23 +23,6 @@
 namespace ftrun::bench {
 namespace {
 
-bool Exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-std::string Dir(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-// bench/baseline_torch.py: next to this source file, else ../bench from the binary.
-std::string DefaultDriver() {
-  const std::string here = Dir(__FILE__) + "/baseline_torch.py";
-  if (!here.empty() && here[0] == '/' && Exists(here)) return here;
-  return Dir(SiblingBinary("ftrun-bench")) + "/../bench/baseline_torch.py";
-}
-
 double Num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
 }
@@ -49,8 +31,8 @@ double Num(const nlohmann::json& j, const char* key) {
 
 int RunBaselineTorch(int argc, char** argv, Result* out) {
   CLI::App app{"ftrun-bench baseline-torch: torch.save/torch.load and a relaunch vs ftrun, same model, same run"};
-  std::string python = Exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  std::string driver = DefaultDriver();
+  std::string python = DefaultPython();
+  std::string driver = BenchScript("baseline_torch.py", __FILE__);
   int nodes = 2, per_node = 2, kills = 3, saves = 4, replicas = 1, layers = 4, d_model = 1024;
   bool keep = false;
   app.add_option("--python", python, "the interpreter of the driver and the ranks (needs torch)");
@@ -64,14 +46,14 @@ int RunBaselineTorch(int argc, char** argv, Result* out) {
   app.add_option("--d-model", d_model, "model width of train_gpt.py");
   app.add_flag("--keep", keep, "keep the logs under /tmp");
   CLI11_PARSE(app, argc, argv);
-  if (!Exists(driver)) {
+  if (!PathExists(driver)) {
     std::fprintf(stderr, "ftrun-bench baseline-torch: no driver at %s (pass --driver)\n", driver.c_str());
     return 2;
   }
   const std::string json_path = "/tmp/ftrun-bench-baseline-" + std::to_string(::getpid()) + ".json";
   std::vector<std::string> args = {driver,
                                    "--build",
-                                   Dir(SiblingBinary("ftrun-bench")),
+                                   DirOf(SiblingBinary("ftrun-bench")),
                                    "--python",
                                    python,
                                    "--nodes",

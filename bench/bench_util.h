@@ -40,6 +40,16 @@ inline int64_t MonoNs() {
 
 // Path of a sibling binary (ftrun-agent, ftrun-synthetic) of this one.
 std::string SiblingBinary(const std::string& name);
+bool PathExists(const std::string& path);
+// The directory part of a path ("." when it has none).
+std::string DirOf(const std::string& path);
+// A Python driver of the benchmarks, bench/<name>: beside `source_file`
+// (pass __FILE__) when that is an absolute path that exists, else
+// ../bench from this binary's directory.
+std::string BenchScript(const std::string& name, const std::string& source_file);
+// The default interpreter of the Python drivers: Debian's (it has torch on
+// the development machines), else python3 from /usr/local/bin.
+std::string DefaultPython();
 // Starts path with args (output to log, if given); returns its pid.
 pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log);
 // Starts ftrun-agent with args; returns its pid.
@@ -60,7 +70,9 @@ bool ReadJson(const std::string& path, nlohmann::json* out);
 int RunSave(int argc, char** argv, Result* out);
 int RunSaveWorker(int argc, char** argv);
 // save --cuda (save_cuda_bench.cu; built where nvcc exists).
-int RunSaveCuda(const std::string& state, int reps, int tensors, const std::string& chunk, Result* out);
+// python: the interpreter of bench/cuda_step_overhead.py ("" skips it).
+int RunSaveCuda(const std::string& state, int reps, int tensors, const std::string& chunk, const std::string& python,
+                Result* out);
 int RunSaveCudaWorker(int argc, char** argv);
 int RunRestartLocal(int argc, char** argv, Result* out);
 int RunReplicate(int argc, char** argv, Result* out);

@@ -2,9 +2,13 @@
 the ftrun runner, step time with ftrun.save every step over the same run
 saving only after its last step. Prints key=value lines.
 
-  python3 bench/cuda_step_overhead.py --build build [--steps 60] [train_gpt args...]
+  python3 bench/cuda_step_overhead.py --build build [--steps 60] [--out F.json] [train_gpt args...]
+
+ftrun-bench save --cuda runs it after its own figures (--python names the
+interpreter, which needs torch with CUDA; --no-step-overhead skips it).
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -45,6 +49,7 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--port", type=int, default=29611)
+    ap.add_argument("--out", help="also write the figures here as JSON (ftrun-bench save --cuda reads it)")
     a, extra = ap.parse_known_args()
     extra = extra or ["--layers", "4", "--d-model", "1024", "--batch", "32", "--seq", "256", "--vocab", "512"]
     without = run(a.build, a.steps, 10 ** 6, extra, a.port, a.python)
@@ -56,6 +61,11 @@ def main():
     print(f"step_overhead={with_save / without:.4f}  (the stream waits for the copies at once)")
     print(f"step_overhead_overlap={overlapped / without:.4f}  (target <= 1.03; optimizer steps wait)")
     print(f"model_args={' '.join(extra)}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"step_s_without_saves": without, "step_s_with_saves": with_save,
+                       "step_s_with_overlapped_saves": overlapped, "step_overhead": with_save / without,
+                       "step_overhead_overlap": overlapped / without, "model_args": " ".join(extra)}, f)
 
 
 if __name__ == "__main__":

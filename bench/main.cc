@@ -4,6 +4,7 @@
 // same run (memcpy) or a measured time, and writes them as JSON.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,24 @@ std::string SiblingBinary(const std::string& name) {
   auto slash = self.rfind('/');
   return slash == std::string::npos ? name : self.substr(0, slash + 1) + name;
 }
+
+bool PathExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string DirOf(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string BenchScript(const std::string& name, const std::string& source_file) {
+  const std::string here = DirOf(source_file) + "/" + name;
+  if (!here.empty() && here[0] == '/' && PathExists(here)) return here;
+  return DirOf(SiblingBinary("ftrun-bench")) + "/../bench/" + name;
+}
+
+std::string DefaultPython() { return PathExists("/usr/bin/python3") ? "/usr/bin/python3" : "/usr/local/bin/python3"; }
 
 pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;

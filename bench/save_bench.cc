@@ -175,15 +175,18 @@ int RunSave(int argc, char** argv, Result* out) {
   app.add_option("--reps", reps, "repetitions per figure (median reported)");
   app.add_option("--tensors", tensors, "tensors the state is split into");
   app.add_option("--chunk-size", chunk, "store.chunk_size");
-  bool cuda = false;
+  bool cuda = false, no_step_overhead = false;
+  std::string python = DefaultPython();
   app.add_flag("--cuda", cuda,
                "the state in GPU memory, saved by the CUDA path (4 GiB and 16 tensors unless given), "
-               "against pinned D2H and D2D copies");
+               "against pinned D2H and D2D copies; then train_gpt.py's step_overhead on the GPU");
+  app.add_option("--python", python, "--cuda: the interpreter for train_gpt.py (needs torch with CUDA)");
+  app.add_flag("--no-step-overhead", no_step_overhead, "--cuda: skip the train_gpt.py step_overhead runs");
   CLI11_PARSE(app, argc, argv);
   if (cuda) {
 #ifdef FTRUN_HAVE_CUDA
     return RunSaveCuda(app.count("--state-bytes") ? state : std::to_string(4ull << 30), reps,
-                       app.count("--tensors") ? tensors : 16, chunk, out);
+                       app.count("--tensors") ? tensors : 16, chunk, no_step_overhead ? "" : python, out);
 #else
     std::fprintf(stderr, "ftrun-bench save --cuda: this ftrun-bench was built without CUDA (no nvcc)\n");
     return 2;

@@ -225,7 +225,26 @@ int RunSaveCudaWorker(int argc, char** argv) {
   return 0;
 }
 
-int RunSaveCuda(const std::string& state, int reps, int tensors, const std::string& chunk, Result* out) {
+namespace {
+
+// bench/cuda_step_overhead.py: train_gpt.py on the GPU with and without a
+// save every step. False (and a message) when it fails.
+bool StepOverhead(const std::string& python, nlohmann::json* out) {
+  const std::string script = BenchScript("cuda_step_overhead.py", __FILE__);
+  const std::string json_path = "/tmp/ftrun-bench-stepov-" + std::to_string(::getpid()) + ".json";
+  std::fprintf(stderr, "ftrun-bench save --cuda: step_overhead (%s %s)...\n", python.c_str(), script.c_str());
+  const int rc = WaitExit(StartProgram(
+      python, {script, "--build", DirOf(SiblingBinary("ftrun-bench")), "--python", python, "--out", json_path}, ""));
+  const bool ok = rc == 0 && ReadJson(json_path, out);
+  ::unlink(json_path.c_str());
+  if (!ok) std::fprintf(stderr, "ftrun-bench save --cuda: %s failed (exit %d)\n", script.c_str(), rc);
+  return ok;
+}
+
+}  // namespace
+
+int RunSaveCuda(const std::string& state, int reps, int tensors, const std::string& chunk, const std::string& python,
+                Result* out) {
   const uint64_t state_bytes = std::stoull(state);
   const std::string dir = "/tmp/ftrun-bench-cuda-" + std::to_string(::getpid());
   const std::string cfg = dir + ".yaml", result = dir + ".json", status = dir + ".status.json";
@@ -261,6 +280,13 @@ int RunSaveCuda(const std::string& state, int reps, int tensors, const std::stri
   fig("first_save_s", j["first_save_s"], "s", "", true);
   fig("landing_full_s", j["full_land_s"], "s", "", true);
   out->details = j;
+  if (python.empty()) return 0;
+  nlohmann::json step;
+  if (!StepOverhead(python, &step)) return 1;
+  const double overlap = step["step_overhead_overlap"];
+  fig("step_overhead", step["step_overhead"], "ratio", "", true);
+  fig("step_overhead_overlap", overlap, "ratio", "<= 1.03", overlap <= 1.03);
+  out->details["step_overhead"] = step;
   return 0;
 }
 
