@@ -42,6 +42,9 @@ def _join(prefix, seg):
     return seg if not prefix else prefix + "/" + seg
 
 
+_CONTAINERS = (torch.Tensor, dict, list, tuple)
+
+
 def _walk(obj, path, names, seen):
     """Records id(tensor) -> path for tensors reachable through dicts, lists
     and tuples (the first path wins when a tensor is reached twice)."""
@@ -52,14 +55,18 @@ def _walk(obj, path, names, seen):
         if id(obj) in seen:
             return
         seen.add(id(obj))
+        # Only what can hold a tensor is visited (a random.getstate() alone
+        # is a tuple of 625 ints).
         if isinstance(obj, dict):
             for k, v in obj.items():
-                _walk(v, _join(path, _escape(k)), names, seen)
+                if isinstance(v, _CONTAINERS):
+                    _walk(v, _join(path, _escape(k)), names, seen)
         else:
             fields = getattr(obj, "_fields", None) if isinstance(obj, tuple) else None
             for i, v in enumerate(obj):
-                seg = _escape(fields[i]) if fields and i < len(fields) else str(i)
-                _walk(v, _join(path, seg), names, seen)
+                if isinstance(v, _CONTAINERS):
+                    seg = _escape(fields[i]) if fields and i < len(fields) else str(i)
+                    _walk(v, _join(path, seg), names, seen)
 
 
 def _storable(t):
@@ -74,13 +81,25 @@ def _storable(t):
     return True
 
 
+_LAZY_BITS = hasattr(torch.Tensor, "is_conj") and hasattr(torch.Tensor, "is_neg")  # torch >= 1.10
+_DTYPE_NAMES = {}  # torch.dtype -> its name in the metadata ('float32', ...)
+
+
 def _resolve(t):
     """Materializes lazy conjugate/negative bits (torch >= 1.10) so the bytes are plain."""
-    if hasattr(t, "is_conj") and t.is_conj():
-        t = t.resolve_conj()
-    if hasattr(t, "is_neg") and t.is_neg():
-        t = t.resolve_neg()
+    if _LAZY_BITS:
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
     return t
+
+
+def _dtype_name(dt):
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _DTYPE_NAMES[dt] = str(dt).replace("torch.", "")
+    return name
 
 
 class _Pickler(pickle.Pickler):
@@ -91,12 +110,14 @@ class _Pickler(pickle.Pickler):
         self._prefix = prefix
 
     def persistent_id(self, obj):
+        if not isinstance(obj, torch.Tensor):  # called for every object the skeleton holds
+            return None
         # ftrun.sharded hook: a DTensor / ShardedTensor saves its local shard(s) only.
-        if isinstance(obj, torch.Tensor) and type(obj) is not torch.Tensor:
+        if type(obj) is not torch.Tensor:
             pid = _sharded.persistent_id(obj, self._packer, self._names, self._prefix)
             if pid is not None:
                 return pid
-        if isinstance(obj, torch.Tensor) and _storable(obj):
+        if _storable(obj):
             return ("ftrun.tensor", self._packer.add(obj, self._names, self._prefix))
         return None
 
@@ -154,7 +175,7 @@ class _Packer:
         self.arrays[name] = arr
         self.metas.append({
             "name": name,
-            "dtype": str(dt).replace("torch.", ""),
+            "dtype": _dtype_name(dt),
             "shape": tuple(t.shape),
             "device": str(t.device),
             "requires_grad": bool(t.requires_grad),
@@ -188,7 +209,7 @@ class _Packer:
         self._device_keep.append(data)
         dt = t.dtype
         if dt in _NATIVE_DTYPES:
-            self.dtypes[name] = str(dt).replace("torch.", "")
+            self.dtypes[name] = _dtype_name(dt)
             return _ENC_NATIVE, data
         if dt == torch.bfloat16:
             self.dtypes[name] = "bfloat16"
