@@ -204,25 +204,40 @@ ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py
 
 ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::object& dtype_override) {
   const std::string where = "tensor '" + name + "' (__cuda_array_interface__)";
-  py::dict cai;
+  py::object desc;
   try {
-    cai = py::reinterpret_borrow<py::dict>(value.attr("__cuda_array_interface__"));
+    desc = value.attr("__cuda_array_interface__");
   } catch (const py::error_already_set& e) {
     throw py::type_error(where + ": cannot read it: " + std::string(e.what()) +
                          " (for a CPU torch tensor, pass .numpy())");
   }
+  if (!py::isinstance<py::dict>(desc)) throw py::type_error(where + " is not a dict");
+  py::dict cai = py::reinterpret_borrow<py::dict>(desc);
   for (const char* key : {"shape", "typestr", "data"}) {
     if (!cai.contains(key)) throw py::value_error(where + " lacks the field '" + key + "'");
   }
+  // A tuple field, or a ValueError naming it.
+  auto tuple_field = [&](const char* key) {
+    py::object v = cai[key];
+    if (!py::isinstance<py::tuple>(v)) throw py::value_error(where + ": field '" + key + "' must be a tuple");
+    return py::reinterpret_borrow<py::tuple>(v);
+  };
+  auto int_of = [&](py::handle v, const char* key) {
+    try {
+      return v.cast<int64_t>();
+    } catch (const py::cast_error&) {
+      throw py::value_error(where + ": field '" + key + "' must hold ints");
+    }
+  };
   ftrun::TensorRef ref;
   ref.name = name;
   ref.device = ftrun::Device::kCuda;
-  py::tuple data = py::reinterpret_borrow<py::tuple>(cai["data"]);
+  py::tuple data = tuple_field("data");
   if (data.size() != 2) throw py::value_error(where + ": field 'data' must be (pointer, read_only)");
-  ref.data = reinterpret_cast<const void*>(data[0].cast<uintptr_t>());
+  ref.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(int_of(data[0], "data")));
   py::ssize_t count = 1;
-  for (auto extent : py::reinterpret_borrow<py::tuple>(cai["shape"])) {
-    const auto e = extent.cast<int64_t>();
+  for (auto extent : tuple_field("shape")) {
+    const int64_t e = int_of(extent, "shape");
     if (e < 0) throw py::value_error(where + ": field 'shape' has a negative extent");
     ref.shape.push_back(e);
     count *= static_cast<py::ssize_t>(e);
@@ -235,11 +250,11 @@ ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, cons
   if (!why.empty()) itemsize = std::max<py::ssize_t>(itemsize, 1);
   // C-contiguous: no strides, or the ones C order gives (extent-1 dims free).
   if (cai.contains("strides") && !cai["strides"].is_none()) {
-    py::tuple strides = py::reinterpret_borrow<py::tuple>(cai["strides"]);
+    py::tuple strides = tuple_field("strides");
     py::ssize_t expected = itemsize;
     bool empty = count == 0, ok = strides.size() == ref.shape.size();
     for (size_t d = ref.shape.size(); ok && d-- > 0;) {
-      if (ref.shape[d] != 1 && strides[d].cast<py::ssize_t>() != expected) ok = false;
+      if (ref.shape[d] != 1 && int_of(strides[d], "strides") != expected) ok = false;
       expected *= static_cast<py::ssize_t>(ref.shape[d]);
     }
     if (!ok && !empty) throw py::value_error(where + " is not C-contiguous (use .contiguous())");

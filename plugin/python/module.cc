@@ -240,13 +240,13 @@ py::object PyClient::Load(const py::object& version_arg, bool map, const py::obj
     return c.Load(version, &open->snap);
   }));
 
-  // The others are mapped (map=True, 64 KiB or more) or read, without the
-  // GIL, into arrays built with it (those that cannot be mapped are read
-  // into arrays allocated first).
+  // Tensors named in `cuda` (a dict, or a callable given the version's
+  // user bytes that returns one) go straight to that CUDA memory. The
+  // others are mapped (map=True, 64 KiB or more) or read, without the GIL,
+  // into arrays built with it (those that cannot be mapped are read into
+  // arrays allocated first).
   constexpr uint64_t kMapMinBytes = 64 << 10;
   const std::vector<ftrun::TensorInfo>& infos = open->snap->tensors();
-  // Tensors named in `cuda` (a dict, or a callable given the version's
-  // user bytes that returns one) go straight to that CUDA memory.
   py::object cuda_targets = cuda;
   if (!cuda.is_none() && PyCallable_Check(cuda.ptr()) != 0) cuda_targets = cuda(py::bytes(open->snap->user_bytes()));
   std::vector<ftrun::TensorRef> device_dsts = ftrun::python::CudaTargets(infos, cuda_targets);

@@ -103,6 +103,9 @@ for desc, exc, needles in [
     (dict(good, typestr=">f4"), TypeError, ("'gpu'", "byte order")),
     (dict(good, strides=(8,)), ValueError, ("'gpu'", "not C-contiguous")),
     (dict(good, shape=(-1,)), ValueError, ("'gpu'", "negative")),
+    (dict(good, data=None), ValueError, ("'gpu'", "field 'data' must be a tuple")),
+    (dict(good, shape=("4",)), ValueError, ("'gpu'", "field 'shape' must hold ints")),
+    (5, TypeError, ("'gpu'", "is not a dict")),
     (None, TypeError, ("'gpu'", "cannot read it", "no device here")),
 ]:
     obj = Cai(desc) if desc is not None else Cai(error="no device here")
