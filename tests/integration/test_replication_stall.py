@@ -37,7 +37,11 @@ CONFIG = ("job:\n  max_restarts: 20\n  stop_grace: 2s\n"
           "  copy_timeout: 1s\n")
 FAULTS = 6
 ADVANCES = 3  # commits after the faults that the test waits for
-MAX_GAP = 500  # versions between two of them at most (a fixed run: tens; a stalled one: until the ranks end)
+# Versions between two of them at most: a fixed run, tens; a stalled one, until the ranks end (~2,800).
+# A clean-clone CI run on 2 cores once saw 673 (copies after the last partition kept timing out for
+# ~5 s, TCP backing off, before commits resumed), so the bound leaves room for that and still
+# separates a slow recovery from a stall.
+MAX_GAP = 1000
 
 
 def committed(st):

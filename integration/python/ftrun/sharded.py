@@ -280,12 +280,9 @@ def _load_dtensor(idx, info, loaded, map_location):
             from torch.distributed._tensor import DTensor
     out = DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(info["shape"]),
                              stride=tuple(info["stride"]))
-    rg = info["requires_grad"] and (local.is_floating_point() or local.is_complex())
-    if info.get("param"):
-        return torch.nn.Parameter(out, requires_grad=rg)
-    if rg:
-        out.requires_grad_(True)
-    return out
+    from .state_unpack import _with_grad_flags  # (state_unpack imports this module)
+
+    return _with_grad_flags(out, info)
 
 
 def _load_sharded_tensor(info, loaded, map_location):

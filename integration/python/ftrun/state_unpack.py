@@ -95,6 +95,17 @@ def _place(t, orig, map_location):
         return t
 
 
+def _with_grad_flags(t, info):
+    """t as it was saved: an nn.Parameter and/or requiring grad, as the
+    metadata says (only floating and complex tensors can require grad)."""
+    rg = info["requires_grad"] and (t.is_floating_point() or t.is_complex())
+    if info.get("param"):
+        return torch.nn.Parameter(t, requires_grad=rg)
+    if rg:
+        t.requires_grad_(True)
+    return t
+
+
 def _device_targets(map_location):
     """For Client.load(cuda=): given a version's user bytes, a new CUDA byte
     buffer for every tensor that goes to a CUDA device, which the store's
@@ -172,12 +183,7 @@ class _Loaded:
             t = (arr if dtype == torch.uint8 else arr.view(dtype)).reshape(meta["shape"])
         else:
             t = _place(_cpu_tensor(meta, arr), meta["device"], map_location)
-        rg = meta["requires_grad"] and (t.is_floating_point() or t.is_complex())
-        if meta.get("param"):
-            return torch.nn.Parameter(t, requires_grad=rg)
-        if rg:
-            t.requires_grad_(True)
-        return t
+        return _with_grad_flags(t, meta)
 
     def unpack(self, skeleton, map_location=None):
         return _Unpickler(io.BytesIO(skeleton), self, map_location).load()
