@@ -55,19 +55,8 @@ Benchmark options (`ftrun-bench baseline-torch`, bench/baseline_torch.py):
   10 ms resolution). After the first step that follows a restore (the
   optimizer step, before the save) every rank prints
   `FIRSTSTEP <rank> <unix time> <CLOCK_MONOTONIC>`.
-* `--fsdp 2` (torch >= 2.6: FSDP2 `fully_shard` on every block and the
-  root, on a 1-D device mesh over all ranks) or `--fsdp 1` (FSDP1
-  FullyShardedDataParallel, one unit per block, use_orig_params, a sharded
-  state dict) replaces the data parallelism above: every rank keeps only its
-  shard of the parameters and of a plain Adam's state. A save is
-  `get_state_dict(model, opt)` (torch.distributed.checkpoint.state_dict:
-  DTensors with FSDP2, ShardedTensors with FSDP1) through ftrun.save, which
-  stores each rank's LOCAL shards only (ftrun.sharded); a restore copies the
-  loaded shards into the live state dicts in place (ftrun.restore_into) and
-  hands them to `set_state_dict`. WEIGHTS is then the digest of the rank's own
-  local shards (it differs between ranks), and every save prints
-  `SAVED <rank> <step> <bytes_total of the save> <local shard bytes of the
-  state> <global bytes of the state>`.
+* `--fsdp 2|1` shards the model with FSDP2 or FSDP1 instead, and every rank
+  saves and restores only its own shards (train_gpt_fsdp.py says how).
 * `--layers`, `--d-model`, `--vocab`, `--seq`, `--batch` size the model: the
   bench uses `--layers 4 --d-model 1024`, ~50 M parameters (193 MiB, the same
   on every rank) plus each rank's Adam shard (2 x 193 MiB / ranks).
@@ -103,6 +92,8 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 
 # The checkpoint backends: ftrun, or the status quo (beside this script).
 from train_gpt_checkpoints import FtrunCheckpoint, TorchCheckpoint, tensor_bytes  # noqa: E402
+from train_gpt_fsdp import (fsdp_mean_loss, fsdp_restore, fsdp_state, local_digest, local_tensors,  # noqa: E402
+                            saved_line, shard_model)
 
 _T_IMPORTED = time.monotonic()  # ftrun and torch imported
 
@@ -249,85 +240,6 @@ def weights_digest(model):
 
 
 # --------------------------------------------------------------------------
-# FSDP (--fsdp 1|2)
-
-
-def local_tensors(obj):
-    """The local tensors of every tensor in obj, in order (a DTensor's local
-    shard, a ShardedTensor's local shards, plain tensors as they are)."""
-    from ftrun.sharded import _local_of
-
-    if isinstance(obj, torch.Tensor):
-        return list(_local_of(obj))
-    if isinstance(obj, dict):
-        return [t for k in sorted(obj, key=str) for t in local_tensors(obj[k])]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in local_tensors(v)]
-    return []
-
-
-def global_bytes(obj):
-    if isinstance(obj, torch.Tensor):
-        # A DTensor's / ShardedTensor's global size (ShardedTensor has no numel()).
-        return math.prod(obj.size()) * torch.empty((), dtype=obj.dtype).element_size()
-    if isinstance(obj, dict):
-        return sum(global_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(global_bytes(v) for v in obj)
-    return 0
-
-
-def local_digest(tensors):
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def shard_model(a, model, world, device):
-    """Wraps the model with FSDP2 (a.fsdp == 2) or FSDP1 (1); returns the model to train."""
-    if a.fsdp == 2:
-        try:
-            from torch.distributed.fsdp import fully_shard  # torch >= 2.6
-        except ImportError:
-            from torch.distributed._composable.fsdp import fully_shard  # 2.4, 2.5
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh(device.type, (world,))
-        for blk in model.blocks:
-            fully_shard(blk, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        return model
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import ShardingStrategy, StateDictType
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-
-    # device_id also for the CPU: FSDP1 otherwise computes on cuda:0 wherever CUDA is available.
-    model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
-                 sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=device)
-    FSDP.set_state_dict_type(model, StateDictType.SHARDED_STATE_DICT)
-    return model
-
-
-def fsdp_state(model, opt):
-    """(model state dict, optimizer state dict), sharded, keyed by parameter names."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    return get_state_dict(model, opt)
-
-
-def fsdp_restore(model, opt, state):
-    """Puts a loaded sharded state back: the loaded local shards are copied into
-    the live (sharded) state dicts in place, which set_state_dict then loads."""
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-
-    msd, osd = fsdp_state(model, opt)
-    ftrun.restore_into(msd, state["model"])
-    ftrun.restore_into(osd, state["optim"])
-    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
-
-
-# --------------------------------------------------------------------------
 # Timing
 
 
@@ -376,7 +288,7 @@ def main():
     torch.manual_seed(a.seed)  # every rank builds the same initial model
     model = GPT(a).to(device)
     if a.fsdp:
-        model = shard_model(a, model, world, device)  # every rank keeps its shard of it
+        model = shard_model(a.fsdp, model, Block, world, device)  # every rank keeps its shard of it
         params = list(model.parameters())
         opt = torch.optim.Adam(params, lr=a.lr)
     else:
@@ -434,12 +346,7 @@ def main():
         opt.zero_grad(set_to_none=False)
         loss.backward()
         t_sync = time.monotonic()
-        if a.fsdp:  # FSDP reduce-scattered the gradients in backward; the loss for the log
-            lsum = loss.detach().reshape(1).clone()
-            dist.all_reduce(lsum)
-            mean_loss = (lsum / world).item()
-        else:
-            mean_loss = sync_gradients(params, loss, world)
+        mean_loss = fsdp_mean_loss(loss, world) if a.fsdp else sync_gradients(params, loss, world)
         if rank == 0:
             say(f"LOSS {step} {float(mean_loss).hex()}")
         t_opt = time.monotonic()
@@ -458,12 +365,8 @@ def main():
             if a.timing:
                 say(f"FIRSTSTEP {rank} {time.time()!r} {now!r}")
         if step % a.save_every == a.save_every - 1 or step == a.steps - 1:
-            if a.fsdp:
-                msd, osd = fsdp_state(model, opt)
-                state = {"model": msd, "optim": osd, "step": step, "rng": ftrun.rng_state()}
-            else:
-                state = {"model": model.state_dict(), "optim": opt.optim.state_dict(), "step": step,
-                         "rng": ftrun.rng_state()}
+            msd, osd = fsdp_state(model, opt) if a.fsdp else (model.state_dict(), opt.optim.state_dict())
+            state = {"model": msd, "optim": osd, "step": step, "rng": ftrun.rng_state()}
             if a.timing and not saved:
                 timing("state_bytes", tensor_bytes(state))
             saved = True
@@ -472,8 +375,7 @@ def main():
             parts = ckpt.save(step, state)
             stall = time.monotonic() - t0
             if a.fsdp:
-                say(f"SAVED {rank} {step} {ckpt.last_stats.get('bytes_total', -1)} "
-                    f"{sum(t.numel() * t.element_size() for t in local_tensors(state))} {global_bytes(state)}")
+                say(saved_line(rank, step, ckpt.last_stats, state))
             parts["save_minflt"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt
             del state
             if a.timing:
