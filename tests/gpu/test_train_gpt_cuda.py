@@ -45,14 +45,12 @@ def test_rank_killed_mid_run_on_gpu(check):
 
     after = rng.randrange(3, 12)
     job = run(["--step-ms", "80"], seed % 1000)
-    st = job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or -1) >= after,
-                      timeout=200)
-    pid = job.kill_rank_mid_step(0, rng) if st is not None else None
-    check(pid is not None, f"the rank SIGKILLed mid-run (status {st})")
+    killed, st = job.kill_after_commits(0, after, rng, timeout=200)
+    check(killed is not None, f"the rank SIGKILLed mid-run (status {st})")
     rc = job.wait(timeout=300)
     check(rc == 0, f"run with a kill: runner exit {rc}\n{job.log[-4000:]}")
     resumed = RESUMED_RE.findall(job.log)
-    check(len(resumed) >= 1 and pid is not None and int(resumed[-1][1]) >= after,
+    check(len(resumed) >= 1 and killed is not None and int(resumed[-1][1]) >= after,
           f"the rank resumed from a committed step >= {after}: {resumed}")
     got_loss = losses(job.log)
     bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s)]

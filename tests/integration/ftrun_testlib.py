@@ -331,6 +331,16 @@ class ScriptClusterJob(ClusterJob):
         except OSError:
             return False
 
+    def kill_after_commits(self, rank, after, rng, timeout):
+        """Once the job runs with version `after` or newer committed, SIGKILLs
+        a global rank mid-step: (its pid, the committed version then), or
+        None when the job never got there or the rank was gone; and the
+        status seen."""
+        st = self.wait_for(lambda s: s.get("phase") == "running" and s.get("committed_version") is not None
+                           and s["committed_version"] >= after, timeout=timeout)
+        pid = self.kill_rank_mid_step(rank, rng) if st is not None else None
+        return ((pid, st["committed_version"]) if pid else None), st
+
     def kill_rank_mid_step(self, rank, rng):
         """SIGKILLs a global rank at a random moment of its step (in a
         collective, a save or a sleep); its pid, or None when it is gone."""

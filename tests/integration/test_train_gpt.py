@@ -113,12 +113,7 @@ def test_rank_killed_mid_run(check, seeds, failure_free):
     victim = rng.randrange(WORLD)
     t0 = time.time()
     job = GptJob(args(model_seed) + ["--step-ms", "60"])
-    st = job.wait_for(lambda s: s.get("phase") == "running" and s.get("committed_version") is not None
-                      and s["committed_version"] >= after, timeout=90)
-    killed = None
-    if st is not None:
-        pid = job.kill_rank_mid_step(victim, rng)
-        killed = (pid, st["committed_version"]) if pid else None
+    killed, st = job.kill_after_commits(victim, after, rng, timeout=90)
     check(killed is not None, f"rank {victim} SIGKILLed mid-run (status {st})")
     if killed:
         print(f"SIGKILLed rank {victim} (pid {killed[0]}, node {victim // PER_NODE}) with version {killed[1]} "

@@ -18,8 +18,8 @@ sharded state dicts (FSDP, DTensor) a rank stores its own shards:
 * every tensor item (WriteItemType.TENSOR / SHARD: the planner's
   resolve_data, any device, views allowed) is one named buffer of the rank's
   version, named by its fully qualified name (with ``@offsets`` for a shard),
-  saved through ftrun.state_pack like any ftrun.save tensor (CUDA staged
-  through pinned buffers, bfloat16 and other dtypes kept);
+  saved through ftrun.state_pack like any ftrun.save tensor (CUDA tensors
+  by the CUDA path, bfloat16 and other dtypes kept);
 * every bytes item (WriteItemType.BYTE_IO: non-tensor values, pickled by the
   planner) goes into the version's pickled user bytes, whose length may change
   between saves (the tensor layout must not: ftrun keeps a rank's first

@@ -27,9 +27,11 @@ def get_client():
 
 def configure(client=None, pin_memory=None):
     """Optional settings. client: an ftrun.Client to use instead of the lazily
-    connected one. pin_memory (default True): stage CUDA tensors in reused
-    pinned host buffers (faster copies, memory kept between saves); False
-    copies them with .cpu() every time and frees the buffers."""
+    connected one. pin_memory (default True): where CUDA tensors are staged
+    on the host (those off the current device, a libftrun without CUDA,
+    FTRUN_CUDA_STAGING=1; see ftrun.state), use reused pinned host buffers
+    (faster copies, memory kept between saves); False copies them with
+    .cpu() every time and frees the buffers."""
     global _client, _pin_memory
     with _lock:
         if client is not None:

@@ -106,21 +106,29 @@ def _with_grad_flags(t, info):
     return t
 
 
-def _device_targets(map_location):
+class _DeviceTargets:
     """For Client.load(cuda=): given a version's user bytes, a new CUDA byte
     buffer for every tensor that goes to a CUDA device, which the store's
     bytes are copied into directly (no host staging); {} when libftrun has
-    no CUDA path or FTRUN_CUDA_STAGING=1."""
-    def choose(user_bytes):
+    no CUDA path or FTRUN_CUDA_STAGING=1. Keeps the payload it unpickled
+    (.payload) so the load does not unpickle it again."""
+
+    def __init__(self, map_location):
+        self.map_location = map_location
+        self.payload = None
+
+    def __call__(self, user_bytes):
         if not getattr(_ftrun, "CUDA", False) or _staging_forced():
             return {}
         try:
-            metas = pickle.loads(user_bytes).get("tensors") or []
+            self.payload = pickle.loads(user_bytes)
+            metas = self.payload.get("tensors") or []
         except Exception:  # not ours: _Loaded reports it
+            self.payload = None
             return {}
         out = {}
         for meta in metas:
-            target = _target(meta["device"], map_location)
+            target = _target(meta["device"], self.map_location)
             if target is None or not target.startswith("cuda") or not _device_available(torch.device(target)):
                 continue
             dtype = getattr(torch, meta["dtype"], None)
@@ -129,7 +137,6 @@ def _device_targets(map_location):
             nbytes = math.prod(meta["shape"]) * torch.empty((), dtype=dtype).element_size()
             out[meta["name"]] = torch.empty(nbytes, dtype=torch.uint8, device=target)
         return out
-    return choose
 
 
 class _Unpickler(pickle.Unpickler):
@@ -156,11 +163,12 @@ class _Unpickler(pickle.Unpickler):
 class _Loaded:
     """One loaded version: its buffers and payload; unpack() builds structures."""
 
-    def __init__(self, result, expect_format):
+    def __init__(self, result, expect_format, payload=None):
+        """payload: result.user_bytes already unpickled (by _DeviceTargets)."""
         self.version = result.version
         self.arrays = result.tensors
         try:
-            self.payload = pickle.loads(result.user_bytes)
+            self.payload = payload if payload is not None else pickle.loads(result.user_bytes)
         except Exception as e:  # not ours: saved through the low-level Client
             raise _ftrun_error("INVALID_ARGUMENT", f"version {self.version} was not saved by "
                                f"{expect_format} (its user bytes do not unpickle: {e})", e) from e
@@ -201,7 +209,9 @@ def _load_version(client, version, expect_format, map_location=None):
             if not lv["committed"]:
                 return None
             version = lv["committed"][-1]
-    return _Loaded(client.load(version, map=load_maps(), cuda=_device_targets(map_location)), expect_format)
+    targets = _DeviceTargets(map_location)
+    result = client.load(version, map=load_maps(), cuda=targets)
+    return _Loaded(result, expect_format, payload=targets.payload)
 
 
 def load_maps():
