@@ -120,6 +120,7 @@ class Replicator {
     PeerId to;
     std::vector<ChunkRef> chunks;                  // the store's manifest's, in order
     std::deque<std::pair<size_t, uint64_t>> todo;  // (chunk index, tag) still to send
+    std::vector<size_t> sent;                      // chunk indices handed to the transport (unchecked)
     uint64_t inflight_bytes = 0;
     int inflight = 0;
     uint64_t state_bytes = 0;
@@ -144,7 +145,10 @@ class Replicator {
   void StartNext(PeerId to);
   void Pump(Out& out);
   // A chunk of out's failed its check: the transfer ends (out is gone).
-  void SourceCorrupt(Out& out, ChunkRef chunk);
+  void SourceCorrupt(Out& out, ChunkRef chunk, const char* what);
+  // The holder refused a routine copy: a chunk we sent without checking it
+  // may be corrupted here (then SourceCorrupt, and true).
+  bool SentCorrupt(Out& out);
   void FinishOut(PeerId to, const Status& s);
   void Offer(PeerId from, ByteReader* r);
   void Want(PeerId from, ByteReader* r);

@@ -1,6 +1,6 @@
 // The replicator between two stores over an in-process transport: a pull
-// copies a (rank, version) with every chunk checked, and a chunk corrupted in
-// the source's shared memory is never sent.
+// copies a (rank, version) with every chunk checked, a chunk corrupted in the
+// source's shared memory is never sent in a pull and never kept by a holder.
 #include "plugin/replication/replicator.h"
 
 #include <catch2/catch.hpp>
@@ -182,6 +182,48 @@ TEST_CASE("replicator: a pull copies a shard, and a chunk corrupted at the sourc
     CHECK(puller.store.Find(0, 1) == nullptr);
     CHECK(puller.store.Stats().used_bytes == 0);  // its reservations went with the failed copy
     CHECK(net.recvs.empty());
+  }
+}
+
+TEST_CASE("replicator: a routine copy is checked once, by its holder; a chunk corrupted at the source is refused "
+          "there and named by the source",
+          "[replicator][corrupt]") {
+  FakeNet net;
+  Node source(&net, 1), holder(&net, 2);
+  source.replicator.SetHolders({2});
+  holder.replicator.SetRoles(Roles({{1, 0}, {2, 1}}, {0}));
+  Manifest m = Save(source);
+  std::vector<uint64_t> stored;
+  holder.replicator.on_stored = [&](int, uint64_t version) { stored.push_back(version); };
+  std::vector<Status> failed;
+  source.replicator.on_copy_failed = [&](int, uint64_t, const Status& s) { failed.push_back(s); };
+  std::vector<ChunkHash> reported;
+  source.replicator.on_corrupt = [&](int rank, uint64_t version, const ChunkRef& c) {
+    CHECK(rank == 0);
+    CHECK(version == 1);
+    reported.push_back(c.hash);
+  };
+
+  SECTION("good bytes: stored, nothing reported") {
+    source.replicator.Saved(0, 1);
+    Run({&source, &holder});
+    CHECK(stored == std::vector<uint64_t>{1});
+    CHECK(failed.empty());
+    CHECK(reported.empty());
+    REQUIRE(holder.store.Find(0, 1) != nullptr);
+  }
+  SECTION("a flipped bit at the source: the holder keeps nothing, the source names the chunk") {
+    source.arena[m.tensors[0].chunks[1].offset + 7] ^= 1;
+    source.replicator.Saved(0, 1);
+    Run({&source, &holder});
+    CHECK(stored.empty());
+    CHECK(holder.store.Find(0, 1) == nullptr);
+    CHECK(holder.store.Stats().used_bytes == 0);
+    REQUIRE(reported.size() == 1);
+    CHECK(reported[0] == m.tensors[0].chunks[1].hash);
+    REQUIRE(failed.size() == 1);
+    CHECK(failed[0].code() == Code::kCorruption);
+    CHECK(failed[0].message().find("the holder refused the copy") != std::string::npos);
   }
 }
 
