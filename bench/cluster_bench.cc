@@ -255,7 +255,7 @@ int RunRestartNode(int argc, char** argv, Result* out) {
   double detect = (rec["detected_mono_ns"].get<int64_t>() - killed_ns) / 1e6;
   double rebuild = (rec["started_mono_ns"].get<int64_t>() - rec["detected_mono_ns"].get<int64_t>()) / 1e6;
   double restart = (last_step - rec["started_mono_ns"].get<int64_t>()) / 1e6;
-  out->figures.push_back({"recovery_s", total, "s", "<= 3", total <= 3.0});
+  out->figures.push_back({"recovery_s", total, "s", "<= 2", total <= 2.0});
   out->figures.push_back({"  detect_ms", detect, "ms", "", true});
   out->figures.push_back({"  halt_and_rebuild_ms", rebuild, "ms", "", true});
   out->figures.push_back({"  respawn_restore_first_step_ms", restart, "ms", "", true});

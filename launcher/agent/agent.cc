@@ -92,7 +92,7 @@ Status Agent::Setup() {
   service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = ranks_->ByRank(rank)) RankEvent(*s, &RankSlot::first_step);
-    ClusterRankSaved(rank, version);
+    member_->RankSaved(rank, version);
   };
   service_->on_committed = [this](uint64_t version) {
     status_dirty_ = true;
@@ -107,7 +107,12 @@ Status Agent::Setup() {
   server_ = std::make_unique<RankServer>(&loop_, clock_, std::move(h));
   server_->set_max_pending_hello(2 * ranks_->slots().size());
   FTRUN_RETURN_IF_ERROR(server_->Listen(lock_.socket_path(), kListenTag));
-  FTRUN_RETURN_IF_ERROR(remote() ? SetupCluster() : SetupLocalCoordinator());
+  ClusterMember::Orders* orders = this;
+  member_ = std::make_unique<ClusterMember>(
+      MemberOptions(), store_.get(), arena_.base(), retention_.get(), [this] { return ranks_->Ranks(); }, orders,
+      clock_);
+  FTRUN_RETURN_IF_ERROR(member_->Setup());
+  if (remote()) FTRUN_RETURN_IF_ERROR(loop_.Add(member_->event_fd(), kTransportTag));
   if (o_.save_pid > 0) {
     // /tmp is shared: created new, never through a link (safe_dir.h).
     FTRUN_RETURN_IF_ERROR(
@@ -127,7 +132,7 @@ int Agent::Run() {
                  o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
                  lock_.socket_path());
   state_ = State::kIdle;  // the coordinator says when to start (or what to restore from disk first)
-  PumpCoordinator();
+  member_->Pump();
   Loop();
   disk_->Drain(service_->last_committed(), fenced_);
   WriteStatus();
@@ -151,7 +156,7 @@ void Agent::Loop() {
       else if (tag == EventLoop::kTickTag)
         Tick();
       else if (tag == kTransportTag)
-        TransportEvents();
+        member_->Events([this] { return state_ == State::kDone; });
       else if (tag == kFlushTag)
         disk_->OnEvent();
       else if (tag == kDiskTag)
@@ -160,8 +165,8 @@ void Agent::Loop() {
         server_->Ready(tag, ready[i].events);
     }
     server_->Sync();
-    FlushHeld();
-    PumpCoordinator();
+    member_->FlushHeld();
+    member_->Pump();
   }
 }
 

@@ -10,7 +10,7 @@
 // One thread runs everything: an epoll loop over the listening socket, the
 // rank connections, a signalfd (SIGCHLD, SIGTERM, SIGINT, SIGHUP), a timer
 // for hang detection, stop grace periods and commit waits, the disk worker,
-// and in a multi-node job the transport's event fd (agent_cluster.cc).
+// and in a multi-node job the transport's event fd (cluster_member.h).
 #pragma once
 
 #include <sys/types.h>
@@ -24,37 +24,31 @@
 #include <thread>
 #include <vector>
 
-#include "launcher/agent/commit_round.h"
+#include "launcher/agent/cluster_member.h"
 #include "launcher/agent/connection.h"
-#include "launcher/agent/coordinator_link.h"
 #include "launcher/agent/corrupt_chunks.h"
 #include "launcher/agent/disk_restorer.h"
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/instance_lock.h"
-#include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/node_disk.h"
 #include "launcher/agent/options.h"
-#include "launcher/agent/peer_addresses.h"
 #include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
 #include "launcher/agent/recovery_log.h"
-#include "launcher/agent/shard_pulls.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/agent/version_retention.h"
 #include "launcher/common/event_loop.h"
-#include "plugin/replication/replicator.h"
 #include "plugin/store/arena.h"
 #include "plugin/store/snapshot_store.h"
-#include "plugin/transport/transport.h"
 #include "recovery/cluster_messages.h"
 #include "recovery/commit_tracker.h"
 #include "recovery/early_failure.h"
 
 namespace ftrun {
 
-class Agent {
+class Agent : private ClusterMember::Orders {
  public:
   // `clock`: where every part of the agent reads the time (a ManualClock in
   // tests of its parts).
@@ -107,37 +101,31 @@ class Agent {
   // A restore from the persist directory (disk_restorer.h) ended.
   void DiskRestored(DiskRestorer::Result r);
 
-  // The coordinator: the runner's over UCX (agent_cluster.cc), or the
-  // agent's own for a one-node job (local_coordinator.h).
+  // The coordinator's orders (cluster_member.h), carried out on the ranks
+  // (agent_epoch.cc, agent_coordinator.cc).
+  RegisterMsg Registration() override;
+  void Assign(const AssignMsg& m) override;
+  void Start(const StartMsg& m) override;
+  void Halt(uint64_t epoch) override;
+  void Readmitted(const PullMsg& m) override;
+  void Committed(uint64_t version) override;
+  void Commit(const CommitMsg& m) override;
+  void DropAbove(uint64_t version) override;
+  void Ended(int code, const std::string& message, bool fenced) override;
+  void Lost(const std::string& why) override;
+  void GaveUp() override;
+  void Heard(Clock::time_point now) override;
+  void ShardPulled(int rank, uint64_t version, PeerId from) override;
+  void CorruptToSend(int rank, uint64_t version, const ChunkRef& chunk) override;
+  void Changed() override { status_dirty_ = true; }
+  // A multi-node job's agent: the runner's coordinator, over UCX.
   bool remote() const { return !o_.coordinator.empty(); }
-  Status SetupCluster();
-  Status SetupLocalCoordinator();
-  // Delivers a hosted coordinator's messages, both ways (after each batch
-  // of events).
-  void PumpCoordinator();
-  void JoinEpoch(uint64_t epoch);  // a newer epoch the coordinator named
-  void TransportEvents();
-  void CoordinatorMessage(uint16_t type, const std::string& payload);
-  void RegisterWithCoordinator();
-  void SendToCoordinator(ClusterMsg type, const std::string& payload);
-  // One report to the coordinator (its struct says its type).
+  ClusterMember::Options MemberOptions();
+  void Stopped();  // the stopped ranks' groups are empty: halted, or started again
   template <class M>
   void Report(const M& m) {
-    SendToCoordinator(M::kType, Encode(m));
+    member_->Report(m);
   }
-  void CoordinatorTick(Clock::time_point now);
-  void ClusterRankSaved(int rank, uint64_t version);
-  void ApplyAssign(const AssignMsg& m);
-  void FlushHeld();
-  void Ended(int code, const std::string& message, bool fenced);
-  void ApplyMembership(const MembershipMsg& m);
-  void StartPulls(const PullMsg& m);
-  void Halt(uint64_t epoch);
-  void Start(const StartMsg& m);
-  void Stopped();  // the stopped ranks' groups are empty: halted, or started again
-  void CoordinatorLost(const std::string& why);
-  bool CoordinatorUp() const { return local_coord_ || (link_ && link_->up()); }
-  void RoundFailed(uint64_t version);
 
   // Constant after construction, except the node's place in the job, which
   // the coordinator assigns in a multi-node job.
@@ -180,13 +168,9 @@ class Agent {
   Clock::time_point last_status_write_;
   std::string status_error_;  // the last status write error logged (logged once)
 
-  // The coordinator and the cluster.
-  std::unique_ptr<LocalCoordinator> local_coord_;  // a one-node job's
-  std::unique_ptr<CoordinatorLink> link_;          // a multi-node job's (the runner's coordinator)
+  // The job's coordinator, the other agents, the copies and the pulls.
+  std::unique_ptr<ClusterMember> member_;
   static constexpr uint64_t kTransportTag = 4;
-  std::unique_ptr<Transport> transport_;
-  std::unique_ptr<Replicator> replicator_;
-  uint64_t epoch_ = 0;
   // Set only while a kCommit is applied: the epoch the coordinator committed
   // it in. Commits learned otherwise (a pull's or a start's restore point)
   // have no known epoch and are not written to disk by this agent.
@@ -197,12 +181,8 @@ class Agent {
   bool stop_ordered_ = false;  // the coordinator ended the job (kStop)
   bool assigned_ = false;
   bool reply_halted_ = false;
-  std::unique_ptr<PeerAddresses> peers_;  // where the job's members listen (peer_addresses.h)
   std::optional<StartMsg> pending_start_;
-  std::unique_ptr<ShardPulls> pulls_;                   // this node's shards from their holders (shard_pulls.h)
-  std::vector<std::pair<int, uint64_t>> held_pending_;  // (rank, version) held, not yet reported (FlushHeld)
-  std::unique_ptr<CommitRound> round_;                  // this node's part of a commit round (a multi-node job's)
-  static constexpr size_t kSampledChunks = 4;           // per local rank, in the status
+  static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };
 
 }  // namespace ftrun

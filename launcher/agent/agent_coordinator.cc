@@ -1,8 +1,9 @@
-// The agent and its coordinator: the orders it obeys (decoded here, carried
-// out in agent_epoch.cc, agent_pull.cc, agent_cluster.cc), the reports it
-// sends, and for a one-node job the coordinator it hosts itself
-// (local_coordinator.h), so that every job commits and recovers through the
-// same policy (recovery/coordinator.h).
+// The agent and its coordinator (cluster_member.h reaches it and decodes
+// its orders): what the agent registers as, and the orders it carries out
+// that are not about starting and halting ranks (agent_epoch.cc). For a
+// one-node job the coordinator is hosted here (local_coordinator.h), so
+// that every job commits and recovers through the same policy
+// (recovery/coordinator.h).
 #include <algorithm>
 
 #include "launcher/agent/agent.h"
@@ -12,9 +13,17 @@
 
 namespace ftrun {
 
-Status Agent::SetupLocalCoordinator() {
+ClusterMember::Options Agent::MemberOptions() {
   const Config& c = o_.config;
-  Coordinator::Options co;
+  ClusterMember::Options m;
+  m.agent_id = o_.agent_id;
+  m.coordinator = o_.coordinator;
+  m.listen_ip = o_.listen_ip;
+  m.secret_file = o_.secret_file;
+  m.cluster = c.cluster;
+  m.chunk_size = c.store.chunk_size;
+  if (remote()) return m;
+  Coordinator::Options& co = m.local;
   co.ranks_per_slot = {o_.local_ranks};
   co.first_rank = o_.first_global_rank;
   co.world_size = o_.world_size;
@@ -27,25 +36,15 @@ Status Agent::SetupLocalCoordinator() {
   if (persist()) {
     // Scanned on the disk worker, as the runner does: the loop goes on.
     co.scan_disk = [this] {
-      if (Status s = StartDiskWorker(); !s.ok()) {
-        return local_coord_->DiskScanned(s, {}, clock_.Now());
-      }
+      if (Status s = StartDiskWorker(); !s.ok()) return member_->DiskScanned(s, {}, clock_.Now());
       disk_worker_->Submit([this, dir = disk_->dir(), job = o_.job_id, world = o_.world_size] {
         std::vector<uint64_t> versions;
         Status s = ScanDiskVersions(dir, job, world, &versions);
-        return DiskWorker::Completion([this, s, versions] { local_coord_->DiskScanned(s, versions, clock_.Now()); });
+        return DiskWorker::Completion([this, s, versions] { member_->DiskScanned(s, versions, clock_.Now()); });
       });
     };
   }
-  local_coord_ = std::make_unique<LocalCoordinator>(std::move(co), static_cast<PeerId>(o_.agent_id));
-  RegisterWithCoordinator();
-  return Status::Ok();
-}
-
-void Agent::PumpCoordinator() {
-  if (!local_coord_) return;
-  local_coord_->Pump([this](uint16_t type, const std::string& payload) { CoordinatorMessage(type, payload); },
-                     clock_.Now());
+  return m;
 }
 
 Status Agent::StartDiskWorker() {
@@ -57,84 +56,84 @@ Status Agent::StartDiskWorker() {
   return Status::Ok();
 }
 
-void Agent::JoinEpoch(uint64_t epoch) {
-  if (epoch > epoch_) FlushHeld();  // (the old epoch's: the coordinator ignores them)
-  epoch_ = std::max(epoch_, epoch);
-  if (replicator_) replicator_->SetEpoch(epoch_);
-}
-
-void Agent::SendToCoordinator(ClusterMsg type, const std::string& payload) {
-  // What the store held goes first: the coordinator reads every report in
-  // the order things happened here (a save, then the rank's exit).
-  if (type != ClusterMsg::kHeld) FlushHeld();
-  if (local_coord_)
-    local_coord_->Report(type, payload);
-  else if (link_ && link_->up())
-    transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
-}
-
-void Agent::RegisterWithCoordinator() {
+RegisterMsg Agent::Registration() {
   RegisterMsg m;
-  // A one-node job's coordinator knows one node: its own ranks.
-  m.slot = local_coord_ ? 0 : assigned_ ? o_.node_rank : (o_.spare ? -1 : o_.node_rank);
-  // The host part is the rendezvous address the coordinator's start names.
-  m.address = local_coord_ ? o_.master_addr + ":0" : transport_->address();
+  // A one-node job's coordinator knows one node: its own ranks. (A remote
+  // one's address is the transport's, set by the member.)
+  m.slot = !remote() ? 0 : assigned_ ? o_.node_rank : (o_.spare ? -1 : o_.node_rank);
+  m.address = o_.master_addr + ":0";  // the host part is the rendezvous address the start names
   m.rack = o_.rack;
-  m.epoch = epoch_;
   m.committed = service_->last_committed();
   if (m.committed) {
     for (int rank : store_->RanksAt(*m.committed)) m.catalog.push_back({rank, *m.committed});
   }
-  Report(m);
+  return m;
 }
 
-void Agent::CoordinatorMessage(uint16_t type, const std::string& payload) {
-  // Each order decoded into its struct (cluster_messages.h) and then acted
-  // on; a malformed one is dropped with a WARN, nothing of it acted on.
-  auto on = [&](auto m, auto act) {
-    if (Status s = Decode(payload, &m); !s.ok()) {
-      FTRUN_LOG_WARN("coordinator sent a bad {}: {}", ClusterMsgName(type), s.message());
-    } else {
-      act(m);
-    }
-  };
-  switch (static_cast<ClusterMsg>(type)) {
-    case ClusterMsg::kCoordHeartbeat:
-      return on(CoordHeartbeatMsg{}, [](const CoordHeartbeatMsg&) {});
-    case ClusterMsg::kAssign:
-      return on(AssignMsg{}, [&](const AssignMsg& m) { ApplyAssign(m); });
-    case ClusterMsg::kMembership:
-      return on(MembershipMsg{}, [&](const MembershipMsg& m) { ApplyMembership(m); });
-    case ClusterMsg::kPull:
-      return on(PullMsg{}, [&](const PullMsg& m) { StartPulls(m); });
-    case ClusterMsg::kStart:
-      return on(StartMsg{}, [&](const StartMsg& m) { Start(m); });
-    case ClusterMsg::kHalt:
-      return on(HaltMsg{}, [&](const HaltMsg& m) { Halt(m.epoch); });
-    case ClusterMsg::kDropAbove:
-      return on(DropAboveMsg{}, [&](const DropAboveMsg& m) { disk_->DropFilesAbove(m.version, ranks_->Ranks()); });
-    case ClusterMsg::kReplicate:
-      // (A one-node job's coordinator has no holders to order copies to.)
-      return on(ReplicateMsg{}, [&](const ReplicateMsg& m) {
-        if (m.epoch != epoch_ || !round_) return;
-        retention_->RoundTargets(m.version);
-        round_->Begin(m.version, ranks_->Ranks());
-      });
-    case ClusterMsg::kCommit:
-      return on(CommitMsg{}, [&](const CommitMsg& m) {
-        tracker_.Committed(m.version);
-        commit_epoch_ = m.epoch;  // the timeline its disk markers record (NodeDisk::Committed)
-        service_->OnCommitted(m.version);
-        commit_epoch_.reset();
-        status_dirty_ = true;
-      });
-    case ClusterMsg::kStop:
-      return on(StopMsg{}, [&](const StopMsg& m) { Ended(m.code, m.message, false); });
-    case ClusterMsg::kFenced:
-      return on(FencedMsg{}, [&](const FencedMsg& m) { Ended(1, m.message, true); });
-    default:
-      FTRUN_LOG_WARN("coordinator sent an unexpected {}", ClusterMsgName(type));
+void Agent::Assign(const AssignMsg& m) {
+  if (!remote()) {
+    // A one-node job's place in its world is its command line's
+    // (--world_info, --node_rank): its own coordinator knows its ranks only.
+    assigned_ = true;
+    return;
   }
+  if (state_ == State::kRunning || state_ == State::kStopping) {
+    FTRUN_LOG_ERROR("coordinator assigned node {} while ranks run; ignored", m.slot);
+    return;
+  }
+  assigned_ = true;
+  o_.node_rank = m.slot;
+  o_.first_global_rank = m.first_rank;
+  o_.local_ranks = m.local_ranks;
+  o_.world_size = m.world_size;
+  o_.num_nodes = m.num_slots;
+  disk_->Assign(m.slot, m.world_size);
+  if (static_cast<int>(o_.slots.size()) != m.local_ranks) {
+    o_.slots.clear();
+    for (int i = 0; i < m.local_ranks; ++i) o_.slots.push_back(i);
+  }
+  ranks_->Assign(m.first_rank, m.local_ranks);
+  FTRUN_LOG_INFO("this agent is node {}: ranks {}..{} of {}", m.slot, m.first_rank, m.first_rank + m.local_ranks - 1,
+                 m.world_size);
+  status_dirty_ = true;
+}
+
+void Agent::Committed(uint64_t version) {
+  tracker_.Committed(version);
+  service_->OnCommitted(version);
+}
+
+void Agent::Commit(const CommitMsg& m) {
+  commit_epoch_ = m.epoch;  // the timeline its disk markers record (NodeDisk::Committed)
+  Committed(m.version);
+  commit_epoch_.reset();
+  status_dirty_ = true;
+}
+
+void Agent::DropAbove(uint64_t version) { disk_->DropFilesAbove(version, ranks_->Ranks()); }
+
+// The disk's lease (node_disk.h): half the coordinator's silence before it
+// declares a node lost. Once the coordinator ended the job nobody replaces
+// this node: the drain may finish after it is gone.
+void Agent::Heard(Clock::time_point now) {
+  const auto lease = o_.config.cluster.heartbeat_interval * o_.config.cluster.heartbeat_misses / 2;
+  if (fenced_)
+    disk_->EndLease();
+  else if (stop_ordered_)
+    disk_->LeaseForever();
+  else
+    disk_->LeaseUntil(now + lease);
+}
+
+void Agent::ShardPulled(int rank, uint64_t version, PeerId from) {
+  corrupt_->Pulled(rank, version, "agent " + std::to_string(from));
+}
+
+// A chunk the replicator was to send is corrupted in our shared memory: as a
+// rank's report, settled at once.
+void Agent::CorruptToSend(int rank, uint64_t version, const ChunkRef& chunk) {
+  corrupt_->FoundSending(rank, version, chunk);
+  SettleCorruptChunks();
 }
 
 // kStop (the job ends with `code`) or kFenced (this agent is out of it).
@@ -145,7 +144,7 @@ void Agent::Ended(int code, const std::string& msg, bool fenced) {
     stop_ordered_ = true;
   if (fenced)
     FTRUN_LOG_ERROR("fenced out of the job by the coordinator: {}", msg);
-  else if (local_coord_) {
+  else if (!remote()) {
   }  // the coordinator's own log line said it
   else if (code == 0)
     FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
@@ -160,6 +159,16 @@ void Agent::Ended(int code, const std::string& msg, bool fenced) {
     state_ = State::kDone;
   else
     stop_cause_ = StopCause::kShutdown;
+}
+
+// Down for cluster.lost_node_timeout: the agent ends once its ranks are
+// stopped.
+void Agent::GaveUp() {
+  exit_code_ = 1;
+  if (state_ == State::kRunning)
+    BeginStop(StopCause::kShutdown, "no coordinator");
+  else if (state_ != State::kStopping)
+    state_ = State::kDone;
 }
 
 }  // namespace ftrun

@@ -1,20 +1,15 @@
 // The agent's side of a cluster epoch: the coordinator halts the ranks, starts them from a version, or is
 // lost (the ranks are fenced until it is back).
-#include <sys/epoll.h>
-
 #include <algorithm>
 
 #include "launcher/agent/agent.h"
 #include "plugin/common/log.h"
-#include "plugin/transport/secret.h"
-#include "plugin/transport/ucx_transport.h"
 
 namespace ftrun {
 
+// (The member has joined the epoch and ended its commit round.)
 void Agent::Halt(uint64_t epoch) {
   restorer_->Cancel();  // a restore from disk in flight is stale now
-  JoinEpoch(epoch);
-  if (round_) round_->End();  // the stopped generation's round is over
   pending_start_.reset();
   if (state_ == State::kRunning) {
     reply_halted_ = true;
@@ -23,7 +18,7 @@ void Agent::Halt(uint64_t epoch) {
     reply_halted_ = true;
   } else if (state_ == State::kIdle) {
     retention_->Halted();
-    Report(HaltedMsg{epoch_});
+    Report(HaltedMsg{member_->epoch()});
   }
 }
 
@@ -35,7 +30,7 @@ void Agent::Stopped() {
     // is above the last of them is void now (never before: see RanksStopped).
     reply_halted_ = false;
     retention_->Halted();
-    Report(HaltedMsg{epoch_});
+    Report(HaltedMsg{member_->epoch()});
   }
   if (pending_start_) {
     StartMsg m = *pending_start_;
@@ -51,9 +46,9 @@ void Agent::Start(const StartMsg& m) {
     return;
   }
   if (state_ != State::kIdle) return;
-  JoinEpoch(m.epoch);
+  member_->JoinEpoch(m.epoch);
   fenced_ = false;  // re-admitted
-  if (round_) round_->End();
+  member_->EndRound();
   // Above the version the job starts from: a stopped generation's saves and
   // copies, or a timeline the job went back from. Never restored, never
   // acknowledged as a copy of the new timeline's.
@@ -78,10 +73,7 @@ void Agent::Start(const StartMsg& m) {
   corrupt_->GiveUpDropped([this](int rank) { return ranks_->ByRank(rank) != nullptr; }, m.version);
   generation_ = static_cast<int>(m.epoch);
   restore_version_ = m.version;
-  if (m.version) {
-    tracker_.Committed(*m.version);
-    service_->OnCommitted(*m.version);
-  }
+  if (m.version) Committed(*m.version);
   o_.master_addr = m.master_addr;
   o_.master_port = m.master_port;
   recoveries_->Starting(generation_, m.version,
@@ -91,8 +83,17 @@ void Agent::Start(const StartMsg& m) {
   if (!ranks_->slots().empty()) SpawnGeneration();
 }
 
+// A restore is planned (the member pulls from the holders): this node is
+// re-admitted, and a restore from disk in flight is stale. A plan from disk
+// is this agent's to carry out.
+void Agent::Readmitted(const PullMsg& m) {
+  fenced_ = false;
+  restorer_->Cancel();
+  if (m.from_disk) PullFromDisk(m);
+}
+
 // The link lost the coordinator (a transport error, or silence).
-void Agent::CoordinatorLost(const std::string& why) {
+void Agent::Lost(const std::string& why) {
   // Until re-admitted (a pull or a start), another agent may take this node
   // and go back below what this one committed: no drain meanwhile. (After
   // the job's end was ordered the runner may simply have gone.)

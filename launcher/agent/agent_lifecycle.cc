@@ -93,7 +93,7 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
                      service_->last_committed() ? std::to_string(*service_->last_committed()) : "none");
       exit_code_ = 0;
       state_ = State::kIdle;  // the job ends when the coordinator says every node is done
-      Report(NodeDoneMsg{epoch_});
+      Report(NodeDoneMsg{member_->epoch()});
     }
     return;
   }
@@ -115,7 +115,7 @@ void Agent::ChildExited(pid_t pid, const ExitInfo& info) {
 // found corrupted.
 void Agent::FailRank(const std::string& reason, const ExitInfo& info, bool early) {
   SettleCorruptChunks();
-  Report(RankFailedMsg{epoch_, info.ShellCode(), reason, early});
+  Report(RankFailedMsg{member_->epoch(), info.ShellCode(), reason, early});
   BeginStop(StopCause::kFailure, reason);
 }
 
@@ -126,7 +126,7 @@ void Agent::SettleCorruptChunks() {
   CorruptChunks::Dropped d = corrupt_->Settle();
   if (d.snapshots.empty()) return;
   status_dirty_ = true;
-  Report(DroppedMsg{epoch_, std::move(d.snapshots), std::move(d.why)});
+  Report(DroppedMsg{member_->epoch(), std::move(d.snapshots), std::move(d.why)});
 }
 
 // What a rank said last: its stderr pipe's tail, or its own log file's.
@@ -184,7 +184,7 @@ void Agent::Tick() {
       FailRank(reason, ExitInfo{true, SIGKILL});
     }
   }
-  CoordinatorTick(now);
+  member_->Tick(now);
   if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
   if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
 }

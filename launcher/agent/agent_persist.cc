@@ -47,8 +47,7 @@ void Agent::DiskRestored(DiskRestorer::Result r) {
     retention_->RestoreFailed(r.version);
     return Report(FatalMsg{r.epoch, r.message, 2});
   }
-  tracker_.Committed(r.version);
-  service_->OnCommitted(r.version);
+  Committed(r.version);
   HeldMsg held{r.epoch, {}};
   for (int rank : r.ranks) held.items.push_back({rank, r.version});
   Report(held);

@@ -20,17 +20,7 @@ void Agent::WriteStatus() {
   v.node = o_.node_rank;
   const char* states[] = {"running", "stopping", "idle", "done"};
   v.state = states[static_cast<int>(state_)];
-  if (remote()) {
-    AgentView::Cluster c;
-    c.agent = o_.agent_id;
-    c.epoch = epoch_;
-    c.coordinator_connected = CoordinatorUp();
-    c.holders = replicator_->holders();
-    c.address = transport_->address();
-    c.transport = transport_->stats();
-    c.replication = replicator_->history();
-    v.cluster = std::move(c);
-  }
+  v.cluster = member_->View();
   v.restarts = generation_;
   v.max_restarts = o_.config.job.max_restarts;
   v.committed = service_->last_committed();

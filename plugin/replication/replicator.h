@@ -89,8 +89,9 @@ class Replicator {
   // Source side: a routine copy failed for another reason than an epoch
   // change (the holder refused it, or the version is gone).
   std::function<void(int rank, uint64_t version, const Status&)> on_copy_failed;
-  // Source side: a chunk of (rank, version) did not match its hash when it
-  // was to be sent (corrupted in our shared memory); it was not sent.
+  // Source side: a chunk of (rank, version) is corrupted in our shared
+  // memory: found before a pull sent it (not sent), or after a holder
+  // refused a routine copy that carried it (not kept there).
   std::function<void(int rank, uint64_t version, const ChunkRef& chunk)> on_corrupt;
   // Puller side: a pull ended (OK: stored).
   std::function<void(uint64_t pull, PeerId from, int rank, uint64_t version, const Status&)> on_pulled;

@@ -185,9 +185,10 @@ TEST_CASE("replicator: a pull copies a shard, and a chunk corrupted at the sourc
   }
 }
 
-TEST_CASE("replicator: a routine copy is checked once, by its holder; a chunk corrupted at the source is refused "
-          "there and named by the source",
-          "[replicator][corrupt]") {
+TEST_CASE(
+    "replicator: a routine copy is checked once, by its holder; a chunk corrupted at the source is refused "
+    "there and named by the source",
+    "[replicator][corrupt]") {
   FakeNet net;
   Node source(&net, 1), holder(&net, 2);
   source.replicator.SetHolders({2});
