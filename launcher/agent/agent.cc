@@ -91,7 +91,7 @@ Status Agent::Setup() {
   restorer_->on_done = [this](DiskRestorer::Result r) { DiskRestored(std::move(r)); };
   service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t version) {
-    if (RankSlot* s = ranks_->ByRank(rank)) RankEvent(*s, &RankSlot::first_step);
+    if (RankSlot* s = ranks_->ByRank(rank)) generations_->RankEvent(*s, &RankSlot::first_step);
     member_->RankSaved(rank, version);
   };
   service_->on_committed = [this](uint64_t version) {
@@ -111,6 +111,10 @@ Status Agent::Setup() {
   member_ = std::make_unique<ClusterMember>(
       MemberOptions(), store_.get(), arena_.base(), retention_.get(), [this] { return ranks_->Ranks(); }, orders,
       clock_);
+  Generations::Options go;
+  go.max_restarts = c.job.max_restarts;
+  go.hang_timeout = c.job.hang_timeout;
+  generations_ = std::make_unique<Generations>(GenerationParts(), GenerationHooks(), go, clock_);
   FTRUN_RETURN_IF_ERROR(member_->Setup());
   if (remote()) FTRUN_RETURN_IF_ERROR(loop_.Add(member_->event_fd(), kTransportTag));
   if (o_.save_pid > 0) {
@@ -131,23 +135,22 @@ int Agent::Run() {
                  o_.node_rank, o_.local_ranks, o_.first_global_rank, o_.first_global_rank + o_.local_ranks - 1,
                  o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
                  lock_.socket_path());
-  state_ = State::kIdle;  // the coordinator says when to start (or what to restore from disk first)
-  member_->Pump();
+  member_->Pump();  // the coordinator says when to start (or what to restore from disk first)
   Loop();
   disk_->Drain(service_->last_committed(), fenced_);
   WriteStatus();
-  return exit_code_;
+  return generations_->exit_code();
 }
 
 void Agent::Loop() {
   std::vector<EventLoop::Ready> ready;
-  while (state_ != State::kDone) {
+  while (!generations_->done()) {
     if (Status s = loop_.Wait(&ready); !s.ok()) {
       FTRUN_LOG_ERROR("{}", s.message());
-      exit_code_ = 2;
+      generations_->Abort(2);
       return;
     }
-    for (size_t i = 0; i < ready.size() && state_ != State::kDone; ++i) {
+    for (size_t i = 0; i < ready.size() && !generations_->done(); ++i) {
       const uint64_t tag = ready[i].tag;
       if (tag == kListenTag)
         server_->Accept();
@@ -156,7 +159,7 @@ void Agent::Loop() {
       else if (tag == EventLoop::kTickTag)
         Tick();
       else if (tag == kTransportTag)
-        member_->Events([this] { return state_ == State::kDone; });
+        member_->Events([this] { return generations_->done(); });
       else if (tag == kFlushTag)
         disk_->OnEvent();
       else if (tag == kDiskTag)
@@ -173,13 +176,13 @@ void Agent::Loop() {
 void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload) {
   if (type == MsgType::kHello) return Hello(conn, payload);
   RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr;
-  if (slot == nullptr || conn.generation != generation_ || state_ != State::kRunning) {
+  if (slot == nullptr || conn.generation != generations_->generation() || !generations_->running()) {
     (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
     return server_->Close(conn.id, "request before hello or from a stopped generation");
   }
   slot->last_progress = clock_.Now();
   if (type == MsgType::kProgress) return;
-  if (type == MsgType::kLoadDone) RankEvent(*slot, &RankSlot::restored);
+  if (type == MsgType::kLoadDone) generations_->RankEvent(*slot, &RankSlot::restored);
   if (type == MsgType::kCorruptChunk) {
     CorruptChunkReport r;
     Status s = CorruptChunkReport::Decode(payload, &r);
@@ -201,7 +204,7 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
     c.job_id = o_.job_id;
     c.first_rank = o_.first_global_rank;
     c.local_ranks = o_.local_ranks;
-    c.running = state_ == State::kRunning;
+    c.running = generations_->running();
     c.is_local_rank = slot != nullptr;
     c.rank_pid = slot ? slot->pid : 0;
     c.rank_connected = slot && slot->conn_id != 0;
@@ -216,12 +219,13 @@ void Agent::Hello(Connection& conn, const std::string& payload) {
   }
   conn.rank = h.rank;
   conn.reader.set_max_frame(Connection::kMaxRankFrame);
-  conn.generation = generation_;
+  conn.generation = generations_->generation();
   slot->conn_id = conn.id;
   slot->last_progress = clock_.Now();
   (void)conn.Send(MsgType::kHelloOk,
-                  EncodeHelloOk(o_.job_id, o_.node_rank, o_.config.store.chunk_size, restore_version_), arena_.fd());
-  RankEvent(*slot, &RankSlot::connected);
+                  EncodeHelloOk(o_.job_id, o_.node_rank, o_.config.store.chunk_size, generations_->restore_version()),
+                  arena_.fd());
+  generations_->RankEvent(*slot, &RankSlot::connected);
 }
 
 void Agent::Disconnected(Connection& conn) {

@@ -29,6 +29,7 @@
 #include "launcher/agent/corrupt_chunks.h"
 #include "launcher/agent/disk_restorer.h"
 #include "launcher/agent/flusher.h"
+#include "launcher/agent/generations.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/node_disk.h"
 #include "launcher/agent/options.h"
@@ -44,7 +45,6 @@
 #include "plugin/store/snapshot_store.h"
 #include "recovery/cluster_messages.h"
 #include "recovery/commit_tracker.h"
-#include "recovery/early_failure.h"
 
 namespace ftrun {
 
@@ -63,10 +63,6 @@ class Agent : private ClusterMember::Orders {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // kIdle: no ranks running, waiting for the coordinator.
-  enum class State { kRunning, kStopping, kIdle, kDone };
-  enum class StopCause { kFailure, kShutdown };
-
   using RankSlot = RankProcesses::Slot;
 
   Status Setup();
@@ -76,36 +72,24 @@ class Agent : private ClusterMember::Orders {
   void Hello(Connection& conn, const std::string& payload);
   void Disconnected(Connection& conn);  // before a rank's connection goes
   void Signals();
-  void ChildExited(pid_t pid, const ExitInfo& info);
   void Tick();
-  void SpawnGeneration();
-  // `early`: the rank died before its first save of this generation (see
-  // EarlyFailureRule, which the coordinator applies).
-  void FailRank(const std::string& reason, const ExitInfo& info, bool early = false);
+  // For the generations (generations.h): one rank's process, and what it
+  // said last.
+  Status SpawnRank(RankSlot& slot, int generation);
   std::string LastWords(const RankSlot& s);
-  void BeginStop(StopCause cause, const std::string& reason);
-  // Every rank process and group is gone (ranks_' Stop): the job ends, or
-  // the coordinator is told the node halted.
-  void RanksStopped();
-  void RankEvent(RankSlot& slot, Clock::time_point RankSlot::*field);
   void WriteStatus();
-
-  // Chunks found corrupted in shared memory (corrupt_chunks.h): settled
-  // when a generation stops, the snapshots dropped with them reported.
-  void SettleCorruptChunks();
 
   // The persist directory (agent_persist.cc).
   bool persist() const { return disk_->enabled(); }
   void PullFromDisk(const PullMsg& m);
-
   // A restore from the persist directory (disk_restorer.h) ended.
   void DiskRestored(DiskRestorer::Result r);
 
-  // The coordinator's orders (cluster_member.h), carried out on the ranks
-  // (agent_epoch.cc, agent_coordinator.cc).
+  // The coordinator's orders (cluster_member.h): the ranks' are the
+  // generations' (generations.h), the rest this node's (agent_coordinator.cc).
   RegisterMsg Registration() override;
   void Assign(const AssignMsg& m) override;
-  void Start(const StartMsg& m) override;
+  void Start(const StartMsg& m) override { generations_->Start(m); }
   void Halt(uint64_t epoch) override;
   void Readmitted(const PullMsg& m) override;
   void Committed(uint64_t version) override;
@@ -113,7 +97,7 @@ class Agent : private ClusterMember::Orders {
   void DropAbove(uint64_t version) override;
   void Ended(int code, const std::string& message, bool fenced) override;
   void Lost(const std::string& why) override;
-  void GaveUp() override;
+  void GaveUp() override { generations_->GaveUp(); }
   void Heard(Clock::time_point now) override;
   void ShardPulled(int rank, uint64_t version, PeerId from) override;
   void CorruptToSend(int rank, uint64_t version, const ChunkRef& chunk) override;
@@ -121,7 +105,8 @@ class Agent : private ClusterMember::Orders {
   // A multi-node job's agent: the runner's coordinator, over UCX.
   bool remote() const { return !o_.coordinator.empty(); }
   ClusterMember::Options MemberOptions();
-  void Stopped();  // the stopped ranks' groups are empty: halted, or started again
+  Generations::Parts GenerationParts();
+  Generations::Hooks GenerationHooks();
   template <class M>
   void Report(const M& m) {
     member_->Report(m);
@@ -143,15 +128,10 @@ class Agent : private ClusterMember::Orders {
   CommitTracker tracker_;
   std::unique_ptr<VersionRetention> retention_;  // which versions of store_ may go
   std::unique_ptr<StoreService> service_;
-  EventLoop loop_;                        // epoll, signals, the tick
-  std::unique_ptr<RankServer> server_;    // the ranks' socket
-  std::unique_ptr<RankProcesses> ranks_;  // this node's rank processes
-  State state_ = State::kRunning;
-  int generation_ = 0;
-  std::optional<uint64_t> restore_version_;
-  StopCause stop_cause_ = StopCause::kFailure;
+  EventLoop loop_;                           // epoll, signals, the tick
+  std::unique_ptr<RankServer> server_;       // the ranks' socket
+  std::unique_ptr<RankProcesses> ranks_;     // this node's rank processes
   std::unique_ptr<RankOutput> rank_output_;  // the ranks' stderr (none with each-rank logs)
-  int shutdown_signal_ = 0;
   static constexpr uint64_t kListenTag = 1;  // epoll tags below 16 are fixed sources
   static constexpr uint64_t kFlushTag = 5;   // (4: the transport's)
   std::unique_ptr<NodeDisk> disk_;           // the persist directory: the flusher, drain, go-backs, the lease
@@ -161,7 +141,6 @@ class Agent : private ClusterMember::Orders {
   // cancelled) first.
   std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore or disk scan
   Status StartDiskWorker();
-  int exit_code_ = 0;
   std::unique_ptr<RecoveryLog> recoveries_;  // every restart, timed phase by phase
   std::unique_ptr<CorruptChunks> corrupt_;
   bool status_dirty_ = true;
@@ -171,6 +150,7 @@ class Agent : private ClusterMember::Orders {
   // The job's coordinator, the other agents, the copies and the pulls.
   std::unique_ptr<ClusterMember> member_;
   static constexpr uint64_t kTransportTag = 4;
+  std::unique_ptr<Generations> generations_;  // this node's ranks, start to stop
   // Set only while a kCommit is applied: the epoch the coordinator committed
   // it in. Commits learned otherwise (a pull's or a start's restore point)
   // have no known epoch and are not written to disk by this agent.
@@ -180,8 +160,6 @@ class Agent : private ClusterMember::Orders {
   bool fenced_ = false;
   bool stop_ordered_ = false;  // the coordinator ended the job (kStop)
   bool assigned_ = false;
-  bool reply_halted_ = false;
-  std::optional<StartMsg> pending_start_;
   static constexpr size_t kSampledChunks = 4;  // per local rank, in the status
 };
 

@@ -1,6 +1,6 @@
 // The agent and its coordinator (cluster_member.h reaches it and decodes
 // its orders): what the agent registers as, and the orders it carries out
-// that are not about starting and halting ranks (agent_epoch.cc). For a
+// that are not about starting and halting ranks (generations.h). For a
 // one-node job the coordinator is hosted here (local_coordinator.h), so
 // that every job commits and recovers through the same policy
 // (recovery/coordinator.h).
@@ -77,7 +77,8 @@ void Agent::Assign(const AssignMsg& m) {
     assigned_ = true;
     return;
   }
-  if (state_ == State::kRunning || state_ == State::kStopping) {
+  if (const auto st = generations_->state();
+      st == Generations::State::kRunning || st == Generations::State::kStopping) {
     FTRUN_LOG_ERROR("coordinator assigned node {} while ranks run; ignored", m.slot);
     return;
   }
@@ -133,7 +134,35 @@ void Agent::ShardPulled(int rank, uint64_t version, PeerId from) {
 // rank's report, settled at once.
 void Agent::CorruptToSend(int rank, uint64_t version, const ChunkRef& chunk) {
   corrupt_->FoundSending(rank, version, chunk);
-  SettleCorruptChunks();
+  generations_->SettleCorruptChunks();
+}
+
+// (The member has joined the epoch and ended its commit round.)
+void Agent::Halt(uint64_t epoch) {
+  restorer_->Cancel();  // a restore from disk in flight is stale now
+  generations_->Halt(epoch);
+}
+
+// A restore is planned (the member pulls from the holders): this node is
+// re-admitted, and a restore from disk in flight is stale. A plan from disk
+// is this agent's to carry out.
+void Agent::Readmitted(const PullMsg& m) {
+  fenced_ = false;
+  restorer_->Cancel();
+  if (m.from_disk) PullFromDisk(m);
+}
+
+// The link lost the coordinator (a transport error, or silence).
+void Agent::Lost(const std::string& why) {
+  // Until re-admitted (a pull or a start), another agent may take this node
+  // and go back below what this one committed: no drain meanwhile. (After
+  // the job's end was ordered the runner may simply have gone.)
+  if (!stop_ordered_) {
+    fenced_ = true;
+    disk_->EndLease();
+  }
+  FTRUN_LOG_ERROR("lost the coordinator ({}): fencing this node's ranks until it is back", why);
+  generations_->Lost(why);
 }
 
 // kStop (the job ends with `code`) or kFenced (this agent is out of it).
@@ -150,25 +179,7 @@ void Agent::Ended(int code, const std::string& msg, bool fenced) {
     FTRUN_LOG_INFO("the coordinator ends the job: {}", msg);
   else
     FTRUN_LOG_ERROR("the coordinator stops the job: {}", msg);
-  exit_code_ = code;
-  // A restart that never came is no recovery (the status lists recoveries).
-  recoveries_->Abandoned();
-  if (state_ == State::kRunning)
-    BeginStop(StopCause::kShutdown, msg);
-  else if (state_ != State::kStopping)
-    state_ = State::kDone;
-  else
-    stop_cause_ = StopCause::kShutdown;
-}
-
-// Down for cluster.lost_node_timeout: the agent ends once its ranks are
-// stopped.
-void Agent::GaveUp() {
-  exit_code_ = 1;
-  if (state_ == State::kRunning)
-    BeginStop(StopCause::kShutdown, "no coordinator");
-  else if (state_ != State::kStopping)
-    state_ = State::kDone;
+  generations_->End(code, msg);
 }
 
 }  // namespace ftrun

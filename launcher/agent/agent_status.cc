@@ -18,10 +18,9 @@ void Agent::WriteStatus() {
   v.job_id = o_.job_id;
   v.agent_pid = ::getpid();
   v.node = o_.node_rank;
-  const char* states[] = {"running", "stopping", "idle", "done"};
-  v.state = states[static_cast<int>(state_)];
+  v.state = generations_->state_name();
   v.cluster = member_->View();
-  v.restarts = generation_;
+  v.restarts = generations_->generation();
   v.max_restarts = o_.config.job.max_restarts;
   v.committed = service_->last_committed();
   v.store = store_->Stats();
@@ -38,7 +37,7 @@ void Agent::WriteStatus() {
   }
   v.persist = disk_->StatusJson();
   v.recoveries = recoveries_->ToJson();
-  if (state_ == State::kDone) v.exit_code = exit_code_;
+  if (generations_->done()) v.exit_code = generations_->exit_code();
   // Never through a link; inside the run dir (the runner's job dir), only in
   // a directory nobody else can write (safe_dir.h).
   const std::string& run_dir = o_.config.agent.run_dir;

@@ -1,0 +1,87 @@
+// The agent and its ranks' generations (generations.h): what they are wired
+// to, how a rank's process is started, the signals and the tick.
+#include <signal.h>
+
+#include "launcher/agent/agent.h"
+#include "launcher/agent/rank_env.h"
+#include "plugin/common/log.h"
+
+namespace ftrun {
+
+Generations::Parts Agent::GenerationParts() {
+  Generations::Parts p;
+  p.ranks = ranks_.get();
+  p.server = server_.get();
+  p.recoveries = recoveries_.get();
+  p.retention = retention_.get();
+  p.corrupt = corrupt_.get();
+  p.store = store_.get();
+  p.tracker = &tracker_;
+  p.member = member_.get();
+  return p;
+}
+
+Generations::Hooks Agent::GenerationHooks() {
+  Generations::Hooks h;
+  h.spawn = [this](RankSlot& s, int generation) { return SpawnRank(s, generation); };
+  h.last_words = [this](const RankSlot& s) { return LastWords(s); };
+  h.waiting = [this](const RankSlot& s) {
+    const Connection* c = server_->Find(s.conn_id);
+    return c != nullptr && service_->Waiting(*c);
+  };
+  h.starting = [this](const StartMsg& m) {
+    fenced_ = false;  // re-admitted
+    if (m.version) Committed(*m.version);
+    o_.master_addr = m.master_addr;
+    o_.master_port = m.master_port;
+  };
+  h.node_rank = [this] { return o_.node_rank; };
+  h.changed = [this] { status_dirty_ = true; };
+  return h;
+}
+
+Status Agent::SpawnRank(RankSlot& s, int generation) {
+  RankIdentity id{s.local_rank, s.global_rank, generation, lock_.socket_path()};
+  SpawnSpec spec;
+  spec.argv = BuildRankCommand(o_, s.local_rank);
+  spec.env = BuildRankEnv(o_, id);
+  if (!o_.each_rank_log_dir.empty()) spec.log_file = RankLogPath(o_.each_rank_log_dir, s.global_rank);
+  UniqueFd stderr_pipe;
+  FTRUN_RETURN_IF_ERROR(rank_output_ ? rank_output_->NewPipe(s.global_rank, &stderr_pipe) : Status::Ok());
+  spec.stderr_fd = stderr_pipe.get();
+  return ranks_->Spawn(s, spec);
+}
+
+// What a rank said last: its stderr pipe's tail, or its own log file's.
+std::string Agent::LastWords(const RankSlot& s) {
+  constexpr size_t kLines = 10;
+  if (rank_output_) return rank_output_->Tail(s.global_rank, kLines);
+  return FileTail(RankLogPath(o_.each_rank_log_dir, s.global_rank), kLines);
+}
+
+void Agent::Signals() {
+  for (int sig : loop_.TakeSignals()) {
+    if (sig == SIGCHLD) {
+      pid_t pid;
+      ExitInfo info;
+      while (ReapOne(&pid, &info)) generations_->ChildExited(pid, info);
+    } else {
+      generations_->Signal(sig);
+    }
+  }
+}
+
+void Agent::Tick() {
+  loop_.TakeTicks();
+  auto now = clock_.Now();
+  service_->Tick(now);
+  disk_->Tick(now);
+  server_->Tick();  // silent connections, a paused listen
+  ranks_->Tick();   // a stop past its grace, the drain
+  generations_->CheckHung();
+  member_->Tick(now);
+  if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
+  if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
+}
+
+}  // namespace ftrun
