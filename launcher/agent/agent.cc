@@ -1,25 +1,12 @@
 #include "launcher/agent/agent.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <fstream>
-#include <nlohmann/json.hpp>
-
-#include "launcher/agent/rank_env.h"
-#include "launcher/agent/rank_hello.h"
-#include "launcher/common/disk_worker.h"
-#include "plugin/common/bytes.h"
 #include "plugin/common/duration.h"
 #include "plugin/common/log.h"
 #include "plugin/common/safe_dir.h"
 #include "plugin/config/units.h"
-#include "plugin/ipc/unix_socket.h"
 #include "plugin/persist/persist_reader.h"
 
 namespace ftrun {
@@ -87,8 +74,6 @@ Status Agent::Setup() {
   corrupt_ = std::make_unique<CorruptChunks>(store_.get(), arena_.base(), std::move(repair),
                                              "the persist directory (" + disk_->dir() + ")");
   corrupt_->on_change = [this] { status_dirty_ = true; };
-  restorer_ = std::make_unique<DiskRestorer>(store_.get(), arena_.base(), clock_);
-  restorer_->on_done = [this](DiskRestorer::Result r) { DiskRestored(std::move(r)); };
   service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
   service_->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = ranks_->ByRank(rank)) generations_->RankEvent(*s, &RankSlot::first_step);
@@ -102,8 +87,10 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(BecomeSubreaper());
   ::signal(SIGPIPE, SIG_IGN);
   RankServer::Handler h;
-  h.on_frame = [this](Connection& conn, MsgType type, const std::string& payload) { Dispatch(conn, type, payload); };
-  h.on_close = [this](Connection& conn) { Disconnected(conn); };
+  h.on_frame = [this](Connection& conn, MsgType type, const std::string& payload) {
+    requests_->Frame(conn, type, payload);
+  };
+  h.on_close = [this](Connection& conn) { requests_->Closed(conn); };
   server_ = std::make_unique<RankServer>(&loop_, clock_, std::move(h));
   server_->set_max_pending_hello(2 * ranks_->slots().size());
   FTRUN_RETURN_IF_ERROR(server_->Listen(lock_.socket_path(), kListenTag));
@@ -111,10 +98,24 @@ Status Agent::Setup() {
   member_ = std::make_unique<ClusterMember>(
       MemberOptions(), store_.get(), arena_.base(), retention_.get(), [this] { return ranks_->Ranks(); }, orders,
       clock_);
+  disk_recovery_ = std::make_unique<DiskRecovery>(
+      DiskRecovery::Parts{store_.get(), arena_.base(), disk_.get(), &tracker_, retention_.get(), member_.get(), &loop_,
+                          kDiskTag},
+      [this] {
+        return DiskRecovery::Place{o_.job_id, o_.world_size, o_.node_rank};
+      },
+      [this](uint64_t version) { Committed(version); }, clock_);
   Generations::Options go;
   go.max_restarts = c.job.max_restarts;
   go.hang_timeout = c.job.hang_timeout;
   generations_ = std::make_unique<Generations>(GenerationParts(), GenerationHooks(), go, clock_);
+  requests_ = std::make_unique<RankRequests>(
+      RankRequests::Parts{server_.get(), ranks_.get(), generations_.get(), service_.get(), corrupt_.get()},
+      [this] {
+        return RankRequests::Place{
+            o_.job_id, o_.node_rank, o_.first_global_rank, o_.local_ranks, o_.config.store.chunk_size, arena_.fd()};
+      },
+      clock_);
   FTRUN_RETURN_IF_ERROR(member_->Setup());
   if (remote()) FTRUN_RETURN_IF_ERROR(loop_.Add(member_->event_fd(), kTransportTag));
   if (o_.save_pid > 0) {
@@ -163,75 +164,13 @@ void Agent::Loop() {
       else if (tag == kFlushTag)
         disk_->OnEvent();
       else if (tag == kDiskTag)
-        disk_worker_->RunCompleted();
+        disk_recovery_->OnEvent();
       else if (server_->Owns(tag))
         server_->Ready(tag, ready[i].events);
     }
     server_->Sync();
     member_->FlushHeld();
     member_->Pump();
-  }
-}
-
-void Agent::Dispatch(Connection& conn, MsgType type, const std::string& payload) {
-  if (type == MsgType::kHello) return Hello(conn, payload);
-  RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr;
-  if (slot == nullptr || conn.generation != generations_->generation() || !generations_->running()) {
-    (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
-    return server_->Close(conn.id, "request before hello or from a stopped generation");
-  }
-  slot->last_progress = clock_.Now();
-  if (type == MsgType::kProgress) return;
-  if (type == MsgType::kLoadDone) generations_->RankEvent(*slot, &RankSlot::restored);
-  if (type == MsgType::kCorruptChunk) {
-    CorruptChunkReport r;
-    Status s = CorruptChunkReport::Decode(payload, &r);
-    (void)(s.ok() ? conn.Send(MsgType::kCorruptChunkOk, corrupt_->Reported(conn.rank, r).message) : conn.SendError(s));
-    return;
-  }
-  if (!service_->Handle(conn, type, payload)) {
-    (void)conn.SendError(Status::InvalidArgument("unknown request type " + std::to_string(static_cast<int>(type))));
-  }
-}
-
-void Agent::Hello(Connection& conn, const std::string& payload) {
-  RankHello h;
-  Status s = RankHello::Decode(payload, &h);
-  RankSlot* slot = s.ok() ? ranks_->ByRank(h.rank) : nullptr;
-  if (s.ok()) {
-    HelloCheck c;
-    c.protocol = kProtocolVersion;
-    c.job_id = o_.job_id;
-    c.first_rank = o_.first_global_rank;
-    c.local_ranks = o_.local_ranks;
-    c.running = generations_->running();
-    c.is_local_rank = slot != nullptr;
-    c.rank_pid = slot ? slot->pid : 0;
-    c.rank_connected = slot && slot->conn_id != 0;
-    c.peer_pid = conn.pid;
-    c.peer_pgid = ::getpgid(conn.pid);
-    s = CheckHello(h, c);
-  }
-  if (!s.ok()) {
-    FTRUN_LOG_WARN("refused hello from pid {}: {}", conn.pid, s.message());
-    (void)conn.SendError(s);
-    return server_->Close(conn.id, "hello refused");
-  }
-  conn.rank = h.rank;
-  conn.reader.set_max_frame(Connection::kMaxRankFrame);
-  conn.generation = generations_->generation();
-  slot->conn_id = conn.id;
-  slot->last_progress = clock_.Now();
-  (void)conn.Send(MsgType::kHelloOk,
-                  EncodeHelloOk(o_.job_id, o_.node_rank, o_.config.store.chunk_size, generations_->restore_version()),
-                  arena_.fd());
-  generations_->RankEvent(*slot, &RankSlot::connected);
-}
-
-void Agent::Disconnected(Connection& conn) {
-  service_->Disconnected(conn);
-  if (RankSlot* slot = conn.rank >= 0 ? ranks_->ByRank(conn.rank) : nullptr; slot && slot->conn_id == conn.id) {
-    slot->conn_id = 0;
   }
 }
 

@@ -27,7 +27,7 @@
 #include "launcher/agent/cluster_member.h"
 #include "launcher/agent/connection.h"
 #include "launcher/agent/corrupt_chunks.h"
-#include "launcher/agent/disk_restorer.h"
+#include "launcher/agent/disk_recovery.h"
 #include "launcher/agent/flusher.h"
 #include "launcher/agent/generations.h"
 #include "launcher/agent/instance_lock.h"
@@ -35,6 +35,7 @@
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
+#include "launcher/agent/rank_requests.h"
 #include "launcher/agent/rank_server.h"
 #include "launcher/agent/recovery_log.h"
 #include "launcher/agent/store_service.h"
@@ -67,10 +68,6 @@ class Agent : private ClusterMember::Orders {
 
   Status Setup();
   void Loop();
-  // A rank's frame (the socket is rank_server.h's).
-  void Dispatch(Connection& conn, MsgType type, const std::string& payload);
-  void Hello(Connection& conn, const std::string& payload);
-  void Disconnected(Connection& conn);  // before a rank's connection goes
   void Signals();
   void Tick();
   // For the generations (generations.h): one rank's process, and what it
@@ -79,11 +76,7 @@ class Agent : private ClusterMember::Orders {
   std::string LastWords(const RankSlot& s);
   void WriteStatus();
 
-  // The persist directory (agent_persist.cc).
   bool persist() const { return disk_->enabled(); }
-  void PullFromDisk(const PullMsg& m);
-  // A restore from the persist directory (disk_restorer.h) ended.
-  void DiskRestored(DiskRestorer::Result r);
 
   // The coordinator's orders (cluster_member.h): the ranks' are the
   // generations' (generations.h), the rest this node's (agent_coordinator.cc).
@@ -136,12 +129,8 @@ class Agent : private ClusterMember::Orders {
   static constexpr uint64_t kFlushTag = 5;   // (4: the transport's)
   std::unique_ptr<NodeDisk> disk_;           // the persist directory: the flusher, drain, go-backs, the lease
   static constexpr uint64_t kDiskTag = 6;
-  std::unique_ptr<DiskRestorer> restorer_;  // this node's restores from the persist directory
-  // Declared after arena_ and restorer_: joined (its reads into the arena
-  // cancelled) first.
-  std::unique_ptr<class DiskWorker> disk_worker_;  // started at the first restore or disk scan
-  Status StartDiskWorker();
-  std::unique_ptr<RecoveryLog> recoveries_;  // every restart, timed phase by phase
+  std::unique_ptr<DiskRecovery> disk_recovery_;  // restores from the persist directory (after arena_)
+  std::unique_ptr<RecoveryLog> recoveries_;      // every restart, timed phase by phase
   std::unique_ptr<CorruptChunks> corrupt_;
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;
@@ -151,6 +140,7 @@ class Agent : private ClusterMember::Orders {
   std::unique_ptr<ClusterMember> member_;
   static constexpr uint64_t kTransportTag = 4;
   std::unique_ptr<Generations> generations_;  // this node's ranks, start to stop
+  std::unique_ptr<RankRequests> requests_;    // what they ask over the socket
   // Set only while a kCommit is applied: the epoch the coordinator committed
   // it in. Commits learned otherwise (a pull's or a start's restore point)
   // have no known epoch and are not written to disk by this agent.

@@ -7,8 +7,6 @@
 #include <algorithm>
 
 #include "launcher/agent/agent.h"
-#include "launcher/common/disk_scan.h"
-#include "launcher/common/disk_worker.h"
 #include "plugin/common/log.h"
 
 namespace ftrun {
@@ -36,24 +34,12 @@ ClusterMember::Options Agent::MemberOptions() {
   if (persist()) {
     // Scanned on the disk worker, as the runner does: the loop goes on.
     co.scan_disk = [this] {
-      if (Status s = StartDiskWorker(); !s.ok()) return member_->DiskScanned(s, {}, clock_.Now());
-      disk_worker_->Submit([this, dir = disk_->dir(), job = o_.job_id, world = o_.world_size] {
-        std::vector<uint64_t> versions;
-        Status s = ScanDiskVersions(dir, job, world, &versions);
-        return DiskWorker::Completion([this, s, versions] { member_->DiskScanned(s, versions, clock_.Now()); });
+      disk_recovery_->Scan([this](const Status& s, const std::vector<uint64_t>& versions) {
+        member_->DiskScanned(s, versions, clock_.Now());
       });
     };
   }
   return m;
-}
-
-Status Agent::StartDiskWorker() {
-  if (disk_worker_) return Status::Ok();
-  auto w = std::make_unique<DiskWorker>();
-  FTRUN_RETURN_IF_ERROR(w->Start());
-  FTRUN_RETURN_IF_ERROR(loop_.Add(w->event_fd(), kDiskTag));
-  disk_worker_ = std::move(w);
-  return Status::Ok();
 }
 
 RegisterMsg Agent::Registration() {
@@ -139,7 +125,7 @@ void Agent::CorruptToSend(int rank, uint64_t version, const ChunkRef& chunk) {
 
 // (The member has joined the epoch and ended its commit round.)
 void Agent::Halt(uint64_t epoch) {
-  restorer_->Cancel();  // a restore from disk in flight is stale now
+  disk_recovery_->Cancel();  // a restore from disk in flight is stale now
   generations_->Halt(epoch);
 }
 
@@ -148,8 +134,8 @@ void Agent::Halt(uint64_t epoch) {
 // is this agent's to carry out.
 void Agent::Readmitted(const PullMsg& m) {
   fenced_ = false;
-  restorer_->Cancel();
-  if (m.from_disk) PullFromDisk(m);
+  disk_recovery_->Cancel();
+  if (m.from_disk) disk_recovery_->Pull(m);
 }
 
 // The link lost the coordinator (a transport error, or silence).

@@ -1,0 +1,73 @@
+#include "launcher/agent/rank_requests.h"
+
+#include <unistd.h>
+
+#include "launcher/agent/rank_hello.h"
+#include "plugin/common/log.h"
+
+namespace ftrun {
+
+void RankRequests::Frame(Connection& conn, MsgType type, const std::string& payload) {
+  if (type == MsgType::kHello) return Hello(conn, payload);
+  RankProcesses::Slot* slot = conn.rank >= 0 ? p_.ranks->ByRank(conn.rank) : nullptr;
+  if (slot == nullptr || conn.generation != p_.generations->generation() || !p_.generations->running()) {
+    (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
+    return p_.server->Close(conn.id, "request before hello or from a stopped generation");
+  }
+  slot->last_progress = clock_.Now();
+  if (type == MsgType::kProgress) return;
+  if (type == MsgType::kLoadDone) p_.generations->RankEvent(*slot, &RankProcesses::Slot::restored);
+  if (type == MsgType::kCorruptChunk) {
+    CorruptChunkReport r;
+    Status s = CorruptChunkReport::Decode(payload, &r);
+    (void)(s.ok() ? conn.Send(MsgType::kCorruptChunkOk, p_.corrupt->Reported(conn.rank, r).message)
+                  : conn.SendError(s));
+    return;
+  }
+  if (!p_.service->Handle(conn, type, payload)) {
+    (void)conn.SendError(Status::InvalidArgument("unknown request type " + std::to_string(static_cast<int>(type))));
+  }
+}
+
+void RankRequests::Hello(Connection& conn, const std::string& payload) {
+  const Place place = place_();
+  RankHello h;
+  Status s = RankHello::Decode(payload, &h);
+  RankProcesses::Slot* slot = s.ok() ? p_.ranks->ByRank(h.rank) : nullptr;
+  if (s.ok()) {
+    HelloCheck c;
+    c.protocol = kProtocolVersion;
+    c.job_id = place.job_id;
+    c.first_rank = place.first_rank;
+    c.local_ranks = place.local_ranks;
+    c.running = p_.generations->running();
+    c.is_local_rank = slot != nullptr;
+    c.rank_pid = slot ? slot->pid : 0;
+    c.rank_connected = slot && slot->conn_id != 0;
+    c.peer_pid = conn.pid;
+    c.peer_pgid = ::getpgid(conn.pid);
+    s = CheckHello(h, c);
+  }
+  if (!s.ok()) {
+    FTRUN_LOG_WARN("refused hello from pid {}: {}", conn.pid, s.message());
+    (void)conn.SendError(s);
+    return p_.server->Close(conn.id, "hello refused");
+  }
+  conn.rank = h.rank;
+  conn.reader.set_max_frame(Connection::kMaxRankFrame);
+  conn.generation = p_.generations->generation();
+  slot->conn_id = conn.id;
+  slot->last_progress = clock_.Now();
+  (void)conn.Send(MsgType::kHelloOk,
+                  EncodeHelloOk(place.job_id, place.node_rank, place.chunk_size, p_.generations->restore_version()),
+                  place.store_fd);
+  p_.generations->RankEvent(*slot, &RankProcesses::Slot::connected);
+}
+
+void RankRequests::Closed(Connection& conn) {
+  p_.service->Disconnected(conn);
+  RankProcesses::Slot* slot = conn.rank >= 0 ? p_.ranks->ByRank(conn.rank) : nullptr;
+  if (slot && slot->conn_id == conn.id) slot->conn_id = 0;
+}
+
+}  // namespace ftrun
