@@ -61,8 +61,9 @@ void ClusterMember::Membership(const MembershipMsg& m) {
 // (a one-node job's coordinator has no holders to order copies to).
 void ClusterMember::Replicate(const ReplicateMsg& m) {
   if (m.epoch != epoch_ || !round_) return;
-  retention_->RoundTargets(m.version);
-  round_->Begin(m.version, ranks_());
+  const std::vector<int> ranks = ranks_();
+  retention_->RoundTargets(m.version, ranks);
+  round_->Begin(m.version, ranks);
 }
 
 // This node's shards of the committed version, from their holders over UCX

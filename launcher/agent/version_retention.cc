@@ -14,10 +14,17 @@ void VersionRetention::RestoreFailed(uint64_t version) {
   store_->DiscardAbove(version > 0 ? std::optional<uint64_t>(version - 1) : std::nullopt);
 }
 
-void VersionRetention::RoundTargets(uint64_t version) {
-  // Every rank of the job saved `version`: what lies between it and the
-  // commit can never be committed.
-  store_->ReleaseBetween(tracker_->last_committed(), version);
+void VersionRetention::RoundTargets(uint64_t version, const std::vector<int>& node_ranks) {
+  // What lies between the commit and the round's version can never be
+  // committed. But the round may target the fastest rank's newest save
+  // (the coordinator's "ahead" rounds): a rank of this node that has not
+  // saved that version yet keeps its last save, which its next save
+  // references (freeing it made that save fail with CHUNK_MISSING).
+  uint64_t high = version;
+  for (int rank : node_ranks) {
+    if (store_->Find(rank, version) == nullptr) high = std::min(high, store_->LastSaved(rank).value_or(0));
+  }
+  store_->ReleaseBetween(tracker_->last_committed(), high);
 }
 
 void VersionRetention::Saved(uint64_t version, const std::vector<int>& node_ranks, std::optional<uint64_t> round) {

@@ -12,7 +12,8 @@
 //    return to a version on disk): everything above v is another timeline's
 //    and is never restored, nor acknowledged as a copy of the new one's;
 //  - a commit round targets v: versions between the committed one and v
-//    will never be committed;
+//    will never be committed (but a rank that has not saved v keeps its
+//    last save);
 //  - a save while a round runs: memory stays bounded by keeping the
 //    committed version, the round's, and the newest kKeepVersions saves
 //    (slack for ranks a few steps apart), and never a rank's last save (its
@@ -42,7 +43,8 @@ class VersionRetention {
   void StartsFrom(std::optional<uint64_t> version);
   // A restore of `version` from disk failed: what was read of it goes.
   void RestoreFailed(uint64_t version);
-  void RoundTargets(uint64_t version);
+  // A commit round copies `version`; `node_ranks`: this node's ranks.
+  void RoundTargets(uint64_t version, const std::vector<int>& node_ranks);
   // One of `node_ranks` saved `version`; `round`: the version the current
   // commit round copies, if any.
   void Saved(uint64_t version, const std::vector<int>& node_ranks, std::optional<uint64_t> round);

@@ -62,7 +62,7 @@ TEST_CASE("retention: while a round runs, a node keeps the commit, the round's v
   }
   // 1 committed, 3 the round's, 6..9 the newest kKeepVersions: 4 and 5 can never be committed.
   CHECK(n.Versions() == std::vector<uint64_t>{1, 2, 3, 6, 7, 8, 9});
-  n.retention.RoundTargets(8);  // every rank saved 8: nothing between the commit and it will commit
+  n.retention.RoundTargets(8, {0, 1});  // every rank saved 8: nothing between the commit and it will commit
   CHECK(n.Versions() == std::vector<uint64_t>{1, 8, 9});
   // Never a rank's last save: rank 1 is behind, at 9, while rank 0 runs ahead.
   for (uint64_t v = 10; v <= 16; ++v) {
@@ -72,6 +72,20 @@ TEST_CASE("retention: while a round runs, a node keeps the commit, the round's v
   const auto left = n.Versions();
   CHECK(std::find(left.begin(), left.end(), 9) != left.end());
   CHECK(std::find(left.begin(), left.end(), 8) != left.end());
+}
+
+TEST_CASE("retention: a round that targets the fastest rank's save keeps a slower rank's last save", "[retention]") {
+  Node n;
+  n.Save(0, 1);
+  n.Save(1, 1);
+  n.Commit(1);
+  for (uint64_t v = 2; v <= 9; ++v) n.Save(0, v);
+  for (uint64_t v = 2; v <= 5; ++v) n.Save(1, v);  // rank 1 is behind (its saves 6.. refused: the store was full)
+  n.retention.RoundTargets(9, {0, 1});
+  // Rank 1's next save references its version 5's chunks: 5 stays (and all
+  // above it); 2..4 can never be committed.
+  CHECK(n.Versions() == std::vector<uint64_t>{1, 5, 6, 7, 8, 9});
+  CHECK(n.store.Find(1, 5) != nullptr);
 }
 
 }  // namespace
