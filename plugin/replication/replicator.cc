@@ -236,10 +236,10 @@ bool Replicator::BulkDone(uint64_t token, const Status& status) {
   // Verified as each chunk lands, while the next ones are on the wire, and
   // before the holder says "stored": a copy counts toward a commit only once
   // every byte of it is known good. (This is the copy's one check: a
-  // routine copy's source sends without checking, see Pump.) Checking after the acknowledgement
-  // (off the critical path) would let a commit count a copy that turns out
-  // bad, and the one node that could send it again may be the next to die,
-  // which is when the copy is needed. The cost is one XXH3 pass (~28 GB/s a
+  // routine copy's source sends without checking, see Pump.) Checking after
+  // the acknowledgement (off the critical path) would let a commit count a
+  // copy that turns out bad, and the one node that could send it again may
+  // be the next to die, which is when the copy is needed. The cost is one XXH3 pass (~28 GB/s a
   // core here), overlapped with the transfer; it shows only where the
   // transport's copies already use every core (TCP on a 2-core machine).
   if (status.ok() && x.error.ok() && HashBytes(base_ + c->offset, c->length) != c->hash) {
