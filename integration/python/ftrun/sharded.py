@@ -49,6 +49,8 @@ import sys
 
 import torch
 
+from .grad_flags import with_grad_flags
+
 # Persistent ids of the skeleton pickle (state_pack / state_unpack hooks).
 PID_DTENSOR = "ftrun.dtensor"
 PID_SHARDED = "ftrun.sharded_tensor"
@@ -280,9 +282,7 @@ def _load_dtensor(idx, info, loaded, map_location):
             from torch.distributed._tensor import DTensor
     out = DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(info["shape"]),
                              stride=tuple(info["stride"]))
-    from .state_unpack import _with_grad_flags  # (state_unpack imports this module)
-
-    return _with_grad_flags(out, info)
+    return with_grad_flags(out, info)
 
 
 def _load_sharded_tensor(info, loaded, map_location):

@@ -15,6 +15,7 @@ import torch
 
 from . import _ftrun
 from . import sharded as _sharded
+from .grad_flags import with_grad_flags
 from .state_client import _ftrun_error, _warn_once
 from .state_pack import _ENC_BF16, _ENC_NATIVE, _FORMAT_VERSION, _staging_forced
 
@@ -93,17 +94,6 @@ def _place(t, orig, map_location):
         _warn_once(("device", target), f"ftrun.load: cannot move tensors to '{target}' ({e}); "
                    "they stay on the CPU")
         return t
-
-
-def _with_grad_flags(t, info):
-    """t as it was saved: an nn.Parameter and/or requiring grad, as the
-    metadata says (only floating and complex tensors can require grad)."""
-    rg = info["requires_grad"] and (t.is_floating_point() or t.is_complex())
-    if info.get("param"):
-        return torch.nn.Parameter(t, requires_grad=rg)
-    if rg:
-        t.requires_grad_(True)
-    return t
 
 
 class _DeviceTargets:
@@ -191,7 +181,7 @@ class _Loaded:
             t = (arr if dtype == torch.uint8 else arr.view(dtype)).reshape(meta["shape"])
         else:
             t = _place(_cpu_tensor(meta, arr), meta["device"], map_location)
-        return _with_grad_flags(t, meta)
+        return with_grad_flags(t, meta)
 
     def unpack(self, skeleton, map_location=None):
         return _Unpickler(io.BytesIO(skeleton), self, map_location).load()
