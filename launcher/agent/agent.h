@@ -17,7 +17,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,7 +27,6 @@
 #include "launcher/agent/connection.h"
 #include "launcher/agent/corrupt_chunks.h"
 #include "launcher/agent/disk_recovery.h"
-#include "launcher/agent/flusher.h"
 #include "launcher/agent/generations.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/node_disk.h"
@@ -100,10 +98,6 @@ class Agent : private ClusterMember::Orders {
   ClusterMember::Options MemberOptions();
   Generations::Parts GenerationParts();
   Generations::Hooks GenerationHooks();
-  template <class M>
-  void Report(const M& m) {
-    member_->Report(m);
-  }
 
   // Constant after construction, except the node's place in the job, which
   // the coordinator assigns in a multi-node job.

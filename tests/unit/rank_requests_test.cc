@@ -94,6 +94,13 @@ TEST_CASE("rank requests: a hello from the rank's own process is taken, and its 
     again.id = 8;
     again.pid = rank1;
     w.requests.Frame(again, MsgType::kHello, Wired::Hello(1));
+    FrameReader refusal;
+    MsgType type{};
+    std::string why;
+    REQUIRE(refusal.ReadFrom(other.get()).ok());
+    REQUIRE(refusal.Next(&type, &why));
+    CHECK(type == MsgType::kError);
+    CHECK(why.find("already connected") != std::string::npos);
     CHECK(again.rank == -1);
     CHECK(slot.conn_id == 7);
   }
