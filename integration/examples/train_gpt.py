@@ -122,6 +122,8 @@ def parse_args(argv=None):
     p.add_argument("--timing", action="store_true", help="print TIMING and FIRSTSTEP lines (see above)")
     p.add_argument("--fsdp", type=int, choices=[0, 1, 2], default=0,
                    help="2: FSDP2 fully_shard, 1: FSDP1 with a sharded state dict, 0 (default): data parallel + ZeRO")
+    p.add_argument("--resilient", action="store_true",
+                   help="run under @ftrun.resilient: warm recovery in the surviving processes and warm standbys")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.checkpoint != "ftrun" and not (a.checkpoint.startswith("torch:") and len(a.checkpoint) > 6):
@@ -130,6 +132,8 @@ def parse_args(argv=None):
         p.error("--save-every must be at least 1")
     if a.d_model % a.heads:
         p.error(f"--d-model ({a.d_model}) must be a multiple of --heads ({a.heads})")
+    if a.resilient and (a.fsdp or a.checkpoint != "ftrun"):
+        p.error("--resilient restores through ftrun.restore: --checkpoint ftrun, no --fsdp")
     if a.fsdp and a.checkpoint != "ftrun":
         p.error("--fsdp saves through ftrun only (--checkpoint ftrun)")
     if min(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.batch) < 1 or a.steps < 0:
@@ -256,7 +260,8 @@ def process_start_mono():
         return None
 
 
-def main():
+def main(ctx=None):
+    """One run of training; ctx: the @ftrun.resilient context (--resilient), else None."""
     a = parse_args()
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -266,7 +271,7 @@ def main():
         if a.timing:
             say(f"TIMING {rank} {name} {value!r}")
 
-    t_start = process_start_mono()
+    t_start = process_start_mono() if ctx is None or not ctx.warm else None
     if t_start is not None:
         timing("t_start", t_start)
         timing("startup_s", _T_SCRIPT - t_start)
@@ -286,7 +291,10 @@ def main():
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
 
     torch.manual_seed(a.seed)  # every rank builds the same initial model
-    model = GPT(a).to(device)
+    if ctx is not None and not a.fsdp:
+        model = ctx.keep("model", lambda: GPT(a).to(device))  # a survivor's model, restored in place
+    else:
+        model = GPT(a).to(device)
     if a.fsdp:
         model = shard_model(a.fsdp, model, Block, world, device)  # every rank keeps its shard of it
         params = list(model.parameters())
@@ -307,7 +315,18 @@ def main():
 
     start = 0
     flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    resumed = ckpt.load(device)
+    resumed = ckpt.load(device) if ctx is None else None
+    if ctx is not None:  # in place, into the kept model and the new optimizer
+        extra = {}
+        start = ftrun.restore(model=model, optim=opt.optim, extra=extra)
+        if start:
+            if extra["step"] != start - 1:
+                raise RuntimeError(f"rank {rank}: version {start - 1} holds the state of step {extra['step']}")
+            t_restored = time.monotonic()
+            timing("restore_s", t_restored - t_setup)
+            timing("restore_minflt", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt)
+            timing("t_restored", t_restored)
+            say(f"RESUMED {rank} {start}")
     if resumed is not None:
         step, state = resumed
         t_loaded = time.monotonic()
@@ -395,4 +414,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if "--resilient" in sys.argv[1:]:
+        ftrun.resilient(main)()  # warm recovery: main(ctx) runs again in this process after a failure
+    else:
+        main()

@@ -105,12 +105,14 @@ Status Agent::Setup() {
         return DiskRecovery::Place{o_.job_id, o_.world_size, o_.node_rank};
       },
       [this](uint64_t version) { Committed(version); }, clock_);
+  warm_ = std::make_unique<WarmRanks>(ranks_.get(), server_.get(), WarmHooks(),
+                                      WarmRanks::Options{c.restart.warm_standbys, c.restart.abort_timeout}, clock_);
   Generations::Options go;
   go.max_restarts = c.job.max_restarts;
   go.hang_timeout = c.job.hang_timeout;
   generations_ = std::make_unique<Generations>(GenerationParts(), GenerationHooks(), go, clock_);
   requests_ = std::make_unique<RankRequests>(
-      RankRequests::Parts{server_.get(), ranks_.get(), generations_.get(), service_.get(), corrupt_.get()},
+      RankRequests::Parts{server_.get(), ranks_.get(), generations_.get(), service_.get(), corrupt_.get(), warm_.get()},
       [this] {
         return RankRequests::Place{
             o_.job_id, o_.node_rank, o_.first_global_rank, o_.local_ranks, o_.config.store.chunk_size, arena_.fd()};

@@ -98,6 +98,8 @@ class Agent : private ClusterMember::Orders {
   ClusterMember::Options MemberOptions();
   Generations::Parts GenerationParts();
   Generations::Hooks GenerationHooks();
+  WarmRanks::Hooks WarmHooks();
+  Status SpawnStandby(pid_t* pid);
 
   // Constant after construction, except the node's place in the job, which
   // the coordinator assigns in a multi-node job.
@@ -133,6 +135,7 @@ class Agent : private ClusterMember::Orders {
   // The job's coordinator, the other agents, the copies and the pulls.
   std::unique_ptr<ClusterMember> member_;
   static constexpr uint64_t kTransportTag = 4;
+  std::unique_ptr<WarmRanks> warm_;           // survivors kept across generations, standbys
   std::unique_ptr<Generations> generations_;  // this node's ranks, start to stop
   std::unique_ptr<RankRequests> requests_;    // what they ask over the socket
   // Set only while a kCommit is applied: the epoch the coordinator committed

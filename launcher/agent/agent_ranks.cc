@@ -18,7 +18,30 @@ Generations::Parts Agent::GenerationParts() {
   p.store = store_.get();
   p.tracker = &tracker_;
   p.member = member_.get();
+  p.warm = warm_.get();
   return p;
+}
+
+WarmRanks::Hooks Agent::WarmHooks() {
+  WarmRanks::Hooks h;
+  h.spawn_standby = [this](pid_t* pid) { return SpawnStandby(pid); };
+  h.variables = [this](const RankSlot& s, int generation) {
+    return RankVariables(o_, RankIdentity{s.local_rank, s.global_rank, generation, lock_.socket_path()});
+  };
+  h.job_id = [this] { return o_.job_id; };
+  h.raised = [this](RankSlot& s, const std::string& reason) { generations_->RankRaised(s, reason); };
+  h.changed = [this] { status_dirty_ = true; };
+  return h;
+}
+
+// A warm standby: the ranks' command line (local rank 0's: the decorator
+// gives it its own when it gets a rank), no rank's variables, its output
+// the agent's.
+Status Agent::SpawnStandby(pid_t* pid) {
+  SpawnSpec spec;
+  spec.argv = BuildRankCommand(o_, 0);
+  spec.env = BuildStandbyEnv(o_, lock_.socket_path());
+  return SpawnProcess(spec, pid);
 }
 
 Generations::Hooks Agent::GenerationHooks() {
@@ -78,6 +101,7 @@ void Agent::Tick() {
   disk_->Tick(now);
   server_->Tick();  // silent connections, a paused listen
   ranks_->Tick();   // a stop past its grace, the drain
+  warm_->Tick();    // survivors past restart.abort_timeout, standbys to start
   generations_->CheckHung();
   member_->Tick(now);
   if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;

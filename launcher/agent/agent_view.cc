@@ -88,6 +88,7 @@ nlohmann::json AgentStatusJson(const AgentView& v) {
                           {"connected", r.connected}});
   }
   j["recoveries"] = v.recoveries;
+  j["warm_standbys"] = v.warm;
   j["exit_code"] = v.exit_code ? json(*v.exit_code) : json(nullptr);
   return j;
 }

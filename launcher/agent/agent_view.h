@@ -59,6 +59,7 @@ struct AgentView {
   };
   std::vector<Rank> ranks;
   nlohmann::json recoveries = nlohmann::json::array();  // recovery_log.h's
+  nlohmann::json warm = nlohmann::json::object();       // warm_ranks.h's standbys
   std::optional<int> exit_code;                         // once done
 };
 

@@ -41,6 +41,10 @@ struct Connection {
   std::chrono::steady_clock::time_point accepted;
   int rank = -1;        // global rank, once the hello is accepted
   int generation = -1;  // the rank generation it belongs to
+  // A warm control link (warm_ranks.h): a process under @ftrun.resilient,
+  // kept across generations (a stop does not close it).
+  bool control = false;
+  bool greeted() const { return rank >= 0 || control; }
   std::vector<uint64_t> pins;
   // The first failure sticks: once a write fails the connection is closed.
   bool broken = false;

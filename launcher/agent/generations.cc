@@ -22,7 +22,11 @@ const char* Generations::state_name() const {
 
 void Generations::Spawn() {
   auto now = clock_.Now();
+  WarmRanks::Resumed counts;
+  if (p_.warm) p_.warm->Begin(generation_);
   for (Slot& s : p_.ranks->slots()) {
+    if (p_.warm && p_.warm->Resume(s, generation_, restore_version_)) continue;
+    ++counts.cold;
     if (Status st = h_.spawn(s, generation_); !st.ok()) {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
       exit_code_ = 2;
@@ -30,9 +34,14 @@ void Generations::Spawn() {
       return;
     }
   }
-  FTRUN_LOG_INFO("generation {}: started {} ranks{}", generation_, p_.ranks->slots().size(),
+  if (p_.warm) {
+    counts.survivors = p_.warm->resumed().survivors;
+    counts.standbys = p_.warm->resumed().standbys;
+  }
+  FTRUN_LOG_INFO("generation {}: {} ranks ({} resumed in their processes, {} from warm standbys, {} started){}",
+                 generation_, p_.ranks->slots().size(), counts.survivors, counts.standbys, counts.cold,
                  restore_version_ ? ", restoring version " + std::to_string(*restore_version_) : std::string(""));
-  p_.recoveries->Spawned(generation_, now);
+  p_.recoveries->Spawned(generation_, now, {counts.survivors, counts.standbys, counts.cold});
   h_.changed();
 }
 
@@ -60,8 +69,10 @@ void Generations::Signal(int sig) {
 }
 
 void Generations::ChildExited(pid_t pid, const ExitInfo& info) {
+  if (p_.warm && p_.warm->StandbyExited(pid)) return;
   Slot* slot = p_.ranks->Exited(pid);  // (while stopping, the last one begins the drain)
   if (slot == nullptr) return;
+  if (p_.warm) p_.warm->SlotExited();  // a survivor that died leaving its generation
   // Its socket may still hold frames; nothing of this generation may count
   // after the rank is gone, unless it finished cleanly.
   if (state_ == State::kRunning && info.signaled == false && info.code == 0) {
@@ -90,6 +101,14 @@ void Generations::ChildExited(pid_t pid, const ExitInfo& info) {
     }
     FailRank(reason, info, early);
   }
+}
+
+void Generations::RankRaised(Slot& slot, const std::string& reason) {
+  if (state_ != State::kRunning) return;
+  std::string why = "rank " + std::to_string(slot.global_rank) + " raised in its training function: " + reason;
+  FTRUN_LOG_ERROR("{}", why);
+  const bool early = slot.first_step == Clock::Time{} && EarlyFailureRule::Counts(1);
+  FailRank(why, ExitInfo{false, 1}, early);
 }
 
 void Generations::CheckHung() {
@@ -129,7 +148,25 @@ void Generations::BeginStop(StopCause cause, const std::string& reason) {
   // Fence the failed generation: nothing it still has in flight may land.
   p_.server->CloseAll("generation stopped");
   h_.changed();
+  if (p_.warm == nullptr) return StopRanks();
+  if (cause == StopCause::kShutdown) {
+    p_.warm->Release();
+    return StopRanks();
+  }
+  // The survivors leave the generation first (or are killed at
+  // restart.abort_timeout); then the rest go.
+  p_.warm->Abort(generation_, [this] { StopRanks(); });
+}
+
+void Generations::StopRanks() {
   p_.ranks->Stop([this] { RanksStopped(); });
+}
+
+bool Generations::AnyKept() const {
+  for (const Slot& s : p_.ranks->slots()) {
+    if (s.kept()) return true;
+  }
+  return false;
 }
 
 void Generations::RanksStopped() {
@@ -138,6 +175,9 @@ void Generations::RanksStopped() {
   // commit is still on its way here): they go once the coordinator's halt,
   // sent after any such commit, has arrived (Stopped, Halt), or at the next
   // start.
+  if (stop_cause_ == StopCause::kShutdown && AnyKept()) {
+    return BeginStop(StopCause::kShutdown, "the job ends");  // the survivors kept when it was a failure's stop
+  }
   if (stop_cause_ == StopCause::kShutdown) {
     p_.retention->Halted();
     if (shutdown_signal_ != 0) exit_code_ = 128 + shutdown_signal_;

@@ -4,7 +4,10 @@
 // coordinator is told, the node's ranks stop); a halt or a newer start
 // stops it; a lost coordinator or the job's end stops it too, and a signal
 // to the agent ends the job. Every stop fences the generation's connections
-// first and settles the chunks its ranks found corrupted. What the
+// first and settles the chunks its ranks found corrupted. A failure's stop
+// keeps the survivors that run under @ftrun.resilient (warm_ranks.h): they
+// leave the generation in their own processes, and the next start resumes
+// them and gives the dead ranks' places to warm standbys. What the
 // coordinator hears from here: kRankFailed, kDropped, kHalted, kMissing,
 // kNodeDone.
 //
@@ -24,6 +27,7 @@
 #include "launcher/agent/recovery_log.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/agent/version_retention.h"
+#include "launcher/agent/warm_ranks.h"
 #include "plugin/store/snapshot_store.h"
 #include "recovery/commit_tracker.h"
 
@@ -45,6 +49,7 @@ class Generations {
     const SnapshotStore* store = nullptr;
     const CommitTracker* tracker = nullptr;
     ClusterMember* member = nullptr;  // the coordinator's
+    WarmRanks* warm = nullptr;        // survivors and standbys (none: every restart is cold)
   };
   // What the agent does for it.
   struct Hooks {
@@ -74,7 +79,10 @@ class Generations {
   // The node's events.
   void ChildExited(pid_t pid, const ExitInfo& info);
   void Signal(int sig);  // SIGTERM, SIGINT, SIGHUP to the agent
-  void CheckHung();      // on each tick
+  // A rank under @ftrun.resilient raised: the generation fails, the rank's
+  // process stays (warm_ranks.h).
+  void RankRaised(Slot& slot, const std::string& reason);
+  void CheckHung();  // on each tick
   // A rank connected, restored or saved for the first time this generation.
   void RankEvent(Slot& slot, Clock::Time Slot::*field);
   // The chunks this node's ranks (or its replicator) found corrupted are
@@ -101,6 +109,9 @@ class Generations {
   // EarlyFailureRule, which the coordinator applies).
   void FailRank(const std::string& reason, const ExitInfo& info, bool early = false);
   void BeginStop(StopCause cause, const std::string& reason);
+  void StopRanks();      // those not kept warm
+  bool AnyKept() const;  // survivors parked for the next start
+  void Finish(const std::string& why);
   void RanksStopped();  // every rank process and group is gone
   void Stopped();       // halted, or started again
   template <class M>

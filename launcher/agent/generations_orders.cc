@@ -81,12 +81,17 @@ void Generations::End(int code, const std::string& why) {
   exit_code_ = code;
   // A restart that never came is no recovery (the status lists recoveries).
   p_.recoveries->Abandoned();
-  if (state_ == State::kRunning)
-    BeginStop(StopCause::kShutdown, why);
-  else if (state_ != State::kStopping)
-    state_ = State::kDone;
-  else
+  Finish(why);
+}
+
+// The job ends for this node: ranks running or kept warm are stopped first.
+void Generations::Finish(const std::string& why) {
+  if (state_ == State::kRunning || (state_ == State::kIdle && AnyKept())) return BeginStop(StopCause::kShutdown, why);
+  if (p_.warm) p_.warm->Release();  // standbys; survivors still leaving their generation
+  if (state_ == State::kStopping)
     stop_cause_ = StopCause::kShutdown;
+  else
+    state_ = State::kDone;
 }
 
 void Generations::Lost(const std::string& why) {
@@ -97,10 +102,11 @@ void Generations::Lost(const std::string& why) {
 
 void Generations::GaveUp() {
   exit_code_ = 1;
-  if (state_ == State::kRunning)
-    BeginStop(StopCause::kShutdown, "no coordinator");
-  else if (state_ != State::kStopping)
-    state_ = State::kDone;
+  if (state_ == State::kStopping) {  // its end is the stop's
+    if (p_.warm) p_.warm->Release();
+    return;
+  }
+  Finish("no coordinator");
 }
 
 }  // namespace ftrun

@@ -27,18 +27,42 @@ std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank)
   return cmd;
 }
 
-std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id) {
+namespace {
+
+std::map<std::string, std::string> AgentEnvironment() {
   std::map<std::string, std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     auto eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  return env;
+}
+
+// `env` with the Python package built or installed with this agent on
+// PYTHONPATH: `import ftrun` finds it without the user setting PYTHONPATH
+// (a path the user set comes first).
+std::vector<std::string> Finish(std::map<std::string, std::string> env) {
+  const std::string own_package = OwnPythonPackageDir();
+  if (!own_package.empty()) env["PYTHONPATH"] = AppendSearchPath(env["PYTHONPATH"], own_package);
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::string Devices(const AgentOptions& o) {
   std::string devices;
   for (size_t i = 0; i < o.slots.size(); ++i) devices += (i ? "," : "") + std::to_string(o.slots[i]);
+  return devices;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> RankVariables(const AgentOptions& o, const RankIdentity& id) {
   const std::string world = std::to_string(o.world_size);
   const std::string local = std::to_string(o.local_ranks);
-  const std::map<std::string, std::string> set = {
+  return {
       // DeepSpeed
       {"RANK", std::to_string(id.global_rank)},
       {"LOCAL_RANK", std::to_string(id.local_rank)},
@@ -48,7 +72,7 @@ std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity&
       {"CROSS_SIZE", std::to_string(o.num_nodes)},
       {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(o.master_port + id.restart_count)},
-      {"CUDA_VISIBLE_DEVICES", devices},
+      {"CUDA_VISIBLE_DEVICES", Devices(o)},
       // torchrun
       {"LOCAL_WORLD_SIZE", local},
       {"GROUP_RANK", std::to_string(o.node_rank)},
@@ -67,15 +91,29 @@ std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity&
       {"FTRUN_JOB_ID", o.job_id},
       {"FTRUN_NODE_RANK", std::to_string(o.node_rank)},
   };
-  for (const auto& [k, v] : set) env[k] = v;
-  // `import ftrun` finds the package built or installed with this agent,
-  // without the user setting PYTHONPATH (a path the user set comes first).
-  const std::string own_package = OwnPythonPackageDir();
-  if (!own_package.empty()) env["PYTHONPATH"] = AppendSearchPath(env["PYTHONPATH"], own_package);
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
+}
+
+std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id) {
+  std::map<std::string, std::string> env = AgentEnvironment();
+  for (const auto& [k, v] : RankVariables(o, id)) env[k] = v;
+  return Finish(std::move(env));
+}
+
+std::vector<std::string> BuildStandbyEnv(const AgentOptions& o, const std::string& socket_path) {
+  std::map<std::string, std::string> env = AgentEnvironment();
+  // Nothing that names a rank or a rendezvous: a standby joins no
+  // generation before it is given a rank.
+  for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "FTRUN_RANK", "ROLE_RANK",
+                        "GROUP_RANK", "CROSS_RANK", "TORCHELASTIC_RESTART_COUNT"}) {
+    env.erase(k);
+  }
+  env["CUDA_VISIBLE_DEVICES"] = Devices(o);
+  env["PYTHONUNBUFFERED"] = "1";
+  env["FTRUN_AGENT_SOCKET"] = socket_path;
+  env["FTRUN_JOB_ID"] = o.job_id;
+  env["FTRUN_NODE_RANK"] = std::to_string(o.node_rank);
+  env["FTRUN_WARM_STANDBY"] = "1";
+  return Finish(std::move(env));
 }
 
 }  // namespace ftrun

@@ -3,6 +3,7 @@
 // (DeepSpeed's and torchrun's variables, plus ftrun's own).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,13 @@ std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank)
 // MASTER_PORT moves with the restart count, so a new generation never
 // joins a rendezvous the dead one may still hold.
 std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id);
+
+// The variables BuildRankEnv sets for a rank (what a warm survivor or
+// standby is given for a new generation: warm_ranks.h).
+std::map<std::string, std::string> RankVariables(const AgentOptions& o, const RankIdentity& id);
+
+// A warm standby's environment: the agent's, with the node's variables and
+// FTRUN_WARM_STANDBY=1, but no rank's (it gets them when given a rank).
+std::vector<std::string> BuildStandbyEnv(const AgentOptions& o, const std::string& socket_path);
 
 }  // namespace ftrun

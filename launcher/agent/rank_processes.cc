@@ -32,9 +32,9 @@ std::vector<int> RankProcesses::Ranks() const {
 }
 
 Status RankProcesses::Spawn(Slot& slot, const SpawnSpec& spec) {
-  slot.finished = false;
-  slot.last_progress = clock_.Now();
-  slot.connected = slot.restored = slot.first_step = Time{};
+  Reuse(slot, 0, 0);
+  slot.warm = Slot::Warm::kCold;
+  slot.control_id = 0;
   Status s = SpawnProcess(spec, &slot.pid);
   if (!s.ok()) {
     slot.pid = 0;
@@ -42,6 +42,15 @@ Status RankProcesses::Spawn(Slot& slot, const SpawnSpec& spec) {
   }
   slot.pgid = slot.pid;
   return s;
+}
+
+void RankProcesses::Reuse(Slot& slot, pid_t pid, pid_t pgid) {
+  slot.pid = pid;
+  slot.pgid = pgid;
+  slot.finished = false;
+  slot.conn_id = 0;
+  slot.last_progress = clock_.Now();
+  slot.connected = slot.restored = slot.first_step = Time{};
 }
 
 RankProcesses::Slot* RankProcesses::Exited(pid_t pid) {
@@ -54,13 +63,20 @@ RankProcesses::Slot* RankProcesses::Exited(pid_t pid) {
     return nullptr;
   }
   slot->pid = 0;
-  if (stopping_ && !draining_ && !AnyAlive()) BeginDrain();
+  if (stopping_ && !draining_ && !AnyToStopAlive()) BeginDrain();
   return slot;
 }
 
 bool RankProcesses::AnyAlive() const {
   for (const Slot& s : slots_) {
     if (s.pid != 0) return true;
+  }
+  return false;
+}
+
+bool RankProcesses::AnyToStopAlive() const {
+  for (const Slot& s : slots_) {
+    if (s.pid != 0 && !s.kept()) return true;
   }
   return false;
 }
@@ -77,14 +93,18 @@ void RankProcesses::Stop(std::function<void()> stopped) {
   stopping_ = true;
   killed_hard_ = false;
   stop_deadline_ = clock_.Now() + o_.stop_grace;
-  for (Slot& s : slots_) SignalGroup(s.pgid, SIGTERM);  // the group even when its leader is gone
-  if (!AnyAlive()) BeginDrain();
+  for (Slot& s : slots_) {
+    if (!s.kept()) SignalGroup(s.pgid, SIGTERM);  // the group even when its leader is gone
+  }
+  if (!AnyToStopAlive()) BeginDrain();
 }
 
 void RankProcesses::BeginDrain() {
   // Every rank process is gone; what is left of their groups (their
   // children, reparented to the agent as subreaper) is killed.
-  for (Slot& s : slots_) SignalGroup(s.pgid, SIGKILL);
+  for (Slot& s : slots_) {
+    if (!s.kept()) SignalGroup(s.pgid, SIGKILL);
+  }
   draining_ = true;
   drain_deadline_ = clock_.Now() + o_.drain_bound;
   ContinueDrain();
@@ -93,6 +113,7 @@ void RankProcesses::BeginDrain() {
 void RankProcesses::ContinueDrain() {
   bool left = false;
   for (Slot& s : slots_) {
+    if (s.kept()) continue;
     if (s.pgid != 0 && ::kill(-s.pgid, 0) == 0)
       left = true;
     else
@@ -105,6 +126,7 @@ void RankProcesses::ContinueDrain() {
         "and killing them as they can be",
         std::chrono::duration_cast<std::chrono::seconds>(o_.drain_bound).count());
     for (Slot& s : slots_) {
+      if (s.kept()) continue;
       if (s.pgid != 0) stragglers_.push_back(s.pgid);
       s.pgid = 0;
     }
@@ -140,6 +162,7 @@ void RankProcesses::Tick() {
   if (stopping_ && !killed_hard_ && clock_.Now() >= stop_deadline_) {
     killed_hard_ = true;
     for (Slot& s : slots_) {
+      if (s.kept()) continue;
       if (s.pid != 0) FTRUN_LOG_WARN("rank {} did not stop within job.stop_grace: SIGKILL", s.global_rank);
       SignalGroup(s.pgid, SIGKILL);
     }

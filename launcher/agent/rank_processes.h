@@ -5,6 +5,9 @@
 // the store mapping, so the next generation starts only once they are gone),
 // and finds a rank that hangs (no progress for job.hang_timeout).
 //
+// A slot whose process is kept() (a survivor of warm recovery, leaving its
+// generation or parked: warm_ranks.h) is left alone by Stop and the drain.
+//
 // It decides nothing about the job: what an exit means (a rank finished, a
 // failure to report) is the agent's call. Time comes from a Clock (manual in
 // tests); reaping is the caller's (SIGCHLD), which passes each pid to Exited.
@@ -36,6 +39,12 @@ class RankProcesses {
     uint64_t conn_id = 0;   // its live connection to the agent, 0 if none
     Time last_progress;
     Time connected, restored, first_step;  // this generation's, once each
+    // Warm recovery (warm_ranks.h): kCold until the process says it runs
+    // under @ftrun.resilient over its control link (control_id).
+    enum class Warm : uint8_t { kCold, kRunning, kAborting, kParked };
+    Warm warm = Warm::kCold;
+    uint64_t control_id = 0;
+    bool kept() const { return pid != 0 && (warm == Warm::kAborting || warm == Warm::kParked); }
   };
 
   struct Options {
@@ -55,6 +64,9 @@ class RankProcesses {
 
   // Starts `slot`'s process of a new generation.
   Status Spawn(Slot& slot, const SpawnSpec& spec);
+  // `slot` goes on in a new generation with the process `pid` (leading
+  // group `pgid`): its own survivor, or a warm standby it adopts.
+  void Reuse(Slot& slot, pid_t pid, pid_t pgid);
   // A reaped child: its slot (pid now 0), or nullptr for another process
   // (an orphaned grandchild). While stopping, the last rank's exit begins
   // the drain.
@@ -64,7 +76,7 @@ class RankProcesses {
   // A finished rank's leftovers (a data-loader worker) go now.
   void KillFinishedGroup(Slot& slot);
 
-  // Stops every rank (SIGTERM now, SIGKILL after stop_grace, see Tick);
+  // Stops every rank but the kept ones (SIGTERM now, SIGKILL after stop_grace, see Tick);
   // `stopped` runs once every process and group is gone (on the call, on an
   // Exited or on a Tick). A second Stop while stopping changes nothing but
   // the callback.
@@ -82,6 +94,7 @@ class RankProcesses {
  private:
   void BeginDrain();
   void ContinueDrain();
+  bool AnyToStopAlive() const;  // a process alive that is not kept
 
   const Clock& clock_;
   const Options o_;

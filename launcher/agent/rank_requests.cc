@@ -8,6 +8,11 @@
 namespace ftrun {
 
 void RankRequests::Frame(Connection& conn, MsgType type, const std::string& payload) {
+  if (conn.control || type == MsgType::kWarmHello) {  // a control link (warm_ranks.h), not a rank's requests
+    if (p_.warm != nullptr) return p_.warm->Frame(conn, type, payload);
+    (void)conn.SendError(Status::FailedPrecondition("this agent has no warm recovery"));
+    return p_.server->Close(conn.id, "warm hello without warm recovery");
+  }
   if (type == MsgType::kHello) return Hello(conn, payload);
   RankProcesses::Slot* slot = conn.rank >= 0 ? p_.ranks->ByRank(conn.rank) : nullptr;
   if (slot == nullptr || conn.generation != p_.generations->generation() || !p_.generations->running()) {
@@ -65,6 +70,10 @@ void RankRequests::Hello(Connection& conn, const std::string& payload) {
 }
 
 void RankRequests::Closed(Connection& conn) {
+  if (conn.control) {
+    if (p_.warm != nullptr) p_.warm->Closed(conn);
+    return;
+  }
   p_.service->Disconnected(conn);
   RankProcesses::Slot* slot = conn.rank >= 0 ? p_.ranks->ByRank(conn.rank) : nullptr;
   if (slot && slot->conn_id == conn.id) slot->conn_id = 0;

@@ -19,6 +19,7 @@
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
 #include "launcher/agent/store_service.h"
+#include "launcher/agent/warm_ranks.h"
 
 namespace ftrun {
 
@@ -40,6 +41,7 @@ class RankRequests {
     Generations* generations = nullptr;
     StoreService* service = nullptr;
     CorruptChunks* corrupt = nullptr;
+    WarmRanks* warm = nullptr;  // the control links of @ftrun.resilient processes
   };
 
   RankRequests(Parts parts, std::function<Place()> place, const Clock& clock)

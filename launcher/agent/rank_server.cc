@@ -57,7 +57,7 @@ void RankServer::Accept() {
     // Connections that have not said hello cost a descriptor and a buffer
     // each, and any process of our uid can open them: bounded.
     size_t pending = 0;
-    for (const auto& [id, c] : conns_) pending += c->rank < 0;
+    for (const auto& [id, c] : conns_) pending += !c->greeted();
     const size_t limit = std::max<size_t>(64, max_pending_hello_);
     if (pending >= limit) {
       if (refused_pending_++ % 100 == 0) {
@@ -140,7 +140,7 @@ void RankServer::Tick() {
   // not hold a descriptor forever.
   std::vector<uint64_t> silent;
   for (const auto& [id, conn] : conns_) {
-    if (conn->rank < 0 && now - conn->accepted > kHelloDeadline) silent.push_back(id);
+    if (!conn->greeted() && now - conn->accepted > kHelloDeadline) silent.push_back(id);
   }
   for (uint64_t id : silent) Close(id, "no hello within 10 s");
 }
@@ -157,7 +157,9 @@ void RankServer::Close(uint64_t id, const std::string& why) {
 
 void RankServer::CloseAll(const std::string& why) {
   std::vector<uint64_t> ids;
-  for (const auto& [id, conn] : conns_) ids.push_back(id);
+  for (const auto& [id, conn] : conns_) {
+    if (!conn->control) ids.push_back(id);
+  }
   for (uint64_t id : ids) Close(id, why);
 }
 

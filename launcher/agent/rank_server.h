@@ -58,6 +58,7 @@ class RankServer {
   // A peer that broke the protocol: told why, and closed.
   void Drop(Connection& conn, const Status& why);
   void Close(uint64_t id, const std::string& why);
+  // Every connection but the warm control links (connection.h).
   void CloseAll(const std::string& why);
   Connection* Find(uint64_t id);
   size_t size() const { return conns_.size(); }

@@ -35,8 +35,18 @@ void RecoveryLog::Starting(int restart, std::optional<uint64_t> version, const s
   }
 }
 
-void RecoveryLog::Spawned(int generation, Time at) {
-  if (!records_.empty() && records_.back().restart == generation) records_.back().spawned = at;
+void RecoveryLog::Spawned(int generation, Time at, Started how) {
+  if (records_.empty() || records_.back().restart != generation) return;
+  Record& r = records_.back();
+  r.spawned = at;
+  r.survivors = how.survivors;
+  r.standbys = how.standbys;
+  r.cold = how.cold;
+}
+
+const char* RecoveryLog::Record::kind() const {
+  if (survivors + standbys == 0) return cold == 0 ? "none" : "cold";
+  return cold == 0 ? "warm" : "mixed";
 }
 
 void RecoveryLog::Abandoned() {
@@ -53,10 +63,11 @@ void RecoveryLog::AllRanks(int generation, Phase phase, Time latest) {
   } else {
     r.first_step = latest;
     FTRUN_LOG_INFO(
-        "recovered from '{}' in {:.0f} ms: stop {:.0f}, respawn {:.0f}, connect {:.0f}, restore {:.0f}, "
+        "recovered ({}: {} resumed, {} from standbys, {} started) from '{}' in {:.0f} ms: stop {:.0f}, respawn {:.0f}, "
+        "connect {:.0f}, restore {:.0f}, "
         "first step {:.0f} (version {})",
-        r.reason, Ms(latest - r.detected), Ms(r.stopped - r.detected), Ms(r.spawned - r.stopped),
-        Ms(r.connected.value_or(r.spawned) - r.spawned),
+        r.kind(), r.survivors, r.standbys, r.cold, r.reason, Ms(latest - r.detected), Ms(r.stopped - r.detected),
+        Ms(r.spawned - r.stopped), Ms(r.connected.value_or(r.spawned) - r.spawned),
         Ms(r.restored.value_or(r.connected.value_or(r.spawned)) - r.connected.value_or(r.spawned)),
         Ms(latest - r.restored.value_or(r.connected.value_or(r.spawned))),
         r.version ? std::to_string(*r.version) : std::string("none: fresh start"));
@@ -68,6 +79,12 @@ nlohmann::json RecoveryLog::ToJson() const {
   json out = json::array();
   for (const Record& r : records_) {
     json x = {{"restart", r.restart}, {"reason", r.reason}};
+    if (r.spawned != Time{}) {
+      x["kind"] = r.kind();
+      x["survivors"] = r.survivors;
+      x["standbys"] = r.standbys;
+      x["cold"] = r.cold;
+    }
     x["version"] = r.version ? json(*r.version) : json(nullptr);
     if (r.first_step) {
       auto connected = r.connected.value_or(r.spawned);

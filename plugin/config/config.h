@@ -7,6 +7,7 @@
 //   agent: { run_dir, log_level, ranks_per_node }
 //   cluster: { replicas, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout, copy_timeout }
 //   persist: { dir, every_versions, every_seconds, keep, rate_limit, direct_io, drain_timeout }
+//   restart: { warm_standbys, abort_timeout }
 // Missing keys and sections take the defaults below; unknown keys, wrong node
 // types and out-of-range values are errors.
 //
@@ -93,6 +94,20 @@ struct PersistConfig {
   SourceLoc dir_loc;  // where dir came from
 };
 
+// Warm recovery (launcher/agent/warm_ranks.h): ranks that run under
+// @ftrun.resilient survive a failure in their own processes, and warm
+// standbys take the dead ranks' places.
+struct RestartConfig {
+  static constexpr int kAuto = -1;
+  // restart.warm_standbys: standby processes per node, >= 0, or auto (-1):
+  // one on a node whose ranks use the decorator, none on a spare.
+  int warm_standbys = kAuto;
+  // restart.abort_timeout: how long a survivor may take to leave its
+  // generation (out of the decorated function) before it is killed and
+  // replaced like a dead rank, > 0.
+  std::chrono::milliseconds abort_timeout{5000};
+};
+
 struct Config {
   std::string source;  // file path, or "<default>"
   JobConfig job;
@@ -100,6 +115,7 @@ struct Config {
   AgentConfig agent;
   ClusterConfig cluster;
   PersistConfig persist;
+  RestartConfig restart;
 };
 
 // Parses and validates `yaml_text`; `source_name` is used in messages and as

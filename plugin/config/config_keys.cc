@@ -100,6 +100,27 @@ const Key kTable[] = {
     {"store", "prefault", "true or false",
      [](const std::string& t, Config* c) { return ParseBool(t, &c->store.prefault); }, nullptr,
      [](const Config& c) { return std::string(c.store.prefault ? "true" : "false"); }},
+    {"restart", "warm_standbys", "auto or an integer >= 0",
+     [](const std::string& t, Config* c) {
+       if (t == "auto") return c->restart.warm_standbys = RestartConfig::kAuto, Status::Ok();
+       int n = 0;
+       FTRUN_RETURN_IF_ERROR(ParseInt(t, "auto or an integer >= 0", &n));
+       if (n < 0) return Status::InvalidArgument("expected auto or an integer >= 0, got " + Quote(t));
+       return c->restart.warm_standbys = n, Status::Ok();
+     },
+     [](const Config& c) -> const char* {
+       return c.restart.warm_standbys >= RestartConfig::kAuto ? nullptr : "auto or an integer >= 0";
+     },
+     [](const Config& c) {
+       return c.restart.warm_standbys == RestartConfig::kAuto ? std::string("auto")
+                                                              : std::to_string(c.restart.warm_standbys);
+     }},
+    {"restart", "abort_timeout", "a duration like 5s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->restart.abort_timeout); },
+     [](const Config& c) -> const char* {
+       return c.restart.abort_timeout.count() > 0 ? nullptr : "a duration > 0 like 5s";
+     },
+     [](const Config& c) { return Millis(c.restart.abort_timeout); }},
     {"cluster", "replicas", "an integer >= 0",
      [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->cluster.replicas); },
      [](const Config& c) -> const char* { return c.cluster.replicas >= 0 ? nullptr : "an integer >= 0"; },
@@ -198,7 +219,7 @@ const Key kTable[] = {
      [](const Config& c) { return std::to_string(c.agent.ranks_per_node); }},
 };
 
-const char* const kSectionNames[] = {"job", "store", "agent", "cluster", "persist"};
+const char* const kSectionNames[] = {"job", "store", "agent", "cluster", "persist", "restart"};
 
 }  // namespace
 

@@ -36,6 +36,15 @@ enum class MsgType : uint16_t {
   kCorruptChunk,    // rank -> agent: version, tensor, chunk index, the hash its bytes have
   kCorruptChunkOk,  // agent -> rank: what the agent found and did (text)
 
+  // A process under @ftrun.resilient, over its second connection (its
+  // control link, launcher/agent/warm_ranks.h). Payloads are key=value lines
+  // (launcher/agent/warm_fields.h).
+  kWarmHello = 32,  // process -> agent: role (rank or standby), rank, job
+  kWarmAbort,       // agent -> process: leave generation N now
+  kWarmParked,      // process -> agent: out of the decorated function, its process group gone
+  kWarmStart,       // agent -> process: generation, restore version, the rank's variables
+  kWarmFailed,      // process -> agent: its training function raised (generation, reason); it leaves
+
   // ftrun-agent attaching to a Slurm standby agent (launcher/agent/standby.h).
   kAttach = 64,    // attacher -> standby (+ its stdout): argv, environment, cwd
   kAttachFd,       // attacher -> standby (+ its stderr)

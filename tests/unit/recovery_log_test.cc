@@ -18,7 +18,7 @@ TEST_CASE("recovery log: a restart timed phase by phase, in the status's terms",
   log.Stopped();
   clock.Advance(milliseconds(50));
   log.Starting(1, 41, "taking over node 0", 3);
-  log.Spawned(1, clock.Now());
+  log.Spawned(1, clock.Now(), {0, 0, 2});
   clock.Advance(milliseconds(20));
   log.AllRanks(1, RecoveryLog::Phase::kConnected, clock.Now());
   clock.Advance(milliseconds(100));
@@ -66,7 +66,7 @@ TEST_CASE("recovery log: a restart that never came is no recovery", "[recovery_l
   CHECK(log.records().empty());
   log.Failed(1, "rank 0 exited with code 3");
   log.Starting(1, std::nullopt, "", 3);
-  log.Spawned(1, clock.Now());
+  log.Spawned(1, clock.Now(), {0, 0, 2});
   log.Abandoned();  // spawned: it was a recovery
   CHECK(log.records().size() == 1);
   CHECK(log.ToJson()[0]["version"].is_null());

@@ -37,6 +37,12 @@ Errors: a failed call raises Error (a RuntimeError) with .code, the status
 code name ('TIMEOUT', 'RESOURCE_EXHAUSTED', ...), and .message; a code of
 INVALID_ARGUMENT raises InvalidArgumentError, which is also a ValueError.
 
+Warm recovery: a training function decorated with @ftrun.resilient runs
+again in the same process after any rank fails (its process group torn down
+and rebuilt, the dead ranks' places taken by warm standbys), and
+ftrun.restore(model=..., optim=...) puts the committed version back into the
+live model and optimizer in place (ftrun.warm, ftrun.in_place).
+
 Without any agent, ftrun.load_persisted(dir, job, version=None, rank=0) reads
 a version from a persist directory (persist.dir) and ftrun.load_exported(outdir,
 rank=0) one that `ftrun export` wrote as safetensors; both return (step, state)
@@ -69,7 +75,8 @@ __all__ = ["Client", "Error", "InvalidArgumentError", "LoadResult", "LATEST"]
 # The torch layer, imported on first use so that `import ftrun` needs no torch.
 _STATE_NAMES = ("save", "load", "wait", "rng_state", "set_rng_state", "restore_into", "get_client", "configure")
 _PERSISTED_NAMES = ("load_persisted", "load_exported", "read_persisted", "read_exported", "persisted_versions")
-_SUBMODULES = ("state", "deepspeed", "persisted", "sharded", "dcp")
+_SUBMODULES = ("state", "deepspeed", "persisted", "sharded", "dcp", "warm", "in_place")
+_RESILIENT_NAMES = ("resilient", "Restart")
 
 
 def __getattr__(name):
@@ -77,6 +84,14 @@ def __getattr__(name):
         from . import state
 
         return getattr(state, name)
+    if name in _RESILIENT_NAMES:  # (no torch needed)
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.warm"), name)
+    if name == "restore":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.in_place").restore
     if name in _PERSISTED_NAMES:
         from . import persisted
 
@@ -89,4 +104,5 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_STATE_NAMES) | set(_PERSISTED_NAMES) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(_STATE_NAMES) | set(_PERSISTED_NAMES) | set(_SUBMODULES)
+                  | set(_RESILIENT_NAMES) | {"restore"})

@@ -1,0 +1,410 @@
+"""ftrun.warm: warm recovery (@ftrun.resilient). The training function runs again in the
+same process when any rank fails, instead of the process being replaced::
+
+    @ftrun.resilient
+    def train(ctx):                     # ctx: a ftrun.resilient.Context
+        dist.init_process_group("gloo")                   # env:// as ftrun set it for this generation
+        model = ctx.keep("model", lambda: GPT(args))      # the same object in every generation of this process
+        opt = torch.optim.Adam(model.parameters())
+        start = ftrun.restore(model=model, optim=opt)    # in place; 0 on a fresh start
+        for step in range(start, steps):
+            ...
+            ftrun.save(step, {"model": model.state_dict(), "optim": opt.state_dict(), "rng": ftrun.rng_state()})
+
+    if __name__ == "__main__":
+        train()
+
+When a rank of the job fails (dies, hangs, or raises), the agent tells the
+survivors to leave their generation: the main thread gets a ftrun.Restart
+(a BaseException, so `except Exception` does not swallow it); a survivor
+blocked in a gloo collective is released by shutting down the TCP
+connections its process group opened in this generation (gloo on torch 1.13
+has no abort), an NCCL one by aborting its communicators; then the process
+group is destroyed and the agent starts the next generation: fresh
+MASTER_PORT, RANK and the rest in os.environ, `--local_rank=` on sys.argv,
+and `train(ctx)` is called again. The dead ranks' places go to warm
+standbys: processes the agent started with the same command line and
+FTRUN_WARM_STANDBY=1, which run the script up to the decorated call and wait
+there for a rank. So: read RANK, LOCAL_RANK, WORLD_SIZE and the command line
+inside the decorated function, not at import time.
+
+An exception raised by the function in one rank fails the generation too
+(the agent is told; the process itself is kept, and runs the next
+generation). SystemExit and KeyboardInterrupt end the process as usual. A
+survivor that does not leave within restart.abort_timeout is killed and
+replaced: the cold restart of a job without the decorator.
+
+Without an ftrun agent (no FTRUN_AGENT_SOCKET) the function is simply called
+once. The decorator must be called from the main thread; it uses SIGUSR2
+while the function runs (leave that signal to it).
+"""
+
+import functools
+import gc
+import os
+import queue
+import signal
+import socket
+import stat
+import struct
+import sys
+import threading
+
+_MAGIC = 0x46545231
+_HEADER = struct.Struct("<IHHI")
+_ERROR, _WARM_HELLO, _WARM_ABORT, _WARM_PARKED, _WARM_START, _WARM_FAILED = 3, 32, 33, 34, 35, 36
+_MAX_FRAME = 1 << 20
+_SIGNAL = signal.SIGUSR2
+_RESEND_S = 0.05  # the interrupt is repeated until the main thread is out of the function
+
+
+class Restart(BaseException):
+    """Raised in a survivor's main thread: its generation ends (a rank of
+    the job failed). Let it propagate out of the decorated function."""
+
+
+class Context:
+    """What the decorated function is given. generation: the agent's restart
+    count (0 on the first start); rank, local_rank, world_size; warm: this
+    process ran an earlier generation (its objects kept with keep() are
+    still there); standby: it began as a warm standby."""
+
+    def __init__(self, runner, env, warm, standby):
+        self._runner = runner
+        self.generation = int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.rank = int(env.get("RANK", "0"))
+        self.local_rank = int(env.get("LOCAL_RANK", "0"))
+        self.world_size = int(env.get("WORLD_SIZE", "1"))
+        self.warm = warm
+        self.standby = standby
+
+    @property
+    def restore_version(self):
+        """The version this generation restores (None: a fresh start)."""
+        from .state_client import get_client
+
+        return get_client().restore_version
+
+    def keep(self, name, factory):
+        """The object kept under `name` by an earlier generation of this
+        process, else factory()'s result, kept from now on. Keep what needs
+        no process group (a model, its parameters' tensors): ftrun.restore
+        then copies the committed state into it in place. A generation with
+        nothing to restore (a fresh start) gets factory()'s result anew: no
+        state of an abandoned run carries over."""
+        kept = self._runner.kept if self._runner is not None else {}
+        if name not in kept or self.restore_version is None:
+            kept[name] = factory()
+        return kept[name]
+
+    def __repr__(self):
+        return (f"Context(generation={self.generation}, rank={self.rank}, world_size={self.world_size}, "
+                f"warm={self.warm}, standby={self.standby})")
+
+
+def resilient(fn):
+    """Decorates a training function `fn(ctx, *args, **kwargs)` for warm
+    recovery (see the module docstring). Returns what fn returns."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not os.environ.get("FTRUN_AGENT_SOCKET"):
+            return fn(Context(None, os.environ, False, False), *args, **kwargs)
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("ftrun.resilient: call the decorated function from the main thread")
+        return _Runner().run(fn, args, kwargs)
+
+    return run
+
+
+# --------------------------------------------------------------------------
+# The control link to the agent
+
+
+def _encode(fields):
+    out = []
+    for k, v in fields.items():
+        v = str(v).replace("\n", " ")
+        out.append(f"{k}={v}\n")
+    return "".join(out).encode()
+
+
+def _decode(payload):
+    fields = {}
+    for line in payload.decode("utf-8", "replace").split("\n"):
+        if line:
+            k, _, v = line.partition("=")
+            fields[k] = v
+    return fields
+
+
+class _Link:
+    """The process's control connection to its agent (launcher/agent/warm_ranks.h)."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.lock = threading.Lock()
+
+    def send(self, kind, fields):
+        payload = _encode(fields)
+        with self.lock:
+            self.sock.sendall(_HEADER.pack(_MAGIC, kind, 0, len(payload)) + payload)
+
+    def _exact(self, n):
+        buf = bytearray()
+        while len(buf) < n:
+            got = self.sock.recv(n - len(buf))
+            if not got:
+                raise EOFError("the agent closed the control link")
+            buf += got
+        return bytes(buf)
+
+    def recv(self):
+        magic, kind, _, length = _HEADER.unpack(self._exact(_HEADER.size))
+        if magic != _MAGIC or length > _MAX_FRAME:
+            raise EOFError(f"bad frame from the agent (magic {magic:#x}, {length} bytes)")
+        return kind, _decode(self._exact(length))
+
+
+# --------------------------------------------------------------------------
+# One process's generations
+
+
+class _Runner:
+    def __init__(self):
+        self.standby = os.environ.get("FTRUN_WARM_STANDBY") == "1"
+        self.link = _Link(os.environ["FTRUN_AGENT_SOCKET"])
+        hello = {"role": "standby" if self.standby else "rank", "job": os.environ.get("FTRUN_JOB_ID", "")}
+        if not self.standby:
+            hello["rank"] = os.environ.get("FTRUN_RANK", os.environ.get("RANK", ""))
+        self.link.send(_WARM_HELLO, hello)
+        self.kept = {}
+        self.starts = queue.Queue()
+        self.generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.in_user = False
+        self.aborting = False
+        self.interrupted = False  # the Restart was raised in the main thread
+        self.aborted_generation = -1
+        self.leaving = threading.Event()  # set once the main thread is out of the function
+        self.sockets_before = set()
+        self.main_ident = threading.main_thread().ident
+        threading.Thread(target=self._read, name="ftrun-warm-link", daemon=True).start()
+
+    # The main thread ---------------------------------------------------------
+
+    def run(self, fn, args, kwargs):
+        previous = signal.signal(_SIGNAL, self._interrupt)
+        try:
+            warm = False
+            self._begin(self._wait_start() if self.standby else None)
+            while True:
+                ctx = Context(self, os.environ, warm, self.standby)
+                if self.aborted_generation != self.generation:  # (told to leave before it began)
+                    try:
+                        try:
+                            self.in_user = True
+                            result = fn(ctx, *args, **kwargs)
+                        finally:
+                            self.in_user = False
+                            self.leaving.set()
+                        self.link.sock.close()
+                        return result
+                    except BaseException as e:  # noqa: B902 - Restart is a BaseException on purpose
+                        if not self.aborting:
+                            if not isinstance(e, Exception):
+                                raise
+                            self._raised(ctx, e)  # its own failure: the process stays
+                        e.__traceback__ = None  # the generation's objects go with the frames
+                        del e
+                self.leaving.set()
+                self._leave()
+                warm = True
+                self._begin(self._wait_start())
+        finally:
+            signal.signal(_SIGNAL, previous)
+
+    def _raised(self, ctx, e):
+        self.aborting = True
+        reason = f"{type(e).__name__}: {e}"[:1500]
+        sys.stderr.write(f"ftrun: rank {ctx.rank} raised {reason}; leaving generation {self.generation}\n")
+        self.link.send(_WARM_FAILED, {"generation": self.generation, "reason": reason})
+
+    def _interrupt(self, signum, frame):
+        if self.aborting and self.in_user and not self.interrupted:
+            self.interrupted = True
+            raise Restart(f"ftrun: generation {self.generation} ends (a rank of the job failed)")
+
+    def _wait_start(self):
+        start = self.starts.get()
+        if start is None:
+            raise SystemExit("ftrun.resilient: the agent closed the control link")
+        return start
+
+    def _begin(self, start):
+        """Enters a generation: the agent's start (None: this process was
+        started as the rank, with its environment)."""
+        if start is not None:
+            for k, v in start.items():
+                if k.startswith("env."):
+                    os.environ[k[4:]] = v
+            self.generation = int(start["generation"])
+            _set_local_rank_arg(start["local_rank"])
+        _reset_ftrun_client()
+        self.sockets_before = set(_tcp_sockets())
+        self.aborting = False
+        self.interrupted = False
+        self.leaving.clear()
+
+    def _leave(self):
+        """Out of the function: its process group goes, its objects too
+        (those not kept), and the agent hears that this process is parked."""
+        _destroy_process_group()
+        _reset_ftrun_client()
+        gc.collect()
+        self.link.send(_WARM_PARKED, {"generation": self.generation})
+
+    # The link's reader thread ------------------------------------------------
+
+    def _read(self):
+        try:
+            while True:
+                kind, fields = self.link.recv()
+                if kind == _WARM_START:
+                    self.starts.put(fields)
+                elif kind == _WARM_ABORT:
+                    self._abort(int(fields.get("generation", -1)))
+                elif kind == _ERROR:
+                    sys.stderr.write(f"ftrun.resilient: the agent refused this process: {fields}\n")
+        except (EOFError, OSError, ValueError, struct.error):
+            pass
+        self.starts.put(None)
+
+    def _abort(self, generation):
+        self.aborted_generation = generation
+        if generation != self.generation or self.aborting or self.leaving.is_set():
+            return
+        self.aborting = True
+        _abort_collectives(self.sockets_before)
+        while not self.leaving.is_set() and not self.interrupted:
+            try:
+                signal.pthread_kill(self.main_ident, _SIGNAL)
+            except (OSError, ValueError):
+                return
+            if self.leaving.wait(_RESEND_S):
+                return
+            _abort_collectives(self.sockets_before)  # ones opened meanwhile
+
+
+# --------------------------------------------------------------------------
+# What a generation leaves behind
+
+
+def _set_local_rank_arg(local_rank):
+    for i, a in enumerate(sys.argv):
+        for flag in ("--local_rank=", "--local-rank="):
+            if a.startswith(flag):
+                sys.argv[i] = flag + str(local_rank)
+
+
+def _reset_ftrun_client():
+    """The next ftrun call connects anew, as this generation's rank."""
+    if "ftrun.state_client" not in sys.modules:
+        return
+    from . import state_client
+
+    with state_client._lock:
+        client, state_client._client = state_client._client, None
+        state_client._in_flight = []
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - the agent closed it already
+            pass
+    if "ftrun.state" in sys.modules:
+        sys.modules["ftrun.state"]._last_saved = None
+
+
+def _tcp_sockets():
+    """(fd, inode) of this process's connected TCP sockets, but those of the
+    rendezvous store (MASTER_PORT)."""
+    master = int(os.environ.get("MASTER_PORT", "0") or 0)
+    out = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            fd = int(name)
+            st = os.fstat(fd)
+        except (OSError, ValueError):
+            continue
+        if not stat.S_ISSOCK(st.st_mode):
+            continue
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
+                continue
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                continue  # a listener (gloo's, the store's): shutting it down kills torch's threads
+            if master and (s.getsockname()[1] == master or s.getpeername()[1] == master):
+                continue
+            out.append((fd, st.st_ino))
+        except OSError:
+            continue
+        finally:
+            s.close()
+    return out
+
+
+def _abort_collectives(sockets_before):
+    """Releases a main thread blocked in a collective: NCCL communicators
+    are aborted; gloo's pending operations fail once the connections this
+    generation opened are shut down (never closed here: the descriptors
+    stay torch's)."""
+    _abort_nccl()
+    for fd, ino in _tcp_sockets():
+        if (fd, ino) in sockets_before:
+            continue
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+
+def _abort_nccl():
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    try:
+        if dist.get_backend() != "nccl":
+            return
+        c10d = dist.distributed_c10d
+        if hasattr(c10d, "_abort_process_group"):  # torch >= 2.6
+            c10d._abort_process_group()
+            return
+        import torch
+
+        dist.group.WORLD._get_backend(torch.device("cuda")).abort()
+    except Exception as e:  # noqa: BLE001 - best effort: abort_timeout kills the process otherwise
+        sys.stderr.write(f"ftrun.resilient: cannot abort the NCCL process group: {e}\n")
+
+
+def _destroy_process_group():
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    try:
+        dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001 - a broken group still goes
+        sys.stderr.write(f"ftrun.resilient: destroying the process group: {e}\n")
