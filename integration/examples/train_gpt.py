@@ -124,6 +124,8 @@ def parse_args(argv=None):
                    help="2: FSDP2 fully_shard, 1: FSDP1 with a sharded state dict, 0 (default): data parallel + ZeRO")
     p.add_argument("--resilient", action="store_true",
                    help="run under @ftrun.resilient: warm recovery in the surviving processes and warm standbys")
+    p.add_argument("--raise-at", metavar="RANK:STEP", default=None,
+                   help="(tests) that rank raises RuntimeError at that step, in its first generation only")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.checkpoint != "ftrun" and not (a.checkpoint.startswith("torch:") and len(a.checkpoint) > 6):
@@ -359,6 +361,8 @@ def main(ctx=None):
     saved = False
     for step in range(start, a.steps):
         t_step = time.monotonic()
+        if a.raise_at == f"{rank}:{step}" and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
+            raise RuntimeError(f"rank {rank} raises at step {step} (--raise-at)")
         x, y = batch(a, step, rank, device)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, a.vocab), y.reshape(-1))

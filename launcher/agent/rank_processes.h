@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <functional>
+#include <set>
 #include <vector>
 
 #include "launcher/agent/supervisor.h"
@@ -44,6 +45,7 @@ class RankProcesses {
     enum class Warm : uint8_t { kCold, kRunning, kAborting, kParked };
     Warm warm = Warm::kCold;
     uint64_t control_id = 0;
+    std::set<uint64_t> sockets_before;  // the sockets it had when this generation began (release_connections.h)
     bool kept() const { return pid != 0 && (warm == Warm::kAborting || warm == Warm::kParked); }
   };
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "launcher/agent/release_connections.h"
 #include "launcher/agent/supervisor.h"
 #include "plugin/common/log.h"
 
@@ -114,6 +115,7 @@ void WarmRanks::Raised(Connection& conn, const std::string& payload) {
   Slot* slot = SlotOf(conn.id);
   if (slot == nullptr || slot->warm != Slot::Warm::kRunning || generation != generation_) return;
   slot->warm = Slot::Warm::kAborting;  // it leaves by itself: no kWarmAbort
+  Release(*slot);
   h_.raised(*slot, f["reason"].substr(0, 2000));
 }
 
@@ -148,12 +150,26 @@ void WarmRanks::Abort(int generation, std::function<void()> left) {
     Connection* c = server_->Find(s.control_id);
     if (c == nullptr || !c->Send(MsgType::kWarmAbort, payload).ok()) continue;
     s.warm = Slot::Warm::kAborting;
+    Release(s);
   }
   left_ = std::move(left);
   CheckLeft();
 }
 
 void WarmRanks::SlotExited() { CheckLeft(); }
+
+void WarmRanks::Release(Slot& slot) {
+  if (slot.pid == 0) return;
+  int store_port = -1;
+  WarmFields vars = h_.variables(slot, generation_);
+  if (auto it = vars.find("MASTER_PORT"); it != vars.end()) store_port = std::atoi(it->second.c_str());
+  int released = 0;
+  Status s = ReleaseConnections(slot.pid, slot.sockets_before, store_port, &released);
+  if (!s.ok()) FTRUN_LOG_WARN("rank {}: cannot release its connections: {}", slot.global_rank, s.message());
+  if (released > 0)
+    FTRUN_LOG_DEBUG("rank {}: shut down {} connections of generation {}", slot.global_rank, released, generation_);
+  slot.sockets_before.merge(SocketInodes(slot.pid));  // once is enough for these
+}
 
 void WarmRanks::CheckLeft() {
   if (!left_) return;
@@ -180,6 +196,7 @@ bool WarmRanks::Resume(Slot& slot, int generation, const std::optional<uint64_t>
   if (slot.pid != 0) {
     if (slot.warm != Slot::Warm::kParked || slot.control_id == 0) return false;
     ranks_->Reuse(slot, slot.pid, slot.pgid);
+    slot.sockets_before = SocketInodes(slot.pid);
     slot.warm = Slot::Warm::kRunning;
     SendStart(slot.control_id, slot, generation, restore);
     ++resumed_.survivors;
@@ -190,6 +207,7 @@ bool WarmRanks::Resume(Slot& slot, int generation, const std::optional<uint64_t>
   // A standby still starting up is waited for, not skipped: it gets the
   // rank now and its start when it says hello.
   ranks_->Reuse(slot, it->pid, it->pid);
+  slot.sockets_before = SocketInodes(it->pid);
   slot.warm = Slot::Warm::kRunning;
   slot.control_id = it->control_id;
   FTRUN_LOG_INFO("rank {}: warm standby pid {} takes its place{}", slot.global_rank, it->pid,
@@ -251,6 +269,9 @@ void WarmRanks::Release() {
 }
 
 void WarmRanks::Tick() {
+  for (Slot& s : ranks_->slots()) {
+    if (left_ && s.warm == Slot::Warm::kAborting) Release(s);  // connections opened since
+  }
   if (left_ && clock_.Now() >= abort_deadline_) {
     for (Slot& s : ranks_->slots()) {
       if (s.pid != 0 && s.warm == Slot::Warm::kAborting)

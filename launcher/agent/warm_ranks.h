@@ -105,7 +105,9 @@ class WarmRanks {
   void Parked(Connection& conn, const std::string& payload);
   void Raised(Connection& conn, const std::string& payload);
   void SendStart(uint64_t control_id, const Slot& slot, int generation, const std::optional<uint64_t>& restore);
-  void Unkeep(Slot& slot, const std::string& why);  // killed; its place goes to a standby
+  void Unkeep(Slot& slot, const std::string& why);
+  void Release(Slot& slot);  // its generation's connections shut down (release_connections.h)  // killed; its place
+                             // goes to a standby
   void CheckLeft();
   void Refill();
   int wanted() const;

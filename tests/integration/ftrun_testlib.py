@@ -291,7 +291,7 @@ class ScriptClusterJob(ClusterJob):
     this build's ftrun package first on PYTHONPATH and MASTER_PORT base ..
     base+ports-1 free (one per generation)."""
 
-    def __init__(self, script, script_args, nodes, per_node, config="", prefix="ftrun-py-", ports=4):
+    def __init__(self, script, script_args, nodes, per_node, config="", prefix="ftrun-py-", ports=4, spares=0):
         self.dir = scratch(prefix)
         self.config = os.path.join(self.dir, "ftrun.yaml")
         self.status = os.path.join(self.dir, "status.json")
@@ -299,8 +299,8 @@ class ScriptClusterJob(ClusterJob):
             f.write("agent:\n  run_dir: %s/run\n" % self.dir + config)
         self.script = script
         self.master_port = free_port_range(ports)
-        self.argv = [RUNNER, "--num_nodes", str(nodes), "--num_gpus", str(per_node), "--config", self.config,
-                     "--status_file", self.status, "--master_addr", "127.0.0.1",
+        self.argv = [RUNNER, "--num_nodes", str(nodes), "--num_gpus", str(per_node), "--spares", str(spares),
+                     "--config", self.config, "--status_file", self.status, "--master_addr", "127.0.0.1",
                      "--master_port", str(self.master_port), script, *script_args]
         env = os.environ.copy()
         env["FTRUN_PYTHON"] = PY

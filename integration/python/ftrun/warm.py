@@ -17,9 +17,10 @@ same process when any rank fails, instead of the process being replaced::
 When a rank of the job fails (dies, hangs, or raises), the agent tells the
 survivors to leave their generation: the main thread gets a ftrun.Restart
 (a BaseException, so `except Exception` does not swallow it); a survivor
-blocked in a gloo collective is released by shutting down the TCP
-connections its process group opened in this generation (gloo on torch 1.13
-has no abort), an NCCL one by aborting its communicators; then the process
+blocked in a gloo collective is released by the agent, which shuts down the
+TCP connections the process opened in this generation (gloo on torch 1.13
+has no abort, and torch may hold the GIL while it waits), an NCCL one by
+aborting its communicators; then the process
 group is destroyed and the agent starts the next generation: fresh
 MASTER_PORT, RANK and the rest in os.environ, `--local_rank=` on sys.argv,
 and `train(ctx)` is called again. The dead ranks' places go to warm
@@ -39,16 +40,17 @@ once. The decorator must be called from the main thread; it uses SIGUSR2
 while the function runs (leave that signal to it).
 """
 
+import faulthandler
 import functools
 import gc
 import os
 import queue
 import signal
 import socket
-import stat
 import struct
 import sys
 import threading
+import time
 
 _MAGIC = 0x46545231
 _HEADER = struct.Struct("<IHHI")
@@ -56,6 +58,7 @@ _ERROR, _WARM_HELLO, _WARM_ABORT, _WARM_PARKED, _WARM_START, _WARM_FAILED = 3, 3
 _MAX_FRAME = 1 << 20
 _SIGNAL = signal.SIGUSR2
 _RESEND_S = 0.05  # the interrupt is repeated until the main thread is out of the function
+_STUCK_S = 1.0  # then the threads' stacks are printed
 
 
 class Restart(BaseException):
@@ -187,7 +190,6 @@ class _Runner:
         self.interrupted = False  # the Restart was raised in the main thread
         self.aborted_generation = -1
         self.leaving = threading.Event()  # set once the main thread is out of the function
-        self.sockets_before = set()
         self.main_ident = threading.main_thread().ident
         threading.Thread(target=self._read, name="ftrun-warm-link", daemon=True).start()
 
@@ -251,7 +253,6 @@ class _Runner:
             self.generation = int(start["generation"])
             _set_local_rank_arg(start["local_rank"])
         _reset_ftrun_client()
-        self.sockets_before = set(_tcp_sockets())
         self.aborting = False
         self.interrupted = False
         self.leaving.clear()
@@ -285,15 +286,22 @@ class _Runner:
         if generation != self.generation or self.aborting or self.leaving.is_set():
             return
         self.aborting = True
-        _abort_collectives(self.sockets_before)
-        while not self.leaving.is_set() and not self.interrupted:
-            try:
-                signal.pthread_kill(self.main_ident, _SIGNAL)
-            except (OSError, ValueError):
-                return
+        _abort_nccl()  # (gloo's connections: the agent shuts them down, launcher/agent/release_connections.h)
+        t0 = time.monotonic()
+        dumped = False
+        while not self.leaving.is_set():
+            if not dumped and time.monotonic() - t0 > _STUCK_S:  # where it is stuck, for whoever reads the log
+                dumped = True
+                sys.stderr.write(f"ftrun: rank {os.environ.get('RANK')} has not left generation {generation} "
+                                 f"after {_STUCK_S} s; its threads:\n")
+                faulthandler.dump_traceback(all_threads=True)
+            if not self.interrupted:
+                try:
+                    signal.pthread_kill(self.main_ident, _SIGNAL)
+                except (OSError, ValueError):
+                    return
             if self.leaving.wait(_RESEND_S):
                 return
-            _abort_collectives(self.sockets_before)  # ones opened meanwhile
 
 
 # --------------------------------------------------------------------------
@@ -325,63 +333,6 @@ def _reset_ftrun_client():
         sys.modules["ftrun.state"]._last_saved = None
 
 
-def _tcp_sockets():
-    """(fd, inode) of this process's connected TCP sockets, but those of the
-    rendezvous store (MASTER_PORT)."""
-    master = int(os.environ.get("MASTER_PORT", "0") or 0)
-    out = []
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return out
-    for name in names:
-        try:
-            fd = int(name)
-            st = os.fstat(fd)
-        except (OSError, ValueError):
-            continue
-        if not stat.S_ISSOCK(st.st_mode):
-            continue
-        try:
-            s = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
-                continue
-            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                continue  # a listener (gloo's, the store's): shutting it down kills torch's threads
-            if master and (s.getsockname()[1] == master or s.getpeername()[1] == master):
-                continue
-            out.append((fd, st.st_ino))
-        except OSError:
-            continue
-        finally:
-            s.close()
-    return out
-
-
-def _abort_collectives(sockets_before):
-    """Releases a main thread blocked in a collective: NCCL communicators
-    are aborted; gloo's pending operations fail once the connections this
-    generation opened are shut down (never closed here: the descriptors
-    stay torch's)."""
-    _abort_nccl()
-    for fd, ino in _tcp_sockets():
-        if (fd, ino) in sockets_before:
-            continue
-        try:
-            s = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        finally:
-            s.close()
-
-
 def _abort_nccl():
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -400,11 +351,32 @@ def _abort_nccl():
         sys.stderr.write(f"ftrun.resilient: cannot abort the NCCL process group: {e}\n")
 
 
+# The process groups of generations left after a failure. gloo's destructor
+# joins its worker threads, which may wait on an operation with a peer that
+# is gone until the group's timeout, and pybind runs it holding the GIL: it
+# would freeze the whole process. So they are never destroyed: their
+# connections are shut down, their threads idle once their operations fail.
+_LEFT_GROUPS = []
+
+
 def _destroy_process_group():
     dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    if dist is None or not dist.is_available():
         return
-    try:
-        dist.destroy_process_group()
-    except Exception as e:  # noqa: BLE001 - a broken group still goes
-        sys.stderr.write(f"ftrun.resilient: destroying the process group: {e}\n")
+    c10d = dist.distributed_c10d
+    if dist.is_initialized():
+        groups = getattr(c10d, "_pg_map", None)
+        if groups is None and hasattr(c10d, "_world"):
+            groups = c10d._world.pg_map
+        _LEFT_GROUPS.extend(list(groups or ()) + [c10d._get_default_group()])
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # noqa: BLE001 - a broken group still goes
+            sys.stderr.write(f"ftrun.resilient: destroying the process group: {e}\n")
+    # A generation left inside init_process_group counted its group without
+    # making it: the next one would be named "1" (its store keys' prefix)
+    # where fresh processes say "0", and the rendezvous would never meet.
+    if hasattr(c10d, "_group_count"):
+        c10d._group_count = 0
+    elif hasattr(c10d, "_world") and hasattr(c10d._world, "group_count"):
+        c10d._world.group_count = 0

@@ -1,0 +1,232 @@
+"""Warm recovery with a real trainer: integration/examples/train_gpt.py under
+@ftrun.resilient (--resilient: torch 1.13, gloo, ZeroRedundancyOptimizer,
+dropout, ftrun.save every step, ftrun.restore in place) on 2 local nodes x 2
+ranks. A failure-free run gives the golden losses and weights; then ranks
+are SIGKILLed at random moments (in a step's collective, its save or its
+sleep) again and again, a whole node is SIGKILLed with a spare node waiting,
+a rank is SIGSTOPped inside a collective (a hang: its peers are released,
+it is replaced), one rank raises, a second rank dies during a warm
+recovery, and a node runs out of standbys. Every run must end bit-identical
+to the failure-free one (every step's last loss, every rank's weights), the
+survivors must keep their processes (PIDs), a dead rank's place must go to
+a warm standby (a PID the agent started before the failure), and no process
+may be left behind."""
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from ftrun_testlib import ScriptClusterJob
+from test_train_gpt import LOSS_RE, SCRIPT, losses, seeds, weights  # noqa: F401 (seeds: a fixture)
+
+NODES, PER_NODE = 2, 2
+WORLD = NODES * PER_NODE
+STEPS = 30
+BASE_CONFIG = ("job:\n  max_restarts: 6\n  stop_grace: 2s\n  hang_timeout: %s\n"
+               "store:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
+               "restart:\n  abort_timeout: 2s\n  warm_standbys: %s\n")
+
+
+class WarmJob(ScriptClusterJob):
+    def __init__(self, model_seed, extra=(), standbys="auto", hang_timeout="60s", spares=0, step_ms=60):
+        args = ["--steps", str(STEPS), "--seed", str(model_seed), "--backend", "gloo", "--resilient",
+                "--step-ms", str(step_ms), *extra]
+        super().__init__(SCRIPT, args, NODES, PER_NODE, BASE_CONFIG % (hang_timeout, standbys),
+                         prefix="ftrun-warm-", ports=12, spares=spares)
+        self.seen = set()  # every rank and standby pid seen: none may outlive the job
+
+    def agents(self):
+        st = self.state() or {}
+        return [self.agent_state(a) or {} for a in range(len(st.get("agents", [])))]
+
+    def rank_pids(self):
+        """global rank -> pid of its live process."""
+        out = {}
+        for ast in self.agents():
+            for r in ast.get("ranks", []):
+                if r.get("pid") and not r.get("finished"):
+                    out[r["rank"]] = r["pid"]
+            self.seen.update((ast.get("warm_standbys") or {}).get("pids", []))
+        self.seen.update(out.values())
+        return out
+
+    def standbys_ready(self):
+        return [(ast.get("warm_standbys") or {}).get("ready", 0) for ast in self.agents() if ast.get("ranks")]
+
+    def wait_running(self, restarts, after_version, timeout=90):
+        """Until the job runs generation `restarts` with all ranks stepping and a version newer than
+        after_version committed; the rank pids then (None on a timeout)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.state() or {}
+            pids = self.rank_pids()
+            if (st.get("phase") == "running" and (st.get("restarts") or 0) >= restarts and len(pids) == WORLD
+                    and (st.get("committed_version") or -1) > after_version):
+                return pids
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.02)
+        return None
+
+    def recoveries(self):
+        """Every agent's recoveries (not the job's start)."""
+        return [r for ast in self.agents() for r in ast.get("recoveries", []) if r.get("restart", 0) > 0]
+
+    def left_behind(self):
+        return sorted(p for p in self.seen if self.runs_script(p))
+
+
+def committed(job):
+    return (job.state() or {}).get("committed_version") or -1
+
+
+@pytest.fixture(scope="module")
+def golden(seeds):
+    _, _, model_seed = seeds
+    job = WarmJob(model_seed)
+    rc = job.wait(timeout=180)
+    assert rc == 0, f"failure-free run under @ftrun.resilient: exit {rc}\n{job.log[-4000:]}"
+    want_loss, want_weights = losses(job.log), weights(job.log)
+    assert sorted(want_loss) == list(range(STEPS)) and len(set(want_weights.values())) == 1 and \
+        sorted(want_weights) == list(range(WORLD)), f"golden run incomplete:\n{job.log[-3000:]}"
+    return want_loss, want_weights
+
+
+def check_end(check, job, rc, golden, what):
+    want_loss, want_weights = golden
+    check(rc == 0, f"{what}: runner exit {rc}\n{job.log[-5000:]}")
+    got = losses(job.log)
+    bad = [s for s in range(STEPS) if got.get(s) != want_loss.get(s)]
+    check(not bad, f"{what}: losses differ from the failure-free run at steps {bad}")
+    check(weights(job.log) == want_weights, f"{what}: final weights {weights(job.log)} != {want_weights}")
+    time.sleep(0.5)
+    check(not job.left_behind(), f"{what}: processes left behind: {job.left_behind()}")
+    if not bad and weights(job.log) == want_weights:
+        again = sorted({int(s) for s, _ in LOSS_RE.findall(job.log) if
+                        len([1 for t, _ in LOSS_RE.findall(job.log) if t == s]) > 1})
+        print(f"{what}: bit-identical to the failure-free run (steps run again: {again or 'none'})", flush=True)
+
+
+def kill_mid_step(job, rank, rng, sig=signal.SIGKILL):
+    time.sleep(rng.uniform(0.0, 0.08))
+    pid = job.rank_pids().get(rank)
+    if pid and job.runs_script(pid):
+        os.kill(pid, sig)
+    return pid
+
+
+def test_repeated_rank_kills(check, seeds, golden):
+    """Three SIGKILLs of random ranks at random moments: every survivor keeps its process, every dead rank's
+    place goes to a warm standby, every recovery is warm, and the run ends bit-identical."""
+    seed, rng, model_seed = seeds
+    print("seed", seed, "(FTRUN_TEST_SEED replays)", flush=True)
+    job = WarmJob(model_seed)
+    pids = job.wait_running(0, rng.randrange(2, 6))
+    check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
+    for n in range(1, 4):
+        if pids is None:
+            break
+        deadline = time.time() + 20  # the standbys of the previous kill are up
+        while min(job.standbys_ready() or [0]) < 1 and time.time() < deadline:
+            time.sleep(0.05)
+        victim = rng.randrange(WORLD)
+        killed = kill_mid_step(job, victim, rng)
+        standbys_before = set(job.seen)
+        after = committed(job)
+        print(f"kill {n}: rank {victim} (pid {killed}) with version {after} committed", flush=True)
+        new = job.wait_running(n, after)
+        check(new is not None, f"kill {n}: the job did not run again:\n{job.log[-3000:]}")
+        if new is None:
+            break
+        same = {r: (pids[r], new[r]) for r in range(WORLD) if r != victim and pids[r] != new[r]}
+        check(not same, f"kill {n}: survivors changed processes (rank: old, new pid): {same}")
+        check(new[victim] != killed and new[victim] in standbys_before,
+              f"kill {n}: rank {victim}'s new pid {new[victim]} is not a standby started before the kill")
+        pids = new
+    rc = job.wait(timeout=180)
+    kinds = [r.get("kind") for r in job.recoveries()]
+    check(kinds and all(k == "warm" for k in kinds), f"recoveries not all warm: {kinds}")
+    check_end(check, job, rc, golden, "three rank kills")
+
+
+def test_node_killed_with_spare(check, seeds, golden):
+    """A whole node SIGKILLed (its agent, ranks and standbys): the spare node takes its ranks with its own
+    standbys, the other node's ranks keep their processes, and the run ends bit-identical."""
+    _, rng, model_seed = seeds
+    job = WarmJob(model_seed, standbys=PER_NODE, spares=1)
+    pids = job.wait_running(0, rng.randrange(2, 6))
+    check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
+    if pids is not None:
+        deadline = time.time() + 30
+        while len(job.standbys_ready()) < NODES + 1 or min(job.standbys_ready()) < PER_NODE:
+            if time.time() > deadline:
+                break
+            time.sleep(0.05)
+        spare_standbys = set(job.seen)
+        victim = rng.randrange(NODES)
+        after = committed(job)
+        check(job.kill_node(victim), f"node {victim} killed")
+        print(f"killed node {victim} with version {after} committed", flush=True)
+        new = job.wait_running(1, after)
+        check(new is not None, f"the job did not run again:\n{job.log[-3000:]}")
+        if new is not None:
+            mine = range(victim * PER_NODE, (victim + 1) * PER_NODE)
+            moved = {r: (pids[r], new[r]) for r in range(WORLD) if r not in mine and pids[r] != new[r]}
+            check(not moved, f"the other node's ranks changed processes: {moved}")
+            check(all(new[r] in spare_standbys for r in mine),
+                  f"node {victim}'s ranks {[new[r] for r in mine]} are not the spare's standbys")
+    rc = job.wait(timeout=180)
+    check_end(check, job, rc, golden, "node killed, spare warm")
+
+
+def test_hang_and_exception(check, seeds, golden):
+    """One rank raises in its training function (its process stays and runs the next generation); later a
+    rank is SIGSTOPped inside a collective: the hang is found, its peers leave their collective, it does not
+    leave within restart.abort_timeout and is killed, and a standby takes its place."""
+    _, rng, model_seed = seeds
+    raiser = rng.randrange(WORLD)
+    job = WarmJob(model_seed, extra=["--raise-at", f"{raiser}:8"], hang_timeout="3s", step_ms=20)
+    pids = job.wait_running(0, 2)
+    check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
+    new = job.wait_running(1, 7) if pids else None
+    check(new is not None and new == pids, f"after rank {raiser} raised, every process stays: {pids} -> {new}")
+    if new:
+        victim = rng.choice([r for r in range(WORLD) if r != raiser])
+        after = committed(job)
+        stopped = kill_mid_step(job, victim, rng, signal.SIGSTOP)
+        later = job.wait_running(2, after, timeout=60)
+        check(later is not None, f"the hang was not recovered:\n{job.log[-3000:]}")
+        if later:
+            moved = {r: (new[r], later[r]) for r in range(WORLD) if r != victim and new[r] != later[r]}
+            check(not moved, f"survivors of the hang changed processes: {moved}")
+            check(later[victim] != stopped, "the hung rank was replaced")
+    rc = job.wait(timeout=180)
+    check(f"rank {raiser} raised in its training function" in job.log, "the agent names the raise")
+    check("restart.abort_timeout" in job.log, "the hung rank was killed at restart.abort_timeout")
+    check_end(check, job, rc, golden, "raise, then a hang")
+
+
+def test_second_failure_and_no_standbys(check, seeds, golden):
+    """No standbys (restart.warm_standbys: 0): a rank is killed, and a second rank is killed while the job
+    recovers from the first. The dead ranks start cold, the survivors stay, the run ends bit-identical."""
+    _, rng, model_seed = seeds
+    job = WarmJob(model_seed, standbys=0)
+    pids = job.wait_running(0, rng.randrange(2, 6))
+    check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
+    if pids:
+        first, second = rng.sample(range(WORLD), 2)
+        kill_mid_step(job, first, rng)
+        time.sleep(rng.uniform(0.05, 0.3))  # the recovery is under way
+        kill_mid_step(job, second, rng)
+        print(f"killed rank {first}, then rank {second}", flush=True)
+        new = job.wait_running(1, -1)
+        check(new is not None, f"the job did not run again:\n{job.log[-3000:]}")
+        if new:
+            stayed = [r for r in range(WORLD) if r not in (first, second) and new[r] == pids[r]]
+            check(len(stayed) == WORLD - 2, f"the two survivors kept their processes: {pids} -> {new}")
+    rc = job.wait(timeout=180)
+    kinds = [r.get("kind") for r in job.recoveries()]
+    check("mixed" in kinds or "cold" in kinds, f"with no standbys a dead rank starts cold: {kinds}")
+    check_end(check, job, rc, golden, "second failure, no standbys")
