@@ -25,7 +25,8 @@ void Generations::Spawn() {
   WarmRanks::Resumed counts;
   if (p_.warm) p_.warm->Begin(generation_);
   for (Slot& s : p_.ranks->slots()) {
-    if (p_.warm && p_.warm->Resume(s, generation_, restore_version_)) continue;
+    // (The job's first start is cold: standbys are for the dead ranks of a restart.)
+    if (p_.warm && generation_ > 0 && p_.warm->Resume(s, generation_, restore_version_)) continue;
     ++counts.cold;
     if (Status st = h_.spawn(s, generation_); !st.ok()) {
       FTRUN_LOG_ERROR("cannot start rank {}: {}", s.global_rank, st.message());
