@@ -13,8 +13,12 @@ from baseline_timing import parse, read, stalls, timeline
 
 
 class FtrunSide(Side):
-    def __init__(self, a, work):
-        super().__init__("ftrun", a, work)
+    """warm: the script runs under @ftrun.resilient (--resilient): survivors stay, a warm standby takes
+    the victim's place."""
+
+    def __init__(self, a, work, warm=False):
+        super().__init__("ftrun_warm" if warm else "ftrun", a, work)
+        self.warm = warm
         self.status = os.path.join(self.dir, "status.json")
         self.out = os.path.join(self.dir, "out.log")
         self.runner = None
@@ -66,7 +70,8 @@ class FtrunSide(Side):
         port = free_port_range(a.kills + 2)
         argv = [os.path.join(a.build, "ftrun"), "--num_nodes", str(a.nodes), "--num_gpus", str(a.per_node),
                 "--config", self.config(), "--status_file", self.status, "--master_addr", "127.0.0.1",
-                "--master_port", str(port)] + self.script_args() + ["--checkpoint", "ftrun"]
+                "--master_port", str(port)] + self.script_args() + ["--checkpoint", "ftrun"] + (
+                    ["--resilient"] if self.warm else [])
         out = open(self.out, "w")
         self.runner = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         out.close()
@@ -87,6 +92,9 @@ class FtrunSide(Side):
                         ag = self.agent_state(st, i)
                         if not ag or not ag.get("store", {}).get("prefaulted"):
                             return False
+                        # Warm: a standby is up where the victim dies (one is started per node).
+                        if self.warm and ag.get("ranks") and (ag.get("warm_standbys") or {}).get("ready", 0) < 1:
+                            return False
                     return True
                 wait_until(ready, a.timeout, f"ftrun restart {k}: {a.saves} saves per rank and a commit",
                            alive=self.alive)
@@ -102,7 +110,11 @@ class FtrunSide(Side):
                 wait_until(lambda: len(parse(read(self.out)[offset:])[2]) == self.world, a.timeout,
                            f"ftrun restart {k}: every rank's first step", alive=self.alive)
                 timing, _, first = parse(read(self.out)[offset:])
-                tl = timeline(t_kill, timing, self.world)
+                tl = timeline(t_kill, timing, self.world, warm=self.warm)
+                if self.warm:  # the survivors' own: their in-place restore, and kill -> ready to step
+                    survivors = [r for r in range(self.world) if r != a.victim]
+                    tl["survivor_restore_s"] = max(tl["per_rank"]["restore_s"][r] for r in survivors)
+                    tl["survivor_ready_s"] = max(tl["per_rank"]["t_restored"][r] for r in survivors) - t_kill
                 tl["firststep_max_s"] = max(first.values()) - t_kill
                 tl["committed_before_kill"] = st_before.get("committed_version")
                 # The agents' own breakdown of this recovery (written once their ranks saved again).

@@ -31,35 +31,36 @@ def read(path):
         return ""
 
 
-def timeline(t_kill, timing, world):
-    """The restarted generation's moments at the slowest rank, and the segments between them."""
+def timeline(t_kill, timing, world, warm=False):
+    """The restarted generation's moments at the slowest rank, and the segments between them. warm: the
+    ranks ran again in processes that existed before the kill (@ftrun.resilient): their t_imported is the
+    moment the training function began again, and there is no start-up."""
     def last(name):
         vals = [timing[r][name][-1] for r in range(world) if name in timing.get(r, {})]
         return max(vals) if len(vals) == world else None
 
-    stamps = {k: last(k) for k in ("t_start", "t_imported", "t_setup", "t_restored", "t_first_step")}
+    names = ("t_imported", "t_setup", "t_restored", "t_first_step") if warm else (
+        "t_start", "t_imported", "t_setup", "t_restored", "t_first_step")
+    stamps = {k: last(k) for k in names}
     missing = [k for k, v in stamps.items() if v is None]
     if missing:
         raise RuntimeError(f"not every rank printed {', '.join(missing)}")
-    seg = {
-        "kill_to_spawned_s": stamps["t_start"] - t_kill,
-        "startup_and_import_s": stamps["t_imported"] - stamps["t_start"],
+    if warm:
+        seg = {"kill_to_generation_s": stamps["t_imported"] - t_kill}
+    else:
+        seg = {"kill_to_spawned_s": stamps["t_start"] - t_kill,
+               "startup_and_import_s": stamps["t_imported"] - stamps["t_start"]}
+    seg.update({
         "setup_s": stamps["t_setup"] - stamps["t_imported"],
         "restore_s": stamps["t_restored"] - stamps["t_setup"],
         "first_step_s": stamps["t_first_step"] - stamps["t_restored"],
         "total_s": stamps["t_first_step"] - t_kill,
-    }
-    per_rank = {
-        "import_s": [timing[r]["import_s"][-1] for r in range(world)],
-        "restore_load_s": [timing[r]["restore_load_s"][-1] for r in range(world)],
-        "startup_s": [timing[r]["startup_s"][-1] for r in range(world)],
-        "setup_s": [timing[r]["setup_s"][-1] for r in range(world)],
-        "restore_s": [timing[r]["restore_s"][-1] for r in range(world)],
-        "first_step_s": [timing[r]["first_step_s"][-1] for r in range(world)],
-    }
-    for name in ("first_step_compute_s", "first_step_sync_s", "first_step_opt_s", "restore_minflt",
-                 "first_step_minflt"):
-        per_rank[name] = [timing[r].get(name, [None])[-1] for r in range(world)]
+    })
+    per_rank = {}
+    for name in ("import_s", "restore_load_s", "startup_s", "setup_s", "restore_s", "first_step_s",
+                 "first_step_compute_s", "first_step_sync_s", "first_step_opt_s", "restore_minflt",
+                 "first_step_minflt", "t_restored"):
+        per_rank[name] = [timing.get(r, {}).get(name, [None])[-1] for r in range(world)]
     return {"segments": seg, "per_rank": per_rank}
 
 
@@ -80,7 +81,7 @@ def summary(side):
         return statistics.median(xs) if xs else None
 
     def slowest(name):  # per recovery, the slowest rank; the median over recoveries
-        return med([max(r["per_rank"][name]) for r in recs])
+        return med([max((x for x in r["per_rank"][name] if x is not None), default=None) for r in recs])
 
     out = {
         "save_stall_s": med(side["save_stall_s"]),
@@ -92,10 +93,16 @@ def summary(side):
         "startup_s": slowest("startup_s"),
         "first_step_s": slowest("first_step_s"),
     }
-    for seg in ("kill_to_spawned_s", "startup_and_import_s", "setup_s", "restore_s", "first_step_s"):
-        out["segment_" + seg] = med([r["segments"][seg] for r in recs])
-    out["startup_and_import_share"] = med([r["segments"]["startup_and_import_s"] / r["segments"]["total_s"]
-                                           for r in recs])
+    for seg in ("kill_to_spawned_s", "startup_and_import_s", "kill_to_generation_s", "setup_s", "restore_s",
+                "first_step_s"):
+        if all(seg in r["segments"] for r in recs):
+            out["segment_" + seg] = med([r["segments"][seg] for r in recs])
+    if all("startup_and_import_s" in r["segments"] for r in recs):
+        out["startup_and_import_share"] = med([r["segments"]["startup_and_import_s"] / r["segments"]["total_s"]
+                                               for r in recs])
+    if all("survivor_restore_s" in r for r in recs):  # warm: the survivors' own figures
+        out["survivor_restore_s"] = med([r["survivor_restore_s"] for r in recs])
+        out["survivor_ready_s"] = med([r["survivor_ready_s"] for r in recs])
     if "save_write_s" in side:
         out["save_write_s"] = med(side["save_write_s"])
         out["save_fsync_s"] = med(side["save_fsync_s"])

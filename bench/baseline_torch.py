@@ -16,6 +16,14 @@ its Adam shard - are at least 256 MiB.
   relaunched at once on a fresh MASTER_PORT. They `torch.load` the newest step
   every rank has complete. This is an idealized torchrun: no monitor
   interval (torchrun's default is 5 s), no rendezvous round.
+* ftrun warm: the same under @ftrun.resilient (train_gpt.py --resilient):
+  the survivors leave their generation and run the next one in their own
+  processes, restoring in place (ftrun.restore); a warm standby (one per
+  node, up before each kill) takes the victim's place. Reported apart:
+  warm_recovery_speedup (status quo's kill -> every rank's first step over
+  this side's), warm_restore_speedup (the status quo's restore over a
+  survivor's in-place one), and the survivors' own time, kill -> ready to
+  step (survivor_ready_s).
 * ftrun: `build/ftrun --num_nodes NODES --num_gpus PER_NODE` (local
   launcher: one agent per node on this machine) runs the same script with
   `--checkpoint ftrun`; the same rank is SIGKILLed once every rank has saved
@@ -77,7 +85,7 @@ def main():
     p.add_argument("--keep", action="store_true", help="keep the logs (always kept when the run fails)")
     p.add_argument("--keep-checkpoints", action="store_true", help="with --keep: keep the torch.save files too")
     p.add_argument("--out", help="write the JSON here instead of stdout")
-    p.add_argument("--only", choices=["torch", "ftrun"], help="run one side only (no ratios; for diagnosis)")
+    p.add_argument("--only", choices=["torch", "ftrun", "warm"], help="run one side only (no ratios; for diagnosis)")
     a = p.parse_args()
     a.build = os.path.abspath(a.build)
     a.script = os.path.abspath(a.script)
@@ -88,9 +96,12 @@ def main():
         "layers", "d_model", "heads", "vocab", "seq", "batch")}, "kills": a.kills, "victim": a.victim,
         "replicas": a.replicas, "work_dir": work}
     try:
-        order = [TorchSide, FtrunSide] if a.order == "torch-first" else [FtrunSide, TorchSide]
+        def warm_side(a, work):
+            return FtrunSide(a, work, warm=True)
+
+        order = [TorchSide, FtrunSide, warm_side] if a.order == "torch-first" else [warm_side, FtrunSide, TorchSide]
         if a.only:
-            order = [c for c in order if (c is TorchSide) == (a.only == "torch")]
+            order = [{"torch": TorchSide, "ftrun": FtrunSide, "warm": warm_side}[a.only]]
         for cls in order:
             side = cls(a, work)
             log(f"{side.name}: {a.nodes} nodes x {a.per_node} ranks")
@@ -101,6 +112,10 @@ def main():
             result["save_speedup"] = t["save_stall_s"] / f["save_stall_s"]
             result["restore_speedup"] = t["restore_s"] / f["restore_s"]
             result["recovery_speedup"] = t["recovery_s"] / f["recovery_s"]
+            w = result["ftrun_warm"]["summary"]
+            result["warm_recovery_speedup"] = t["recovery_s"] / w["recovery_s"]
+            # The status quo's torch.load + load_state_dict over a survivor's in-place ftrun.restore.
+            result["warm_restore_speedup"] = t["restore_s"] / w["survivor_restore_s"]
         result["ok"] = True
     except Exception as e:  # noqa: BLE001 - reported as JSON, with the logs kept
         result["ok"] = False

@@ -12,6 +12,11 @@
 //   recovery_speedup  kill -> every rank's first step after the restore, torch
 //                     over ftrun (reported; Python start-up, import torch, the
 //                     process group and the first step weigh on both sides)
+//   warm_recovery_speedup  the same, torch over ftrun's warm recovery (the script
+//                     under @ftrun.resilient: survivors stay, a warm standby
+//                     takes the victim's place)
+//   warm_restore_speedup   torch's restore over a survivor's in-place ftrun.restore
+//   survivor_ready_s  kill -> the survivors restored and ready to step
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -109,6 +114,22 @@ int RunBaselineTorch(int argc, char** argv, Result* out) {
   for (const char* part : {"detect_ms", "stop_ms", "respawn_ms", "connect_ms", "restore_ms", "first_step_ms"}) {
     figs.push_back(
         {std::string("  ftrun agents: ") + part, Num(f, (std::string("agent_") + part).c_str()), "ms", "", true});
+  }
+  const nlohmann::json& w = j["ftrun_warm"]["summary"];
+  const double warm = Num(j, "warm_recovery_speedup"), warm_restore = Num(j, "warm_restore_speedup");
+  const double ready = Num(w, "survivor_ready_s");
+  figs.push_back({"warm_recovery_speedup", warm, "ratio", ">= 4", warm >= 4});
+  figs.push_back({"  ftrun warm: kill -> first step", Num(w, "recovery_s"), "s", "", true});
+  figs.push_back({"    kill -> generation begun (abort, park)", Num(w, "segment_kill_to_generation_s"), "s", "", true});
+  figs.push_back({"    process group, optimizer", Num(w, "segment_setup_s"), "s", "", true});
+  figs.push_back({"    restore", Num(w, "segment_restore_s"), "s", "", true});
+  figs.push_back({"    first step", Num(w, "segment_first_step_s"), "s", "", true});
+  figs.push_back({"warm_restore_speedup", warm_restore, "ratio", ">= 10", warm_restore >= 10});
+  figs.push_back({"  ftrun.restore in place (slowest survivor)", Num(w, "survivor_restore_s"), "s", "", true});
+  figs.push_back({"survivor_ready_s (kill -> survivors ready to step)", ready, "s", "< 0.5", ready > 0 && ready < 0.5});
+  for (const char* part : {"detect_ms", "stop_ms", "respawn_ms", "connect_ms", "restore_ms", "first_step_ms"}) {
+    figs.push_back(
+        {std::string("  ftrun warm agents: ") + part, Num(w, (std::string("agent_") + part).c_str()), "ms", "", true});
   }
   const double state_mib = Num(j["ftrun"], "state_bytes_min") / (1 << 20);
   figs.push_back({"state per rank (smallest)", state_mib, "MiB", ">= 256", state_mib >= 256});

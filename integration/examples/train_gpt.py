@@ -31,35 +31,10 @@ for every step it runs (after a restart the steps after the restored version
 are printed again), every rank prints `RESUMED <rank> <step>` after a restore
 and `WEIGHTS <rank> <sha256 of every parameter's bytes, in order>` at the end.
 
-Benchmark options (`ftrun-bench baseline-torch`, bench/baseline_torch.py):
-
-* `--checkpoint torch:DIR` replaces ftrun with the status quo: every
-  `--save-every` steps each rank `torch.save`s exactly what it would give
-  ftrun to DIR/rank<r>-step<s>.pt (written to a temporary name, fsync'd,
-  renamed, the directory fsync'd; the rank's files older than the previous one
-  are removed), and a relaunched rank `torch.load`s the newest step that every
-  rank has complete. No agent is needed; run it with torchrun's environment.
-* `--timing` adds, per rank, `TIMING <rank> <name> <value>` lines (a save's
-  and a step's lines end with the step): startup_s (process creation to the
-  script's first line: exec and the interpreter), import_s (process creation
-  to after `import torch`), setup_s (process group, model, optimizer),
-  restore_s (load and put the state back into model, optimizer and
-  generators), restore_load_s (its torch.load / ftrun.load part), step_s,
-  first_step_s (the first step after a restore; first_step_compute_s,
-  _sync_s, _opt_s split it), save_stall_s (each save: the time the training
-  loop waits for it), save_write_s and save_fsync_s (torch),
-  save_ftrun_stall_s (ftrun: libftrun's own stall), state_bytes (the tensors
-  of one save), restore_minflt, first_step_minflt, save_minflt (page
-  faults), and t_start, t_imported, t_setup, t_restored, t_first_step
-  (CLOCK_MONOTONIC seconds of those moments; t_start from /proc/self/stat,
-  10 ms resolution). After the first step that follows a restore (the
-  optimizer step, before the save) every rank prints
-  `FIRSTSTEP <rank> <unix time> <CLOCK_MONOTONIC>`.
-* `--fsdp 2|1` shards the model with FSDP2 or FSDP1 instead, and every rank
-  saves and restores only its own shards (train_gpt_fsdp.py says how).
-* `--layers`, `--d-model`, `--vocab`, `--seq`, `--batch` size the model: the
-  bench uses `--layers 4 --d-model 1024`, ~50 M parameters (193 MiB, the same
-  on every rank) plus each rank's Adam shard (2 x 193 MiB / ranks).
+Benchmark options (`ftrun-bench baseline-torch`): `--checkpoint torch:DIR`,
+`--timing`, `--fsdp`, and the model's sizes; train_gpt_checkpoints.py's
+docstring says what each does and what `--timing` prints. `--resilient` runs
+main() under @ftrun.resilient (warm recovery: README).
 """
 import argparse
 import hashlib
@@ -143,7 +118,6 @@ def parse_args(argv=None):
     return a
 
 
-# --------------------------------------------------------------------------
 # The model
 
 
@@ -192,7 +166,6 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
-# --------------------------------------------------------------------------
 # Data
 
 
@@ -208,7 +181,6 @@ def batch(a, step, rank, device):
     return seq[:, :-1], seq[:, 1:]
 
 
-# --------------------------------------------------------------------------
 # Training
 
 
@@ -245,7 +217,6 @@ def weights_digest(model):
     return h.hexdigest()
 
 
-# --------------------------------------------------------------------------
 # Timing
 
 
@@ -273,12 +244,16 @@ def main(ctx=None):
         if a.timing:
             say(f"TIMING {rank} {name} {value!r}")
 
-    t_start = process_start_mono() if ctx is None or not ctx.warm else None
-    if t_start is not None:
-        timing("t_start", t_start)
-        timing("startup_s", _T_SCRIPT - t_start)
-        timing("import_s", _T_IMPORTED - t_start)
-    timing("t_imported", _T_IMPORTED)
+    t_begun = _T_IMPORTED  # warm (a process that ran before the failure): this generation began now
+    if ctx is not None and (ctx.warm or ctx.standby):
+        t_begun = time.monotonic()
+    else:
+        t_start = process_start_mono()
+        if t_start is not None:
+            timing("t_start", t_start)
+            timing("startup_s", _T_SCRIPT - t_start)
+            timing("import_s", _T_IMPORTED - t_start)
+    timing("t_imported", t_begun)
     backend = a.backend
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -291,6 +266,7 @@ def main(ctx=None):
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
+    timing("process_group_s", time.monotonic() - t_begun)
 
     torch.manual_seed(a.seed)  # every rank builds the same initial model
     if ctx is not None and not a.fsdp:
@@ -312,7 +288,7 @@ def main(ctx=None):
     else:
         ckpt = TorchCheckpoint(a.checkpoint[len("torch:"):], rank, world)
     t_setup = time.monotonic()
-    timing("setup_s", t_setup - _T_IMPORTED)
+    timing("setup_s", t_setup - t_begun)
     timing("t_setup", t_setup)
 
     start = 0

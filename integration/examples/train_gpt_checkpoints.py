@@ -1,7 +1,40 @@
 """train_gpt.py's checkpoint backends: ftrun (the state goes to the node
 agent's memory and comes back after a restart), or the status quo that
 `ftrun-bench baseline-torch` measures it against (torch.save to local disk;
-see train_gpt.py's docstring, --checkpoint torch:DIR)."""
+--checkpoint torch:DIR below).
+
+train_gpt.py's Benchmark options (`ftrun-bench baseline-torch`, bench/baseline_torch.py):
+
+* `--checkpoint torch:DIR` replaces ftrun with the status quo: every
+  `--save-every` steps each rank `torch.save`s exactly what it would give
+  ftrun to DIR/rank<r>-step<s>.pt (written to a temporary name, fsync'd,
+  renamed, the directory fsync'd; the rank's files older than the previous one
+  are removed), and a relaunched rank `torch.load`s the newest step that every
+  rank has complete. No agent is needed; run it with torchrun's environment.
+* `--timing` adds, per rank, `TIMING <rank> <name> <value>` lines (a save's
+  and a step's lines end with the step): startup_s (process creation to the
+  script's first line: exec and the interpreter), import_s (process creation
+  to after `import torch`), setup_s (process group, model, optimizer),
+  restore_s (load and put the state back into model, optimizer and
+  generators), restore_load_s (its torch.load / ftrun.load part), step_s,
+  first_step_s (the first step after a restore; first_step_compute_s,
+  _sync_s, _opt_s split it), save_stall_s (each save: the time the training
+  loop waits for it), save_write_s and save_fsync_s (torch),
+  save_ftrun_stall_s (ftrun: libftrun's own stall), state_bytes (the tensors
+  of one save), restore_minflt, first_step_minflt, save_minflt (page
+  faults), and t_start, t_imported, t_setup, t_restored, t_first_step
+  (CLOCK_MONOTONIC seconds of those moments; t_start from /proc/self/stat,
+  10 ms resolution), process_group_s (the generation's start to its process
+  group). A warm generation (--resilient, a process that ran before) prints
+  no start-up lines; its t_imported is the moment the generation began. After the first step that follows a restore (the
+  optimizer step, before the save) every rank prints
+  `FIRSTSTEP <rank> <unix time> <CLOCK_MONOTONIC>`.
+* `--fsdp 2|1` shards the model with FSDP2 or FSDP1 instead, and every rank
+  saves and restores only its own shards (train_gpt_fsdp.py says how).
+* `--layers`, `--d-model`, `--vocab`, `--seq`, `--batch` size the model: the
+  bench uses `--layers 4 --d-model 1024`, ~50 M parameters (193 MiB, the same
+  on every rank) plus each rank's Adam shard (2 x 193 MiB / ranks).
+"""
 import os
 import time
 

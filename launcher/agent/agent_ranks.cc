@@ -30,6 +30,14 @@ WarmRanks::Hooks Agent::WarmHooks() {
   };
   h.job_id = [this] { return o_.job_id; };
   h.raised = [this](RankSlot& s, const std::string& reason) { generations_->RankRaised(s, reason); };
+  h.quiet = [this] {
+    if (ranks_->slots().empty()) return true;  // a spare: nothing to take CPU from
+    if (!generations_->running()) return false;
+    for (const RankSlot& s : ranks_->slots()) {
+      if (s.first_step == RankProcesses::Time{} && !s.finished) return false;
+    }
+    return true;
+  };
   h.changed = [this] { status_dirty_ = true; };
   return h;
 }

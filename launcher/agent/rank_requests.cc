@@ -8,7 +8,8 @@
 namespace ftrun {
 
 void RankRequests::Frame(Connection& conn, MsgType type, const std::string& payload) {
-  if (conn.control || type == MsgType::kWarmHello) {  // a control link (warm_ranks.h), not a rank's requests
+  const bool warm_type = type >= MsgType::kWarmHello && type <= MsgType::kWarmFailed;
+  if (conn.control || warm_type) {  // a control link (warm_ranks.h), not a rank's requests
     if (p_.warm != nullptr) return p_.warm->Frame(conn, type, payload);
     (void)conn.SendError(Status::FailedPrecondition("this agent has no warm recovery"));
     return p_.server->Close(conn.id, "warm hello without warm recovery");

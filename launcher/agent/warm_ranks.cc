@@ -115,7 +115,7 @@ void WarmRanks::Raised(Connection& conn, const std::string& payload) {
   Slot* slot = SlotOf(conn.id);
   if (slot == nullptr || slot->warm != Slot::Warm::kRunning || generation != generation_) return;
   slot->warm = Slot::Warm::kAborting;  // it leaves by itself: no kWarmAbort
-  Release(*slot);
+  ShutDownConnections(*slot);
   h_.raised(*slot, f["reason"].substr(0, 2000));
 }
 
@@ -150,7 +150,7 @@ void WarmRanks::Abort(int generation, std::function<void()> left) {
     Connection* c = server_->Find(s.control_id);
     if (c == nullptr || !c->Send(MsgType::kWarmAbort, payload).ok()) continue;
     s.warm = Slot::Warm::kAborting;
-    Release(s);
+    ShutDownConnections(s);
   }
   left_ = std::move(left);
   CheckLeft();
@@ -158,7 +158,7 @@ void WarmRanks::Abort(int generation, std::function<void()> left) {
 
 void WarmRanks::SlotExited() { CheckLeft(); }
 
-void WarmRanks::Release(Slot& slot) {
+void WarmRanks::ShutDownConnections(Slot& slot) {
   if (slot.pid == 0) return;
   int store_port = -1;
   WarmFields vars = h_.variables(slot, generation_);
@@ -270,7 +270,7 @@ void WarmRanks::Release() {
 
 void WarmRanks::Tick() {
   for (Slot& s : ranks_->slots()) {
-    if (left_ && s.warm == Slot::Warm::kAborting) Release(s);  // connections opened since
+    if (left_ && s.warm == Slot::Warm::kAborting) ShutDownConnections(s);  // connections opened since
   }
   if (left_ && clock_.Now() >= abort_deadline_) {
     for (Slot& s : ranks_->slots()) {
@@ -286,7 +286,7 @@ void WarmRanks::Tick() {
 int WarmRanks::wanted() const { return o_.standbys >= 0 ? o_.standbys : (decorated_ ? 1 : 0); }
 
 void WarmRanks::Refill() {
-  if (released_ || failed_standbys_ >= kMaxFailedStandbys) return;
+  if (released_ || failed_standbys_ >= kMaxFailedStandbys || (h_.quiet && !h_.quiet())) return;
   int free = static_cast<int>(
       std::count_if(standbys_.begin(), standbys_.end(), [](const Standby& sb) { return sb.assigned < 0; }));
   while (free < wanted()) {

@@ -10,7 +10,7 @@
 // process started ahead of time with the same command line and
 // FTRUN_WARM_STANDBY=1, its interpreter up and the script imported, waiting
 // inside the decorator for a rank; a used standby is replaced in the
-// background. A survivor not parked within restart.abort_timeout, one whose
+// background, once the recovery is over. A survivor not parked within restart.abort_timeout, one whose
 // link closes, or one that dies is killed and replaced like a dead rank,
 // and with no standby left a rank is started cold, as without the
 // decorator.
@@ -50,6 +50,9 @@ class WarmRanks {
     // generation fails; the process leaves it and parks by itself.
     std::function<void(Slot& slot, const std::string& reason)> raised;
     std::function<void()> changed;  // something the status shows
+    // No recovery under way (every rank stepped in this generation): a
+    // standby's start-up (Python, import torch) would take CPU from it.
+    std::function<bool()> quiet;
   };
   struct Options {
     int standbys = -1;  // restart.warm_standbys; -1: auto
@@ -105,9 +108,8 @@ class WarmRanks {
   void Parked(Connection& conn, const std::string& payload);
   void Raised(Connection& conn, const std::string& payload);
   void SendStart(uint64_t control_id, const Slot& slot, int generation, const std::optional<uint64_t>& restore);
-  void Unkeep(Slot& slot, const std::string& why);
-  void Release(Slot& slot);  // its generation's connections shut down (release_connections.h)  // killed; its place
-                             // goes to a standby
+  void Unkeep(Slot& slot, const std::string& why);  // killed; its place goes to a standby
+  void ShutDownConnections(Slot& slot);             // its generation's (release_connections.h)
   void CheckLeft();
   void Refill();
   int wanted() const;

@@ -336,6 +336,7 @@ def rank_train(save_dir, steps, sleep, use_ftrun):
     import torch
 
     torch.set_num_threads(1)
+    _barriers[0] = 0  # the barriers are the generation's, as a process group's are
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     eng = FakeDeepSpeedEngine(rank, world, bf16=False)
     if use_ftrun:
@@ -363,6 +364,10 @@ if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 2 else None
     if mode == "checks":
         rank_checks(sys.argv[2])
+    elif mode == "train" and "--resilient" in sys.argv:  # the engine made anew in every generation
+        import ftrun
+
+        ftrun.resilient(lambda ctx: rank_train(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), True))()
     elif mode == "train":
         rank_train(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), "--no-ftrun" not in sys.argv)
     else:

@@ -7,11 +7,15 @@ DeepSpeedEngine.save_checkpoint / load_checkpoint, 0.16 to 0.19).
    the ranks (py_deepspeed_rank.py checks).
 2. DeepSpeed-style training that checkpoints every step, a rank SIGKILLed
    mid-run: both ranks resume through load_checkpoint and the run ends bit
-   identical to the failure-free run.
+   identical to the failure-free run; again under @ftrun.resilient (the
+   engine made anew in each generation): the survivor keeps its process, a
+   warm standby takes the dead rank's place.
 """
 import os
 import signal
 import subprocess
+
+import pytest
 
 from ftrun_testlib import Job, PY, digests
 
@@ -32,9 +36,10 @@ def test_engine_checks(check, scratch):
         check(f.read() == "global_step5", "`latest` names the last tag")
 
 
-def test_resume_after_rank_kill(check, scratch):
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_resume_after_rank_kill(check, scratch, warm):
     """Rank 0 SIGKILLed mid-run: one restart, both ranks resume through load_checkpoint, and the final
-    digests equal the failure-free run's."""
+    digests equal the failure-free run's. warm: under @ftrun.resilient, rank 1 keeps its process."""
     steps = 16
     want = {}
     golden_dir = scratch("ftrun-ds-")
@@ -45,12 +50,17 @@ def test_resume_after_rank_kill(check, scratch):
         want.update(digests(p.stdout))
     train_dir = scratch("ftrun-ds-train-")
     job = Job(2, [], CONFIG.replace("max_restarts: 0", "max_restarts: 2"),
-              command=[PY, RANK, "train", train_dir, str(steps), "0.08"])
-    st = job.wait_for(lambda s: (s.get("committed_version") or 0) >= 5, timeout=40)
+              command=[PY, RANK, "train", train_dir, str(steps), "0.08"] + (["--resilient"] if warm else []))
+    st = job.wait_for(lambda s: (s.get("committed_version") or 0) >= 5 and (
+        not warm or (s.get("warm_standbys") or {}).get("ready", 0) >= 1), timeout=40)
+    survivor = job.rank_pid(1)
     killed = st is not None and st["state"] == "running" and job.kill_rank(0, signal.SIGKILL)
     check(killed, f"rank 0 SIGKILLed mid-run (status {st})")
     if killed:
         print(f"SIGKILLed rank 0 with version {st['committed_version']} committed", flush=True)
+    if warm:
+        st = job.wait_for(lambda s: s.get("restarts") == 1 and s.get("state") == "running", timeout=30)
+        check(st is not None and job.rank_pid(1) == survivor, f"rank 1 kept its process {survivor}: {st}")
     rc = job.wait(timeout=50)
     check(rc == 0, f"train: agent exit {rc}\n{job.log[-4000:]}")
     check((job.state() or {}).get("restarts") == 1, "one restart")

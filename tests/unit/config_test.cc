@@ -161,6 +161,25 @@ TEST_CASE("every key is read", "[config]") {
   CHECK(c.store.memory_budget_loc.line == 7);
 }
 
+TEST_CASE("restart: warm standbys and the abort timeout", "[config]") {
+  Config c;
+  REQUIRE(ParseConfig("", "d.yaml", &c).ok());
+  CHECK(c.restart.warm_standbys == RestartConfig::kAuto);
+  CHECK(c.restart.abort_timeout == milliseconds(5000));
+  REQUIRE(ParseConfig("restart:\n  warm_standbys: 2\n  abort_timeout: 750ms\n", "r.yaml", &c).ok());
+  CHECK(c.restart.warm_standbys == 2);
+  CHECK(c.restart.abort_timeout == milliseconds(750));
+  REQUIRE(ParseConfig("restart:\n  warm_standbys: auto\n", "r.yaml", &c).ok());
+  CHECK(c.restart.warm_standbys == RestartConfig::kAuto);
+  REQUIRE(ParseConfig("restart:\n  warm_standbys: 0\n", "r.yaml", &c).ok());
+  CHECK(c.restart.warm_standbys == 0);
+  ExpectError("restart:\n  warm_standbys: -1\n", 2, "restart.warm_standbys",
+              "expected auto or an integer >= 0, got '-1'");
+  ExpectError("restart:\n  warm_standbys: some\n", 2, "restart.warm_standbys", "got 'some'");
+  ExpectError("restart:\n  abort_timeout: 0s\n", 2, "restart.abort_timeout", "> 0");
+  ExpectError("restart:\n  warm: 1\n", 2, "restart.warm", "known: warm_standbys, abort_timeout");
+}
+
 TEST_CASE("empty documents and empty sections give defaults", "[config]") {
   for (const char* text : {"", "# nothing\n", "job:\nstore:\n", "{}\n"}) {
     Config c;
@@ -178,7 +197,8 @@ TEST_CASE("unknown keys are errors", "[config]") {
               "unknown key (known: id, max_restarts, hang_timeout, stop_grace)");
   ExpectError("store:\n  chunk_size: 1MiB\n  budget: 1GiB\n", 3, "store.budget",
               "unknown key (known: memory_budget, chunk_size, snapshot_bytes, prefault)");
-  ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage", "unknown key (known: job, store, agent, cluster, persist)");
+  ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
+              "unknown key (known: job, store, agent, cluster, persist, restart)");
   ExpectError("persist:\n  dir: /d\n  every: 10\n", 3, "persist.every",
               "unknown key (known: dir, every_versions, every_seconds, keep, rate_limit, direct_io, file_mode, "
               "drain_timeout)");
