@@ -122,7 +122,7 @@ def test_repeated_rank_kills(check, seeds, golden):
     place goes to a warm standby, every recovery is warm, and the run ends bit-identical."""
     seed, rng, model_seed = seeds
     print("seed", seed, "(FTRUN_TEST_SEED replays)", flush=True)
-    job = WarmJob(model_seed)
+    job = WarmJob(model_seed, step_ms=200)  # (a used standby is replaced once the recovery is over: seconds)
     pids = job.wait_running(0, rng.randrange(2, 6))
     check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
     for n in range(1, 4):
@@ -133,6 +133,7 @@ def test_repeated_rank_kills(check, seeds, golden):
             time.sleep(0.05)
         victim = rng.randrange(WORLD)
         killed = kill_mid_step(job, victim, rng)
+        check(killed is not None, f"kill {n}: rank {victim} was running")
         standbys_before = set(job.seen)
         after = committed(job)
         print(f"kill {n}: rank {victim} (pid {killed}) with version {after} committed", flush=True)

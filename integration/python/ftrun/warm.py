@@ -59,6 +59,7 @@ _MAX_FRAME = 1 << 20
 _SIGNAL = signal.SIGUSR2
 _RESEND_S = 0.05  # the interrupt is repeated until the main thread is out of the function
 _STUCK_S = 1.0  # then the threads' stacks are printed
+_RENDEZVOUS_POLL_S = 0.01
 
 
 class Restart(BaseException):
@@ -202,7 +203,7 @@ class _Runner:
             self._begin(self._wait_start() if self.standby else None)
             while True:
                 ctx = Context(self, os.environ, warm, self.standby)
-                if self.aborted_generation != self.generation:  # (told to leave before it began)
+                if self._await_rendezvous():  # (else told to leave before it began)
                     try:
                         try:
                             self.in_user = True
@@ -225,6 +226,23 @@ class _Runner:
                 self._begin(self._wait_start())
         finally:
             signal.signal(_SIGNAL, previous)
+
+    def _await_rendezvous(self):
+        """Waits, interruptibly, until this generation's rendezvous store
+        (MASTER_ADDR:MASTER_PORT, hosted by rank 0) takes connections: torch
+        1.13 connects to it in a retry loop that holds the GIL and that no
+        shut-down connection can break, so a survivor that entered it before
+        rank 0 was up could not leave when told. False: told to leave."""
+        addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if self.generation == 0 or os.environ.get("RANK") == "0" or not addr or not (port or "").isdigit():
+            return self.aborted_generation != self.generation
+        while self.aborted_generation != self.generation:
+            try:
+                socket.create_connection((addr, int(port)), timeout=0.2).close()
+                return True
+            except OSError:
+                time.sleep(_RENDEZVOUS_POLL_S)
+        return False
 
     def _raised(self, ctx, e):
         self.aborting = True
