@@ -148,7 +148,8 @@ def test_repeated_rank_kills(check, seeds, golden):
         pids = new
     rc = job.wait(timeout=180)
     kinds = [r.get("kind") for r in job.recoveries()]
-    check(kinds and all(k == "warm" for k in kinds), f"recoveries not all warm: {kinds}")
+    # (A standby not back yet when a kill comes makes a recovery mixed: never cold, the survivors stay.)
+    check(kinds and kinds[0] == "warm" and "cold" not in kinds, f"recoveries: {kinds}")
     check_end(check, job, rc, golden, "three rank kills")
 
 

@@ -192,6 +192,11 @@ class _Runner:
         self.aborted_generation = -1
         self.leaving = threading.Event()  # set once the main thread is out of the function
         self.main_ident = threading.main_thread().ident
+        self.sockets_before = set()
+        self.used_rendezvous = False  # the last generation made a process group
+        # A socket never written to: polls never ready, and socket calls on it
+        # do not fail the way they would on a pipe (torch's threads throw).
+        self._quiet = socket.socketpair()
         threading.Thread(target=self._read, name="ftrun-warm-link", daemon=True).start()
 
     # The main thread ---------------------------------------------------------
@@ -232,9 +237,11 @@ class _Runner:
         (MASTER_ADDR:MASTER_PORT, hosted by rank 0) takes connections: torch
         1.13 connects to it in a retry loop that holds the GIL and that no
         shut-down connection can break, so a survivor that entered it before
-        rank 0 was up could not leave when told. False: told to leave."""
+        rank 0 was up could not leave when told. Only where the last
+        generation made a process group: a job may use none. False: told to
+        leave."""
         addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-        if self.generation == 0 or os.environ.get("RANK") == "0" or not addr or not (port or "").isdigit():
+        if not self.used_rendezvous or os.environ.get("RANK") == "0" or not addr or not (port or "").isdigit():
             return self.aborted_generation != self.generation
         while self.aborted_generation != self.generation:
             try:
@@ -271,6 +278,7 @@ class _Runner:
             self.generation = int(start["generation"])
             _set_local_rank_arg(start["local_rank"])
         _reset_ftrun_client()
+        self.sockets_before = _socket_inodes()
         self.aborting = False
         self.interrupted = False
         self.leaving.clear()
@@ -278,10 +286,36 @@ class _Runner:
     def _leave(self):
         """Out of the function: its process group goes, its objects too
         (those not kept), and the agent hears that this process is parked."""
-        _destroy_process_group()
+        self.used_rendezvous = _destroy_process_group()
+        self._retire_connections()
         _reset_ftrun_client()
         gc.collect()
         self.link.send(_WARM_PARKED, {"generation": self.generation})
+
+    def _retire_connections(self):
+        """The left groups' TCP connections (shut down by the agent) are
+        swapped for a socket that never polls ready: gloo's loop thread and
+        the store client's listener of a group that is never destroyed would
+        otherwise spin on their hang-ups for the rest of the process. dup2 replaces each in place, so
+        the descriptor numbers stay the left group's (never closed here)."""
+        master = int(os.environ.get("MASTER_PORT", "0") or 0)
+        for fd, ino in _sockets():
+            if ino in self.sockets_before:
+                continue
+            try:
+                s = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            try:
+                tcp = s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM
+                if not tcp or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) or s.getsockname()[1] == master:
+                    continue
+            except OSError:
+                continue
+            finally:
+                s.close()
+            if os.fstat(fd).st_ino == ino:  # still that socket
+                os.dup2(self._quiet[0].fileno(), fd, inheritable=False)
 
     # The link's reader thread ------------------------------------------------
 
@@ -324,6 +358,27 @@ class _Runner:
 
 # --------------------------------------------------------------------------
 # What a generation leaves behind
+
+
+def _sockets():
+    """(fd, inode) of this process's sockets."""
+    out = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.append((int(name), int(link[8:-1])))
+    return out
+
+
+def _socket_inodes():
+    return {ino for _, ino in _sockets()}
 
 
 def _set_local_rank_arg(local_rank):
@@ -378,10 +433,14 @@ _LEFT_GROUPS = []
 
 
 def _destroy_process_group():
+    """Leaves the generation's process groups; whether there were any (made,
+    or begun: counted by torch)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available():
-        return
+        return False
     c10d = dist.distributed_c10d
+    made = dist.is_initialized() or getattr(c10d, "_group_count", 0) > 0 or \
+        getattr(getattr(c10d, "_world", None), "group_count", 0) > 0
     if dist.is_initialized():
         groups = getattr(c10d, "_pg_map", None)
         if groups is None and hasattr(c10d, "_world"):
@@ -398,3 +457,4 @@ def _destroy_process_group():
         c10d._group_count = 0
     elif hasattr(c10d, "_world") and hasattr(c10d._world, "group_count"):
         c10d._world.group_count = 0
+    return made
