@@ -211,7 +211,7 @@ def warm_run(work, script_args, args, want_loss, want_weights, cold_ms):
         got_weights == want_weights
     if cold_ms and warm_ms:
         say(f"recovery from a rank's SIGKILL, detection -> every rank's first step (slowest node): cold (new processes) "
-            f"{cold_ms:.0f} ms, warm ({kind}) {warm_ms:.0f} ms")
+            f"{cold_ms:.0f} ms, {kind} (survivors kept, a standby for the dead rank) {warm_ms:.0f} ms")
     say("warm run: every loss and every rank's weights bit-identical to the failure-free run" if ok else
         f"FAIL: warm run exit {rc}, losses or weights differ")
     return ok

@@ -94,29 +94,37 @@ void WarmRanks::Hello(Connection& conn, const std::string& payload) {
   server_->Close(conn.id, "warm hello refused");
 }
 
+// A frame about one generation of the link's rank: its slot when the
+// generation is `generation` and the slot is in state `in`, else nullptr
+// (a late frame). A malformed frame drops the link.
+WarmRanks::Slot* WarmRanks::SlotFrame(Connection& conn, const std::string& payload, Slot::Warm in, int generation,
+                                      WarmFields* f) {
+  long long g = -1;
+  Status s = DecodeWarmFields(payload, f);
+  if (s.ok()) s = WarmInt(*f, "generation", 0, INT32_MAX, &g);
+  if (!s.ok()) {
+    server_->Drop(conn, s);
+    return nullptr;
+  }
+  Slot* slot = SlotOf(conn.id);
+  return slot != nullptr && slot->warm == in && g == generation ? slot : nullptr;
+}
+
 void WarmRanks::Parked(Connection& conn, const std::string& payload) {
   WarmFields f;
-  long long generation = -1;
-  Status s = DecodeWarmFields(payload, &f);
-  if (s.ok()) s = WarmInt(f, "generation", 0, INT32_MAX, &generation);
-  if (!s.ok()) return server_->Drop(conn, s);
-  Slot* slot = SlotOf(conn.id);
-  if (slot == nullptr || slot->warm != Slot::Warm::kAborting || generation != aborting_generation_) return;
-  slot->warm = Slot::Warm::kParked;
-  CheckLeft();
+  if (Slot* slot = SlotFrame(conn, payload, Slot::Warm::kAborting, aborting_generation_, &f)) {
+    slot->warm = Slot::Warm::kParked;
+    CheckLeft();
+  }
 }
 
 void WarmRanks::Raised(Connection& conn, const std::string& payload) {
   WarmFields f;
-  long long generation = -1;
-  Status s = DecodeWarmFields(payload, &f);
-  if (s.ok()) s = WarmInt(f, "generation", 0, INT32_MAX, &generation);
-  if (!s.ok()) return server_->Drop(conn, s);
-  Slot* slot = SlotOf(conn.id);
-  if (slot == nullptr || slot->warm != Slot::Warm::kRunning || generation != generation_) return;
-  slot->warm = Slot::Warm::kAborting;  // it leaves by itself: no kWarmAbort
-  ShutDownConnections(*slot);
-  h_.raised(*slot, f["reason"].substr(0, 2000));
+  if (Slot* slot = SlotFrame(conn, payload, Slot::Warm::kRunning, generation_, &f)) {
+    slot->warm = Slot::Warm::kAborting;  // it leaves by itself: no kWarmAbort
+    ShutDownConnections(*slot);
+    h_.raised(*slot, f["reason"].substr(0, 2000));
+  }
 }
 
 void WarmRanks::Closed(Connection& conn) {

@@ -107,6 +107,7 @@ class WarmRanks {
   void Hello(Connection& conn, const std::string& payload);
   void Parked(Connection& conn, const std::string& payload);
   void Raised(Connection& conn, const std::string& payload);
+  Slot* SlotFrame(Connection& conn, const std::string& payload, Slot::Warm in, int generation, WarmFields* f);
   void SendStart(uint64_t control_id, const Slot& slot, int generation, const std::optional<uint64_t>& restore);
   void Unkeep(Slot& slot, const std::string& why);  // killed; its place goes to a standby
   void ShutDownConnections(Slot& slot);             // its generation's (release_connections.h)
