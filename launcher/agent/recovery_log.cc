@@ -63,10 +63,10 @@ void RecoveryLog::AllRanks(int generation, Phase phase, Time latest) {
   } else {
     r.first_step = latest;
     FTRUN_LOG_INFO(
-        "recovered ({}: {} resumed, {} from standbys, {} started) from '{}' in {:.0f} ms: stop {:.0f}, respawn {:.0f}, "
+        "recovered from '{}' in {:.0f} ms ({}: {} resumed, {} from standbys, {} started): stop {:.0f}, respawn {:.0f}, "
         "connect {:.0f}, restore {:.0f}, "
         "first step {:.0f} (version {})",
-        r.kind(), r.survivors, r.standbys, r.cold, r.reason, Ms(latest - r.detected), Ms(r.stopped - r.detected),
+        r.reason, Ms(latest - r.detected), r.kind(), r.survivors, r.standbys, r.cold, Ms(r.stopped - r.detected),
         Ms(r.spawned - r.stopped), Ms(r.connected.value_or(r.spawned) - r.spawned),
         Ms(r.restored.value_or(r.connected.value_or(r.spawned)) - r.connected.value_or(r.spawned)),
         Ms(latest - r.restored.value_or(r.connected.value_or(r.spawned))),
