@@ -33,7 +33,7 @@ void Agent::WriteStatus() {
     if (const Manifest* m = v.committed ? store_->Find(s.global_rank, *v.committed) : nullptr) {
       v.committed_manifests.push_back(m);
     }
-    v.ranks.push_back({s.global_rank, s.pid, s.finished, s.conn_id != 0});
+    v.ranks.push_back({s.global_rank, s.pid, s.finished, s.conn_id != 0, s.control_id != 0});
   }
   v.persist = disk_->StatusJson();
   v.recoveries = recoveries_->ToJson();

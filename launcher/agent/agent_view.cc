@@ -85,7 +85,8 @@ nlohmann::json AgentStatusJson(const AgentView& v) {
                           {"pid", r.pid},
                           {"start_time", ProcessStartTime(r.pid)},
                           {"finished", r.finished},
-                          {"connected", r.connected}});
+                          {"connected", r.connected},
+                          {"warm", r.warm}});
   }
   j["recoveries"] = v.recoveries;
   j["warm_standbys"] = v.warm;

@@ -56,6 +56,7 @@ struct AgentView {
     pid_t pid = 0;
     bool finished = false;
     bool connected = false;
+    bool warm = false;  // its control link is up: it runs under @ftrun.resilient
   };
   std::vector<Rank> ranks;
   nlohmann::json recoveries = nlohmann::json::array();  // recovery_log.h's

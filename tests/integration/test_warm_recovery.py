@@ -26,7 +26,7 @@ WORLD = NODES * PER_NODE
 STEPS = 30
 BASE_CONFIG = ("job:\n  max_restarts: 6\n  stop_grace: 2s\n  hang_timeout: %s\n"
                "store:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
-               "restart:\n  abort_timeout: 2s\n  warm_standbys: %s\n")
+               "restart:\n  abort_timeout: 5s\n  warm_standbys: %s\n")
 
 
 class WarmJob(ScriptClusterJob):
@@ -54,6 +54,12 @@ class WarmJob(ScriptClusterJob):
 
     def standbys_ready(self):
         return [(ast.get("warm_standbys") or {}).get("ready", 0) for ast in self.agents() if ast.get("ranks")]
+
+    def all_warm(self):
+        """Every rank's process runs under the decorator (its control link is up) and every node has a
+        ready standby: only then must the next failure's recovery be warm."""
+        ranks = [r for ast in self.agents() for r in ast.get("ranks", []) if not r.get("finished")]
+        return len(ranks) == WORLD and all(r.get("warm") for r in ranks) and min(self.standbys_ready() or [0]) >= 1
 
     def wait_running(self, restarts, after_version, timeout=90):
         """Until the job runs generation `restarts` with all ranks stepping and a version newer than
@@ -128,9 +134,10 @@ def test_repeated_rank_kills(check, seeds, golden):
     for n in range(1, 4):
         if pids is None:
             break
-        deadline = time.time() + 20  # the standbys of the previous kill are up
-        while min(job.standbys_ready() or [0]) < 1 and time.time() < deadline:
+        deadline = time.time() + 90  # the standbys of the previous kill are up (each imports torch: seconds)
+        while not job.all_warm() and time.time() < deadline:
             time.sleep(0.05)
+        check(job.all_warm(), f"kill {n}: every rank warm and a standby ready on every node within 90 s")
         victim = rng.randrange(WORLD)
         killed = kill_mid_step(job, victim, rng)
         check(killed is not None, f"kill {n}: rank {victim} was running")

@@ -42,7 +42,7 @@ TEST_CASE("agent status: a one-node agent's file", "[agent_view]") {
   v.chunks_corrupt_repaired = 1;
   Manifest a = Shard(0, 12, 2, 8), b = Shard(1, 12, 1, 1);
   v.committed_manifests = {&a, &b};
-  v.ranks = {{0, ::getpid(), false, true}, {1, 0, true, false}};
+  v.ranks = {{0, ::getpid(), false, true, true}, {1, 0, true, false, false}};
   nlohmann::json j = AgentStatusJson(v);
   CHECK(j["job_id"] == "j");
   CHECK(j["agent_pid"] == ::getpid());
@@ -68,6 +68,8 @@ TEST_CASE("agent status: a one-node agent's file", "[agent_view]") {
   CHECK(sample[4]["hash"] == a.tensors[0].chunks[0].hash.ToHex());
   REQUIRE(j["ranks"].size() == 2);
   CHECK(j["ranks"][0]["connected"] == true);
+  CHECK(j["ranks"][0]["warm"] == true);
+  CHECK(j["ranks"][1]["warm"] == false);
   CHECK(j["ranks"][1]["finished"] == true);
   CHECK(j["ranks"][1]["start_time"] == 0);  // no process
   CHECK(j["recoveries"].empty());
