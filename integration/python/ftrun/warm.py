@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 
+from .warm_interrupt import Interrupts
 from .warm_leave import (_abort_nccl, _destroy_process_group, _reset_ftrun_client, _set_local_rank_arg,
                          _socket_inodes, _sockets)
 
@@ -102,6 +103,8 @@ class Context:
         kept = self._runner.kept if self._runner is not None else {}
         if name not in kept or self.restore_version is None:
             kept[name] = factory()
+        if self._runner is not None:
+            self._runner.interrupts.install()  # (torch is imported by now)
         return kept[name]
 
     def __repr__(self):
@@ -197,6 +200,7 @@ class _Runner:
         self.main_ident = threading.main_thread().ident
         self.sockets_before = set()
         self.used_rendezvous = False  # the last generation made a process group
+        self.interrupts = Interrupts(self._check)  # the Restart lands inside forward and backward passes too
         # A socket never written to: polls never ready, and socket calls on it
         # do not fail the way they would on a pipe (torch's threads throw).
         self._quiet = socket.socketpair()
@@ -234,6 +238,7 @@ class _Runner:
                 self._begin(self._wait_start())
         finally:
             signal.signal(_SIGNAL, previous)
+            self.interrupts.remove()
 
     def _await_rendezvous(self):
         """Waits, interruptibly, until this generation's rendezvous store
@@ -261,6 +266,10 @@ class _Runner:
         self.link.send(_WARM_FAILED, {"generation": self.generation, "reason": reason})
 
     def _interrupt(self, signum, frame):
+        self._check()
+
+    def _check(self):
+        """Raises the Restart in the main thread once this generation ends."""
         if self.aborting and self.in_user and not self.interrupted:
             self.interrupted = True
             raise Restart(f"ftrun: generation {self.generation} ends (a rank of the job failed)")
@@ -282,6 +291,7 @@ class _Runner:
             _set_local_rank_arg(start["local_rank"])
         _reset_ftrun_client()
         self.sockets_before = _socket_inodes()
+        self.interrupts.install()
         self.aborting = False
         self.interrupted = False
         self.leaving.clear()

@@ -1,0 +1,71 @@
+"""A rank under @ftrun.resilient whose survivor is told to leave in the
+middle of a long backward pass (tests/integration/test_warm_interrupt.py).
+
+Generation 0, rank 0: a forward pass through LAYERS wide linear layers; in
+the backward pass, right after the last layer's gradient, a custom autograd
+node creates FLAG, and rank 1 (waiting for it) SIGKILLs itself. The rest of
+the backward pass is seconds of C++ (every layer's matrix products). The
+Restart must come out of loss.backward() before it is over: it is raised by
+ftrun's gradient hook, so some parameters (or all: the hook runs before
+the gradient lands) have no gradient yet. Generation 1
+(rank 0 warm, rank 1 a new process) prints what generation 0 saw:
+
+    INTERRUPT <rank> where=<the innermost three functions> ungraded=<parameters without a gradient> of=<all>
+"""
+import os
+import signal
+import time
+import traceback
+
+import torch
+
+import ftrun
+
+LAYERS, WIDTH, BATCH = 24, 1024, 256
+FLAG = os.environ["FTRUN_TEST_FLAG"]
+REPORT = {}  # what generation 0 saw, for generation 1 (this process's; ctx.keep starts afresh: nothing is saved)
+
+
+class Announce(torch.autograd.Function):
+    """Identity; its backward (a Python node, after the last layer's) creates FLAG."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        with open(FLAG, "w") as f:
+            f.write("backward\n")
+        return g
+
+
+@ftrun.resilient
+def main(ctx):
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    report = REPORT
+    if ctx.generation > 0:
+        print(f"INTERRUPT {ctx.rank} where={report.get('where')} ungraded={report.get('ungraded')} "
+              f"of={report.get('of')} warm={ctx.warm}", flush=True)
+        return
+    if ctx.rank == 1:
+        while not os.path.exists(FLAG):
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGKILL)
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+    x = torch.randn(BATCH, WIDTH)
+    loss = Announce.apply(model(x)).square().mean()
+    try:
+        loss.backward()
+    except ftrun.Restart as e:
+        report["where"] = ",".join(f.name for f in traceback.extract_tb(e.__traceback__)[-3:])
+        report["ungraded"] = sum(p.grad is None for p in model.parameters())
+        report["of"] = len(list(model.parameters()))
+        raise
+    print(f"INTERRUPT {ctx.rank} backward finished: never interrupted", flush=True)
+    time.sleep(60)
+
+
+if __name__ == "__main__":
+    main()
