@@ -113,6 +113,12 @@ WarmRanks::Slot* WarmRanks::SlotFrame(Connection& conn, const std::string& paylo
 void WarmRanks::Parked(Connection& conn, const std::string& payload) {
   WarmFields f;
   if (Slot* slot = SlotFrame(conn, payload, Slot::Warm::kAborting, aborting_generation_, &f)) {
+    long long rendezvous = 0;
+    if (f.count("rendezvous") != 0) {
+      Status s = WarmInt(f, "rendezvous", 0, 1, &rendezvous);
+      if (!s.ok()) return server_->Drop(conn, s);
+    }
+    rendezvous_ = rendezvous_ || rendezvous == 1;
     slot->warm = Slot::Warm::kParked;
     CheckLeft();
   }
@@ -241,6 +247,7 @@ void WarmRanks::SendStart(uint64_t control_id, const Slot& slot, int generation,
   f["rank"] = std::to_string(slot.global_rank);
   f["local_rank"] = std::to_string(slot.local_rank);
   f["restore"] = restore ? std::to_string(*restore) : "none";
+  f["rendezvous"] = rendezvous_ ? "1" : "0";
   Connection* c = server_->Find(control_id);
   if (c == nullptr || !c->Send(MsgType::kWarmStart, EncodeWarmFields(f)).ok()) {
     FTRUN_LOG_WARN("rank {}: cannot send its warm start (its control link is gone): killed", slot.global_rank);

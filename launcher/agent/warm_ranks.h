@@ -123,6 +123,11 @@ class WarmRanks {
   const Clock& clock_;
   std::vector<Standby> standbys_;
   bool decorated_ = false;  // a rank of this node said it runs under @ftrun.resilient
+  // A rank of this node left a generation that had a process group: every
+  // start says so (`rendezvous`), and a rank other than 0 then waits until
+  // the new store listens before it connects (torch 1.13 retries a refused
+  // connection only after a second).
+  bool rendezvous_ = false;
   bool released_ = false;
   int failed_standbys_ = 0;  // in a row, exited before their hello: stop starting them at 3
   std::function<void()> left_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "plugin/client/attached_segment.h"
 #include "plugin/client/client_impl.h"
 #include "plugin/client/device_saver.h"
 #include "plugin/common/bytes.h"
@@ -105,7 +106,7 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
                                       expected_job + "'");
   }
   FTRUN_RETURN_IF_ERROR(
-      Arena::Attach(std::move(memfd), expected_job.empty() ? impl->job_id : expected_job, &impl->arena));
+      AttachSegment(std::move(memfd), expected_job.empty() ? impl->job_id : expected_job, &impl->segment));
   // The mapping is not populated: a rank maps the whole node store but only
   // ever touches its own extents (and the chunks it restores), so page
   // tables fill in as it goes and stay small.

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -88,7 +89,8 @@ struct Client::Impl {
 
   // Constant after Connect.
   UniqueFd sock;
-  Arena arena;
+  std::shared_ptr<const Arena> segment;  // this process's mapping of the store (attached_segment.h)
+  const Arena& arena() const { return *segment; }
   int rank = -1;
   int node = 0;
   std::string job_id;

@@ -45,7 +45,7 @@ Status CudaDeviceSaver::Init() {
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event", kU));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&restored_, cudaEventDisableTiming), "creating an event", kU));
   hash_threads_ = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
-  arena_ = std::make_unique<RegisteredArena>(client_->arena.base(), client_->arena.size());
+  arena_ = std::make_unique<RegisteredArena>(client_->arena().base(), client_->arena().size());
   return Status::Ok();
 }
 

@@ -24,7 +24,7 @@ Status CudaDeviceSaver::Land() {
     for (size_t k = next++; k < copies_.size(); k = next++) {
       const Copy& c = copies_[k];
       const uint64_t length = save_.manifest.tensors[c.tensor].chunks[c.chunk].length;
-      copied_ids_[k] = HashBytes(client_->arena.base() + c.offset, length);
+      copied_ids_[k] = HashBytes(client_->arena().base() + c.offset, length);
     }
   };
   std::vector<std::thread> helpers;
@@ -109,7 +109,7 @@ Status CudaDeviceSaver::CopyToDevice(void* dst, const void* src, uint64_t n, voi
   const cudaStream_t s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
   // restored_ tracks one stream: a copy on another first fences the last.
   if (restores_pending_ && s != restore_stream_) FTRUN_RETURN_IF_ERROR(FenceRestores());
-  const uint64_t offset = static_cast<uint64_t>(static_cast<const char*>(src) - client_->arena.base());
+  const uint64_t offset = static_cast<uint64_t>(static_cast<const char*>(src) - client_->arena().base());
   FTRUN_RETURN_IF_ERROR(arena_->CopyToDevice(dst, offset, n, s));
   FTRUN_RETURN_IF_ERROR(Cuda(cudaEventRecord(restored_, s), "recording a restore copy"));
   restore_stream_ = s;

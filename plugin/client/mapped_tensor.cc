@@ -55,7 +55,7 @@ Status Snapshot::Map(std::string_view name, std::unique_ptr<MappedTensor>* out) 
   const TensorManifest* tm = nullptr;
   std::string where;
   FTRUN_RETURN_IF_ERROR(impl_->Find(name, &tm, &where));
-  const Arena& arena = impl_->client->arena;
+  const Arena& arena = impl_->client->arena();
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   auto pages = [&](uint64_t n) { return (n + page - 1) / page * page; };
   for (size_t j = 0; j < tm->chunks.size(); ++j) {

@@ -95,7 +95,7 @@ Status Client::Impl::Reserve(PendingSave* p, const std::vector<uint64_t>& length
   if (!r.ok() || n != lengths.size()) return Status::Corruption("agent reserved the wrong number of extents");
   for (size_t i = 0; i < n; ++i) {
     uint64_t off = r.Get<uint64_t>();
-    if (off < arena.data_offset() || lengths[i] > arena.size() || off > arena.size() - lengths[i]) {
+    if (off < arena().data_offset() || lengths[i] > arena().size() || off > arena().size() - lengths[i]) {
       return Status::Corruption("agent reserved an extent outside the store segment");
     }
     offsets->push_back(off);
@@ -144,7 +144,7 @@ Status Client::Impl::StageHost(const std::vector<TensorRef>& tensors, PendingSav
   for (size_t k = 0; k < copies.size(); ++k) {
     const PendingCopy& pc = copies[k];
     ChunkRef& c = m.tensors[pc.tensor].chunks[pc.chunk];
-    char* dst = arena.base() + offsets[k];
+    char* dst = arena().base() + offsets[k];
     if (pc.work == Work::kCopyKnownHash) {
       std::memcpy(dst, pc.src, c.length);
     } else {

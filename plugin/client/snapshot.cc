@@ -46,7 +46,7 @@ Status Snapshot::Impl::FindSized(std::string_view name, uint64_t dst_bytes, cons
 }
 
 Status Snapshot::Impl::CheckBounds(const ChunkRef& c, size_t j, const std::string& where) const {
-  const Arena& arena = client->arena;
+  const Arena& arena = client->arena();
   if (c.offset < arena.data_offset() || c.length > arena.size() || c.offset > arena.size() - c.length) {
     return Status::Corruption(where + " chunk " + std::to_string(j) + " lies outside the store segment");
   }
@@ -85,7 +85,7 @@ Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) cons
   const TensorManifest* tm = nullptr;
   std::string where;
   FTRUN_RETURN_IF_ERROR(impl_->FindSized(name, dst_bytes, &tm, &where));
-  const Arena& arena = impl_->client->arena;
+  const Arena& arena = impl_->client->arena();
   // Fault the destination in with one call instead of a trap per 4 KiB page
   // (a restarted rank's memory is usually fresh).
   PopulateRange(dst, dst_bytes, MADV_POPULATE_WRITE);
@@ -113,7 +113,7 @@ Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_byt
   // Every chunk is checked before any is queued: a corrupted version puts
   // nothing on the device. The copies read the store itself, which this
   // snapshot keeps pinned until its destructor fences them.
-  const Arena& arena = client->arena;
+  const Arena& arena = client->arena();
   std::vector<ChunkHash> hashes;
   for (size_t j = 0; j < tm->chunks.size(); ++j) {
     const ChunkRef& c = tm->chunks[j];

@@ -245,9 +245,10 @@ class _Runner:
         (MASTER_ADDR:MASTER_PORT, hosted by rank 0) takes connections: torch
         1.13 connects to it in a retry loop that holds the GIL and that no
         shut-down connection can break, so a survivor that entered it before
-        rank 0 was up could not leave when told. Only where the last
-        generation made a process group: a job may use none. False: told to
-        leave."""
+        rank 0 was up could not leave when told, and it retries a refused
+        connection only after a second. Only where the last generation (of
+        this process, or of a rank of its node: the agent's start says so)
+        made a process group: a job may use none. False: told to leave."""
         addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
         if not self.used_rendezvous or os.environ.get("RANK") == "0" or not addr or not (port or "").isdigit():
             return self.aborted_generation != self.generation
@@ -288,6 +289,8 @@ class _Runner:
                 if k.startswith("env."):
                     os.environ[k[4:]] = v
             self.generation = int(start["generation"])
+            # (a standby learns it here: a rank of its node left a generation that had a process group)
+            self.used_rendezvous = self.used_rendezvous or start.get("rendezvous") == "1"
             _set_local_rank_arg(start["local_rank"])
         _reset_ftrun_client()
         self.sockets_before = _socket_inodes()
@@ -302,8 +305,8 @@ class _Runner:
         self.used_rendezvous = _destroy_process_group()
         self._retire_connections()
         _reset_ftrun_client()
-        gc.collect()
-        self.link.send(_WARM_PARKED, {"generation": self.generation})
+        self.link.send(_WARM_PARKED, {"generation": self.generation, "rendezvous": int(self.used_rendezvous)})
+        gc.collect()  # (while the agent gathers the next generation)
 
     def _retire_connections(self):
         """The left groups' TCP connections (shut down by the agent) are
