@@ -28,8 +28,7 @@ Status AttachSegment(UniqueFd fd, const std::string& expected_job_id, std::share
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("fstat of the store segment", errno);
   Kept& k = kept();
   std::lock_guard<std::mutex> lock(k.mu);
-  if (k.arena && k.dev == st.st_dev && k.ino == st.st_ino &&
-      (expected_job_id.empty() || expected_job_id == k.job_id)) {
+  if (k.arena && k.dev == st.st_dev && k.ino == st.st_ino && (expected_job_id.empty() || expected_job_id == k.job_id)) {
     *out = k.arena;
     return Status::Ok();  // (fd closes here)
   }

@@ -264,26 +264,72 @@ ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, cons
   return ref;
 }
 
-std::vector<TensorRef> CudaTargets(const std::vector<TensorInfo>& infos, const py::object& targets_arg) {
+namespace {
+
+// Client.load's cuda= and into=: per loaded tensor, what `convert` makes of
+// the entry naming it (an empty TensorRef where none does). Every name must
+// be a loaded tensor, every entry exactly the saved size.
+template <typename Convert>
+std::vector<TensorRef> LoadTargets(const std::vector<TensorInfo>& infos, const py::object& targets_arg,
+                                   const std::string& arg, Convert convert) {
   std::vector<TensorRef> out(infos.size());
   if (targets_arg.is_none()) return out;
-  if (!py::isinstance<py::dict>(targets_arg)) throw py::type_error("cuda must be a dict (or a callable returning one)");
+  if (!py::isinstance<py::dict>(targets_arg))
+    throw py::type_error(arg + " must be a dict (or a callable returning one)");
   py::dict targets = py::reinterpret_borrow<py::dict>(targets_arg);
   for (size_t i = 0; i < infos.size(); ++i) {
     if (!targets.contains(infos[i].name)) continue;
-    out[i] = ToCudaTensorRef(infos[i].name, targets[infos[i].name.c_str()], py::none());
+    const std::string where = arg + "['" + infos[i].name + "']";
+    out[i] = convert(where, infos[i].name, targets[infos[i].name.c_str()]);
     if (out[i].nbytes != infos[i].nbytes) {
-      throw py::value_error("cuda['" + infos[i].name + "'] is " + std::to_string(out[i].nbytes) +
-                            " bytes, the saved tensor " + std::to_string(infos[i].nbytes));
+      throw py::value_error(where + " is " + std::to_string(out[i].nbytes) + " bytes, the saved tensor " +
+                            std::to_string(infos[i].nbytes));
     }
   }
   for (auto item : targets) {
     const std::string name = py::str(item.first);
     bool found = false;
     for (const auto& t : infos) found |= t.name == name;
-    if (!found) throw py::value_error("cuda names '" + name + "', which is not in the loaded version");
+    if (!found) throw py::value_error(arg + " names '" + name + "', which is not in the loaded version");
   }
   return out;
+}
+
+}  // namespace
+
+py::object ResolveTargets(const py::object& arg, const std::string& user_bytes) {
+  return !arg.is_none() && PyCallable_Check(arg.ptr()) != 0 ? arg(py::bytes(user_bytes)) : arg;
+}
+
+std::vector<TensorRef> CudaTargets(const std::vector<TensorInfo>& infos, const py::object& targets) {
+  return LoadTargets(infos, targets, "cuda", [](const std::string&, const std::string& name, py::handle value) {
+    return ToCudaTensorRef(name, value, py::none());
+  });
+}
+
+std::vector<TensorRef> HostTargets(const std::vector<TensorInfo>& infos, const py::object& targets,
+                                   std::vector<py::buffer_info>* views) {
+  views->clear();
+  return LoadTargets(infos, targets, "into", [&](const std::string& where, const std::string& name, py::handle value) {
+    if (!PyObject_CheckBuffer(value.ptr())) {
+      throw py::type_error(where + ": a " + std::string(py::str(value.get_type().attr("__name__"))) +
+                           " does not support the buffer protocol (for a torch tensor: "
+                           "t.view(-1).view(torch.uint8).numpy())");
+    }
+    py::buffer_info info;
+    try {
+      info = py::reinterpret_borrow<py::buffer>(value).request(/*writable=*/true);
+    } catch (py::error_already_set&) {
+      throw py::value_error(where + " is read-only: expected writable memory");
+    }
+    if (!IsCContiguous(info)) throw py::value_error(where + " is not C-contiguous");
+    TensorRef ref;
+    ref.name = name;
+    ref.data = info.ptr;
+    ref.nbytes = static_cast<uint64_t>(info.size) * static_cast<uint64_t>(info.itemsize);
+    views->push_back(std::move(info));  // (ref.data points into the buffer, not into info)
+    return ref;
+  });
 }
 
 std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& generations, const py::object& dtypes,
@@ -308,6 +354,25 @@ std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& g
     }
   }
   return refs;
+}
+
+py::dict StatsToDict(const ftrun::SaveStats& s) {
+  py::dict d;
+  d["bytes_total"] = s.bytes_total;
+  d["bytes_hashed"] = s.bytes_hashed;
+  d["bytes_copied"] = s.bytes_copied;
+  d["chunks_total"] = s.chunks_total;
+  d["chunks_copied"] = s.chunks_copied;
+  d["chunks_skipped"] = s.chunks_skipped;
+  d["chunks_unchanged"] = s.chunks_unchanged;
+  d["stall_seconds"] = s.stall_seconds;
+  return d;
+}
+
+py::list ToList(const std::vector<uint64_t>& values) {
+  py::list out;
+  for (uint64_t v : values) out.append(v);
+  return out;
 }
 
 }  // namespace ftrun::python

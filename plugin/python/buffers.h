@@ -40,10 +40,21 @@ TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::o
 // naming only those entries) applied; *buffers keeps the buffers held.
 std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& generations, const py::object& dtypes,
                                     std::vector<py::buffer_info>* buffers);
+// Client.load's cuda= and into=: None, a dict, or a callable given the
+// version's user bytes that returns one (called here).
+py::object ResolveTargets(const py::object& arg, const std::string& user_bytes);
 // Client.load(cuda=...): per loaded tensor, the CUDA memory it goes to
 // (device kCuda), or an empty TensorRef (device kHost) when targets (None
 // or a dict name -> CUDA memory of the saved size) does not name it.
 // Raises ValueError for a wrong size or a name not in infos.
 std::vector<TensorRef> CudaTargets(const std::vector<TensorInfo>& infos, const py::object& targets);
+// Client.load(into=...): the same for host memory (a writable C-contiguous
+// buffer of the saved size: data set), the buffers' views kept in *views.
+std::vector<TensorRef> HostTargets(const std::vector<TensorInfo>& infos, const py::object& targets,
+                                   std::vector<py::buffer_info>* views);
+
+// Client.save's statistics as a dict; a list of ints.
+py::dict StatsToDict(const SaveStats& s);
+py::list ToList(const std::vector<uint64_t>& values);
 
 }  // namespace ftrun::python

@@ -55,25 +55,6 @@ void Check(const Status& st) {
   if (!st.ok()) Raise(st);
 }
 
-py::dict StatsToDict(const ftrun::SaveStats& s) {
-  py::dict d;
-  d["bytes_total"] = s.bytes_total;
-  d["bytes_hashed"] = s.bytes_hashed;
-  d["bytes_copied"] = s.bytes_copied;
-  d["chunks_total"] = s.chunks_total;
-  d["chunks_copied"] = s.chunks_copied;
-  d["chunks_skipped"] = s.chunks_skipped;
-  d["chunks_unchanged"] = s.chunks_unchanged;
-  d["stall_seconds"] = s.stall_seconds;
-  return d;
-}
-
-py::list ToList(const std::vector<uint64_t>& values) {
-  py::list out;
-  for (uint64_t v : values) out.append(v);
-  return out;
-}
-
 class PyClient {
  public:
   PyClient(const std::string& socket_path, int rank, int connect_timeout_ms) {
@@ -133,7 +114,7 @@ class PyClient {
     options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
     options.order_cuda_stream = order_cuda_stream;
     Check(Call([&](ftrun::Client& c) { return c.Save(version, refs, user, options, &stats); }));
-    return StatsToDict(stats);
+    return ftrun::python::StatsToDict(stats);
   }
 
   void Wait() {
@@ -156,13 +137,14 @@ class PyClient {
     ftrun::VersionList list;
     Check(Call([&](ftrun::Client& c) { return c.ListVersions(&list); }));
     py::dict d;
-    d["committed"] = ToList(list.committed);
-    d["pending"] = ToList(list.pending);
+    d["committed"] = ftrun::python::ToList(list.committed);
+    d["pending"] = ftrun::python::ToList(list.pending);
     d["restore"] = list.has_restore ? py::object(py::int_(list.restore_version)) : py::object(py::none());
     return d;
   }
 
-  py::object Load(const py::object& version_arg, bool map, const py::object& cuda, uintptr_t cuda_stream);
+  py::object Load(const py::object& version_arg, bool map, const py::object& cuda, uintptr_t cuda_stream,
+                  const py::object& into);
 
   void Close() {
     py::gil_scoped_release nogil;
@@ -231,7 +213,8 @@ class PyClient {
   std::vector<std::weak_ptr<Mapped>> mapped_;
 };
 
-py::object PyClient::Load(const py::object& version_arg, bool map, const py::object& cuda, uintptr_t cuda_stream) {
+py::object PyClient::Load(const py::object& version_arg, bool map, const py::object& cuda, uintptr_t cuda_stream,
+                          const py::object& into) {
   const uint64_t version = version_arg.is_none() ? ftrun::Client::kLatest : version_arg.cast<uint64_t>();
   auto open = std::make_shared<OpenSnapshot>();
   open->mu = mu_ptr_;
@@ -240,27 +223,38 @@ py::object PyClient::Load(const py::object& version_arg, bool map, const py::obj
     return c.Load(version, &open->snap);
   }));
 
-  // Tensors named in `cuda` (a dict, or a callable given the version's
-  // user bytes that returns one) go straight to that CUDA memory. The
-  // others are mapped (map=True, 64 KiB or more) or read, without the GIL,
-  // into arrays built with it (those that cannot be mapped are read into
-  // arrays allocated first).
+  // Tensors named in `cuda` or `into` (dicts, or callables given the
+  // version's user bytes that return one) go straight to that CUDA or host
+  // memory. The others are mapped (map=True, 64 KiB or more) or read,
+  // without the GIL, into arrays built with it (those that cannot be mapped
+  // are read into arrays allocated first).
   constexpr uint64_t kMapMinBytes = 64 << 10;
   const std::vector<ftrun::TensorInfo>& infos = open->snap->tensors();
-  py::object cuda_targets = cuda;
-  if (!cuda.is_none() && PyCallable_Check(cuda.ptr()) != 0) cuda_targets = cuda(py::bytes(open->snap->user_bytes()));
+  const std::string& user_bytes = open->snap->user_bytes();
+  py::object cuda_targets = ftrun::python::ResolveTargets(cuda, user_bytes);
+  py::object host_targets = ftrun::python::ResolveTargets(into, user_bytes);
+  std::vector<py::buffer_info> host_views;
   std::vector<ftrun::TensorRef> device_dsts = ftrun::python::CudaTargets(infos, cuda_targets);
-  std::vector<bool> to_device(infos.size());
-  for (size_t i = 0; i < infos.size(); ++i) to_device[i] = device_dsts[i].device == ftrun::Device::kCuda;
+  std::vector<ftrun::TensorRef> host_dsts = ftrun::python::HostTargets(infos, host_targets, &host_views);
+  std::vector<bool> to_device(infos.size()), given(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    to_device[i] = device_dsts[i].device == ftrun::Device::kCuda;
+    given[i] = to_device[i] || host_dsts[i].data != nullptr;
+    if (to_device[i] && host_dsts[i].data != nullptr)
+      throw py::value_error("cuda and into both name '" + infos[i].name + "'");
+  }
   std::vector<std::unique_ptr<ftrun::MappedTensor>> maps(infos.size());
   Status st;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < infos.size() && st.ok(); ++i) {
-      if (!to_device[i]) continue;
-      st = open->snap->ReadToDevice(infos[i].name, const_cast<void*>(device_dsts[i].data), infos[i].nbytes,
-                                    reinterpret_cast<void*>(cuda_stream));
+      if (to_device[i]) {
+        st = open->snap->ReadToDevice(infos[i].name, const_cast<void*>(device_dsts[i].data), infos[i].nbytes,
+                                      reinterpret_cast<void*>(cuda_stream));
+      } else if (given[i]) {
+        st = open->snap->Read(infos[i].name, const_cast<void*>(host_dsts[i].data), infos[i].nbytes);
+      }
     }
   }
   Check(st);
@@ -268,7 +262,7 @@ py::object PyClient::Load(const py::object& version_arg, bool map, const py::obj
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < infos.size() && st.ok(); ++i) {
-      if (infos[i].nbytes < kMapMinBytes || to_device[i]) continue;
+      if (infos[i].nbytes < kMapMinBytes || given[i]) continue;
       st = open->snap->Map(infos[i].name, &maps[i]);
       if (st.code() == Code::kFailedPrecondition) st = Status::Ok();  // read below
     }
@@ -284,8 +278,9 @@ py::object PyClient::Load(const py::object& version_arg, bool map, const py::obj
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
     devices[t.name.c_str()] = t.device == ftrun::Device::kCuda ? "cuda" : "cpu";
     dtypes[t.name.c_str()] = ftrun::DTypeName(t.dtype);
-    if (to_device[i]) {
-      arrays[t.name.c_str()] = py::reinterpret_borrow<py::dict>(cuda_targets)[t.name.c_str()];
+    if (given[i]) {
+      arrays[t.name.c_str()] =
+          py::reinterpret_borrow<py::dict>(to_device[i] ? cuda_targets : host_targets)[t.name.c_str()];
       continue;
     }
     py::array a;
@@ -386,7 +381,8 @@ PYBIND11_MODULE(_ftrun, m) {
            "Blocks until `version` (or a newer one) is committed; Error TIMEOUT after "
            "timeout_ms.")
       .def("load", &PyClient::Load, py::arg("version") = py::none(), py::arg("map") = false,
-           py::arg("cuda") = py::none(), py::arg("cuda_stream") = 0, ftrun::python::kLoadDoc)
+           py::arg("cuda") = py::none(), py::arg("cuda_stream") = 0, py::arg("into") = py::none(),
+           ftrun::python::kLoadDoc)
       .def("list_versions", &PyClient::ListVersions,
            "dict(committed=[...ascending], pending=[this rank's uncommitted], "
            "restore=int or None)")

@@ -66,6 +66,13 @@ asynchronously on `cuda_stream` (0: the legacy default stream); the result
 holds the given objects for them. Work queued on that stream afterwards
 sees the bytes.
 
+into (the same, for host memory: a dict name -> writable C-contiguous
+buffer of the saved size, e.g. t.view(-1).view(torch.uint8).numpy() of a
+contiguous CPU tensor t; or a callable) reads those tensors straight into
+that memory, hashing each chunk as it is copied: one pass over the bytes,
+nothing allocated or mapped. A corrupted chunk raises, and the memory then
+holds the chunks before it. The result holds the given objects for them.
+
 map=True maps every tensor of 64 KiB or more copy-on-write from the agent's
 shared memory instead of copying it (hashes are still checked): the load
 costs page-table updates, not a copy into fresh memory. Writing to such an

@@ -5,27 +5,33 @@
 Each keyword names a key of the state that ftrun.save saved (a dict) and the
 object it goes back into:
 
-* a torch.nn.Module: its parameters and buffers are copied into in place,
-  straight from the agent's store (the loaded tensors are copy-on-write
-  mappings of the store: one copy per byte, chunk hashes checked), also
-  across devices (a CUDA parameter gets one host-to-device copy);
+* a torch.nn.Module: its parameters and buffers are copied into in place;
+  those on the CPU (contiguous, of the saved dtype and shape) straight from
+  the agent's store, each chunk's hash checked as it is copied (one pass
+  over the bytes), the others from copy-on-write mappings of the store (a
+  CUDA parameter gets one host-to-device copy);
 * a torch.optim.Optimizer: its hyperparameters come back, and every state
   tensor it already has (a survivor's, under @ftrun.resilient) is copied into
-  in place; state it does not have yet (a fresh optimizer: torch creates it
-  lazily) adopts the loaded tensor itself, with no copy when dtype and
-  device match (written pages are copied on write; the next save gives it
-  private pages);
+  in place, the same way; state it does not have yet (a fresh optimizer:
+  torch creates it lazily) adopts the loaded tensor itself, with no copy
+  when dtype and device match (written pages are copied on write; the next
+  save gives it private pages);
 * anything else with load_state_dict (an LR scheduler, a GradScaler) gets
   load_state_dict(saved).
 
 The saved "rng" entry (ftrun.rng_state()) restores the random generators
 unless rng=False. extra: a dict that receives every other saved entry (a
 data-loader position, ...). Returns the step to go on from: the restored
-version's step + 1, or 0 when there is nothing to restore.
+version's step + 1, or 0 when there is nothing to restore. A version found
+corrupted raises, and the tensors then hold part of it (restore again).
 """
+
+import io
+import pickle
 
 import torch
 
+from . import sharded as _sharded
 from .state import set_rng_state
 from .state_client import get_client
 from .state_unpack import _load_version
@@ -35,7 +41,7 @@ _FORMAT = "ftrun.state"
 
 
 def restore(*, version=None, rng=True, extra=None, **targets):
-    loaded = _load_version(get_client(), version, _FORMAT, "cpu")
+    loaded = _load_version(get_client(), version, _FORMAT, "cpu", into=_Into(targets))
     if loaded is None:
         return 0
     with use_mesh(None):
@@ -109,3 +115,94 @@ def _cast(p, name, value):
     if value.is_floating_point() and p.is_floating_point():
         return value.to(dtype=p.dtype, device=p.device)
     return value.to(device=p.device)
+
+
+# --------------------------------------------------------------------------
+# Which live tensors the saved ones are read straight into
+
+
+class _Ref:
+    def __init__(self, idx):
+        self.idx = idx
+
+
+class _Refs(pickle.Unpickler):
+    """The saved structure with a _Ref where each tensor was (None for a sharded one)."""
+
+    def persistent_load(self, pid):
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "ftrun.tensor":
+            return _Ref(pid[1])
+        if isinstance(pid, tuple) and pid and pid[0] in _sharded.PIDS:
+            return None
+        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+
+
+class _Into:
+    """For Client.load(into=): given the version's user bytes, the live CPU
+    tensors of the targets that saved tensors go straight into, as writable
+    byte views (.dests: saved name -> live tensor, given back by the unpack
+    in their place, so load_state_dict's copy_ of a tensor onto itself does
+    nothing). A tensor qualifies when it is contiguous, of the saved dtype and
+    shape, and no other target entry shares its memory. Anything unexpected
+    in the version: nothing goes in place (the usual unpack reports it)."""
+
+    def __init__(self, targets):
+        self.targets = targets
+        self.payload = None
+        self.dests = {}
+
+    def __call__(self, user_bytes):
+        try:
+            self.payload = pickle.loads(user_bytes)
+            metas = self.payload["tensors"]
+            state = _Refs(io.BytesIO(self.payload["skeleton"])).load()
+        except Exception:  # noqa: BLE001 - not ours, or not unpicklable without its tensors
+            return {}
+        if not isinstance(state, dict):
+            return {}
+        pairs = [p for key, target in self.targets.items() for p in _live_pairs(target, state.get(key))]
+        shared = {}
+        for _, live in pairs:
+            shared[live.data_ptr()] = shared.get(live.data_ptr(), 0) + 1
+        for ref, live in pairs:
+            meta = metas[ref.idx] if 0 <= ref.idx < len(metas) else None
+            if meta is not None and shared[live.data_ptr()] == 1 and _fits(live, meta):
+                self.dests[meta["name"]] = live
+        out = {}
+        for name, t in list(self.dests.items()):
+            try:
+                out[name] = t.detach().view(-1).view(torch.uint8).numpy()
+            except (RuntimeError, TypeError, ValueError):  # (a tensor numpy cannot view: the usual copy)
+                del self.dests[name]
+        return out
+
+
+def _live_pairs(target, saved):
+    """(saved _Ref, live tensor) for every saved tensor of `target` it already has."""
+    if not isinstance(saved, dict):
+        return
+    if isinstance(target, torch.nn.Module):
+        live = target.state_dict(keep_vars=True)
+        for k, ref in saved.items():
+            if isinstance(ref, _Ref) and torch.is_tensor(live.get(k)):
+                yield ref, live[k]
+    elif isinstance(target, torch.optim.Optimizer):
+        groups, state = saved.get("param_groups"), saved.get("state")
+        if not isinstance(groups, list) or not isinstance(state, dict) or len(groups) != len(target.param_groups):
+            return
+        by_id = {}
+        for g, s in zip(target.param_groups, groups):
+            if not isinstance(s, dict) or len(s.get("params", ())) != len(g["params"]):
+                return
+            by_id.update(zip(s["params"], g["params"]))
+        for pid, entries in state.items():
+            have = target.state.get(by_id[pid]) if pid in by_id else None
+            if isinstance(have, dict) and isinstance(entries, dict):
+                for name, ref in entries.items():
+                    if isinstance(ref, _Ref) and torch.is_tensor(have.get(name)):
+                        yield ref, have[name]
+
+
+def _fits(t, meta):
+    return (t.layout == torch.strided and t.device.type == "cpu" and t.numel() > 0 and t.is_contiguous()
+            and str(t.dtype) == "torch." + str(meta.get("dtype")) and list(t.shape) == list(meta.get("shape", ())))

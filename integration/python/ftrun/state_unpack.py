@@ -153,8 +153,10 @@ class _Unpickler(pickle.Unpickler):
 class _Loaded:
     """One loaded version: its buffers and payload; unpack() builds structures."""
 
-    def __init__(self, result, expect_format, payload=None):
-        """payload: result.user_bytes already unpickled (by _DeviceTargets)."""
+    def __init__(self, result, expect_format, payload=None, inplace=None):
+        """payload: result.user_bytes already unpickled (by _DeviceTargets);
+        inplace: saved name -> the live tensor it was read into (given back as is)."""
+        self.inplace = inplace or {}
         self.version = result.version
         self.arrays = result.tensors
         try:
@@ -173,6 +175,8 @@ class _Loaded:
 
     def tensor(self, idx, map_location):
         meta = self.metas[idx]
+        if meta["name"] in self.inplace:
+            return self.inplace[meta["name"]]
         arr = self.arrays.get(meta["name"])
         if arr is None:
             raise _ftrun_error("CORRUPTION", f"version {self.version} lacks tensor '{meta['name']}'")
@@ -187,11 +191,12 @@ class _Loaded:
         return _Unpickler(io.BytesIO(skeleton), self, map_location).load()
 
 
-def _load_version(client, version, expect_format, map_location=None):
+def _load_version(client, version, expect_format, map_location=None, into=None):
     """Loads `version` (None: the one a restart restores, else the last
     committed); None when nothing is committed. Tensors that map_location
     (see _target) puts on a CUDA device are read straight into new CUDA
-    memory."""
+    memory; into (in_place._Into): those it names, straight into live host
+    tensors instead."""
     if version is None or version == _ftrun.LATEST:
         lv = client.list_versions()
         version = lv["restore"]
@@ -199,6 +204,9 @@ def _load_version(client, version, expect_format, map_location=None):
             if not lv["committed"]:
                 return None
             version = lv["committed"][-1]
+    if into is not None:
+        result = client.load(version, map=load_maps(), into=into)
+        return _Loaded(result, expect_format, payload=into.payload, inplace=into.dests)
     targets = _DeviceTargets(map_location)
     result = client.load(version, map=load_maps(), cuda=targets)
     return _Loaded(result, expect_format, payload=targets.payload)
