@@ -253,7 +253,7 @@ py::object PyClient::Load(const py::object& version_arg, bool map, const py::obj
         st = open->snap->ReadToDevice(infos[i].name, const_cast<void*>(device_dsts[i].data), infos[i].nbytes,
                                       reinterpret_cast<void*>(cuda_stream));
       } else if (given[i]) {
-        st = open->snap->Read(infos[i].name, const_cast<void*>(host_dsts[i].data), infos[i].nbytes);
+        st = open->snap->Refresh(infos[i].name, const_cast<void*>(host_dsts[i].data), infos[i].nbytes);
       }
     }
   }

@@ -68,10 +68,11 @@ sees the bytes.
 
 into (the same, for host memory: a dict name -> writable C-contiguous
 buffer of the saved size, e.g. t.view(-1).view(torch.uint8).numpy() of a
-contiguous CPU tensor t; or a callable) reads those tensors straight into
-that memory, hashing each chunk as it is copied: one pass over the bytes,
-nothing allocated or mapped. A corrupted chunk raises, and the memory then
-holds the chunks before it. The result holds the given objects for them.
+contiguous CPU tensor t; or a callable) puts those tensors straight into
+that memory, nothing allocated or mapped: a chunk the memory already holds
+(its bytes hash to the saved hash) is left as it is, the others are copied
+from the store and hashed as they are copied. A corrupted chunk raises, and
+the memory then holds the chunks before it. The result holds the given objects for them.
 
 map=True maps every tensor of 64 KiB or more copy-on-write from the agent's
 shared memory instead of copying it (hashes are still checked): the load

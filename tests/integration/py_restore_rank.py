@@ -3,7 +3,8 @@
 A model with a buffer (BatchNorm) and Adam take two steps and save (version
 1); two more steps change every tensor; ftrun.restore(model=, optim=) must
 put version 1 back into the very same tensor objects and memory, bit for
-bit, the CPU tensors read straight into (Client.load(into=), one pass);
+bit, the CPU tensors read straight into (Client.load(into=), one pass;
+chunks the memory already holds are left alone);
 load(into=) refuses bad destinations with errors that name them. Then the
 rank creates READY and waits for CORRUPTED (the test flips a byte of a
 committed chunk in the agent's store): the restore must raise CORRUPTION.
@@ -86,6 +87,13 @@ expect(start == 2, f"restore returned {start}, expected 2 (version 1 + 1)")
 after = {k: (id(t), t.data_ptr()) for k, t in live().items()}
 expect(after == before, "the restored tensors are the same objects in the same memory")
 expect(digest() == want, "the restored state is bit-identical to the saved one")
+# Live memory that already holds most of the version: a chunk that holds it is left alone, the others copied.
+with torch.no_grad():
+    model[0].weight[3, 5] += 1.0  # one chunk of one tensor
+    model[3].bias.zero_()
+start = ftrun.restore(model=model, optim=opt)
+expect(start == 2 and digest() == want, "a partly changed state is restored bit-identical")
+expect({k: (id(t), t.data_ptr()) for k, t in live().items()} == before, "the same objects in the same memory again")
 step()  # and training goes on from it
 
 # load(into=) refuses what it cannot write into, naming it.

@@ -19,6 +19,10 @@ def test_restore_in_place(check):
     deadline = time.time() + 120
     while not os.path.exists(os.path.join(flags, "ready-0")) and job.proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
+    if not os.path.exists(os.path.join(flags, "ready-0")):
+        rc = job.wait(timeout=60)
+        check(False, f"the rank never got to the corruption check: agent exit {rc}\n{job.log[-4000:]}")
+        return
     st = job.state() or {}
     chunks = st.get("store", {}).get("committed_chunks", [])
     check(chunks, f"the status lists committed chunks: {st.get('store')}")
