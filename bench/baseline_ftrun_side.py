@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from baseline_side import Side, free_port_range, log, wait_until
+from baseline_side import Side, exit_watch, free_port_range, log, wait_until
 from baseline_timing import parse, read, stalls, timeline
 
 
@@ -102,6 +102,7 @@ class FtrunSide(Side):
                 if pid <= 0:
                     raise RuntimeError(f"ftrun: no pid for rank {a.victim}")
                 st_before = self.state()
+                exited = exit_watch(pid)
                 t_kill = time.monotonic()
                 os.kill(pid, signal.SIGKILL)
                 text = read(self.out)
@@ -116,6 +117,8 @@ class FtrunSide(Side):
                     tl["survivor_restore_s"] = max(tl["per_rank"]["restore_s"][r] for r in survivors)
                     tl["survivor_ready_s"] = max(tl["per_rank"]["t_restored"][r] for r in survivors) - t_kill
                 tl["firststep_max_s"] = max(first.values()) - t_kill
+                t_exit = exited()
+                tl["victim_exit_s"] = t_exit - t_kill if t_exit is not None else None
                 tl["committed_before_kill"] = st_before.get("committed_version")
                 # The agents' own breakdown of this recovery (written once their ranks saved again).
                 def agents_done():

@@ -2,8 +2,10 @@
 free ports, waiting for a condition while the job lives, and Side, one
 side's directory, environment and train_gpt.py arguments."""
 import os
+import select
 import socket
 import sys
+import threading
 import time
 
 
@@ -52,6 +54,28 @@ class Side:
         return [a.script, "--layers", str(a.layers), "--d-model", str(a.d_model), "--heads", str(a.heads),
                 "--vocab", str(a.vocab), "--seq", str(a.seq), "--batch", str(a.batch), "--steps", "1000000",
                 "--backend", "gloo", "--timing"]
+
+
+def exit_watch(pid):
+    """Watches `pid` (opened before it is killed): a function that returns the moment it exited (a pidfd
+    polled from a thread: the kernel's part of a death, which no detector can beat), or None."""
+    fd = os.pidfd_open(pid)
+    seen = {}
+
+    def watch():
+        try:
+            if select.select([fd], [], [], 120)[0]:
+                seen["t"] = time.monotonic()
+        finally:
+            os.close(fd)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+
+    def exited():
+        th.join(timeout=120)
+        return seen.get("t")
+    return exited
 
 
 def wait_until(pred, timeout, what, poll=0.02, alive=None):

@@ -54,6 +54,7 @@ def timeline(t_kill, timing, world, warm=False):
         "setup_s": stamps["t_setup"] - stamps["t_imported"],
         "restore_s": stamps["t_restored"] - stamps["t_setup"],
         "first_step_s": stamps["t_first_step"] - stamps["t_restored"],
+        "ready_s": stamps["t_restored"] - t_kill,  # every rank ready to step: the recovery without its first step
         "total_s": stamps["t_first_step"] - t_kill,
     })
     per_rank = {}
@@ -89,6 +90,8 @@ def summary(side):
         "restore_s": slowest("restore_s"),
         "restore_load_s": slowest("restore_load_s"),
         "recovery_s": med([r["segments"]["total_s"] for r in recs]),
+        "ready_s": med([r["segments"]["ready_s"] for r in recs]),
+        "victim_exit_s": med([r.get("victim_exit_s") for r in recs]),
         "import_s": slowest("import_s"),
         "startup_s": slowest("startup_s"),
         "first_step_s": slowest("first_step_s"),

@@ -114,6 +114,8 @@ def main():
             result["recovery_speedup"] = t["recovery_s"] / f["recovery_s"]
             w = result["ftrun_warm"]["summary"]
             result["warm_recovery_speedup"] = t["recovery_s"] / w["recovery_s"]
+            # The same without the first step, which both sides take alike (kill -> every rank ready to step).
+            result["warm_ready_speedup"] = t["ready_s"] / w["ready_s"]
             # The status quo's torch.load + load_state_dict over a survivor's in-place ftrun.restore.
             result["warm_restore_speedup"] = t["restore_s"] / w["survivor_restore_s"]
         result["ok"] = True

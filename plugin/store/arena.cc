@@ -22,9 +22,18 @@ namespace {
 
 uint32_t HeaderChecksum(const ArenaHeader& h) { return RecordChecksum(&h, offsetof(ArenaHeader, checksum)); }
 
+// Maps the segment shared, asking for it in 2 MiB pages: where the kernel
+// gives shared memory huge pages on request (/sys/kernel/mm/
+// transparent_hugepage/shmem_enabled = advise), every process's page tables
+// hold 512 times fewer entries for the store. That matters at a rank's
+// death: a rank comes to map most of the store (each save writes fresh
+// extents), and the kernel tears its mapping down before anyone learns of
+// the death, ~1 us per 4 KiB page (0.25 s per GiB measured here), which the
+// agent's detection of every SIGKILLed rank waited for. Otherwise: no effect.
 Status MapFd(int fd, uint64_t size, char** out) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status::FromErrno("mmap of the store segment", errno);
+  (void)::madvise(p, size, MADV_HUGEPAGE);
   *out = static_cast<char*>(p);
   return Status::Ok();
 }
@@ -70,9 +79,7 @@ Status Arena::Create(const std::string& job_id, uint32_t node, uint64_t bytes, u
   if (::fcntl(fd.get(), F_ADD_SEALS, kArenaSeals) != 0) return Status::FromErrno("sealing the store segment", errno);
   Arena a;
   // The agent maps without MAP_POPULATE: Prefault does that on a thread.
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return Status::FromErrno("mmap of the store segment", errno);
-  a.base_ = static_cast<char*>(p);
+  FTRUN_RETURN_IF_ERROR(MapFd(fd.get(), bytes, &a.base_));
   a.size_ = bytes;
   a.fd_ = std::move(fd);
 

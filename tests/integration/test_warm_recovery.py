@@ -61,15 +61,17 @@ class WarmJob(ScriptClusterJob):
         ranks = [r for ast in self.agents() for r in ast.get("ranks", []) if not r.get("finished")]
         return len(ranks) == WORLD and all(r.get("warm") for r in ranks) and min(self.standbys_ready() or [0]) >= 1
 
-    def wait_running(self, restarts, after_version, timeout=90):
-        """Until the job runs generation `restarts` with all ranks stepping and a version newer than
-        after_version committed; the rank pids then (None on a timeout)."""
+    def wait_running(self, restarts, after_version, gone=(), timeout=90):
+        """Until the job runs generation `restarts` with all ranks stepping, a version newer than
+        after_version committed, and none of the pids `gone` (killed ones: the restart count and a commit
+        in flight can move before the agents' status files do) among the ranks; the rank pids then (None
+        on a timeout)."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             st = self.state() or {}
             pids = self.rank_pids()
             if (st.get("phase") == "running" and (st.get("restarts") or 0) >= restarts and len(pids) == WORLD
-                    and (st.get("committed_version") or -1) > after_version):
+                    and (st.get("committed_version") or -1) > after_version and not set(gone) & set(pids.values())):
                 return pids
             if self.proc.poll() is not None:
                 return None
@@ -144,7 +146,7 @@ def test_repeated_rank_kills(check, seeds, golden):
         standbys_before = set(job.seen)
         after = committed(job)
         print(f"kill {n}: rank {victim} (pid {killed}) with version {after} committed", flush=True)
-        new = job.wait_running(n, after)
+        new = job.wait_running(n, after, gone=[killed])
         check(new is not None, f"kill {n}: the job did not run again:\n{job.log[-3000:]}")
         if new is None:
             break
@@ -179,7 +181,7 @@ def test_node_killed_with_spare(check, seeds, golden):
         after = committed(job)
         check(job.kill_node(victim), f"node {victim} killed")
         print(f"killed node {victim} with version {after} committed", flush=True)
-        new = job.wait_running(1, after)
+        new = job.wait_running(1, after, gone=[pids[r] for r in range(victim * PER_NODE, (victim + 1) * PER_NODE)])
         check(new is not None, f"the job did not run again:\n{job.log[-3000:]}")
         if new is not None:
             mine = range(victim * PER_NODE, (victim + 1) * PER_NODE)
@@ -206,7 +208,7 @@ def test_hang_and_exception(check, seeds, golden):
         victim = rng.choice([r for r in range(WORLD) if r != raiser])
         after = committed(job)
         stopped = kill_mid_step(job, victim, rng, signal.SIGSTOP)
-        later = job.wait_running(2, after, timeout=60)
+        later = job.wait_running(2, after, gone=[stopped], timeout=60)
         check(later is not None, f"the hang was not recovered:\n{job.log[-3000:]}")
         if later:
             moved = {r: (new[r], later[r]) for r in range(WORLD) if r != victim and new[r] != later[r]}
@@ -231,7 +233,7 @@ def test_second_failure_and_no_standbys(check, seeds, golden):
         time.sleep(rng.uniform(0.05, 0.3))  # the recovery is under way
         kill_mid_step(job, second, rng)
         print(f"killed rank {first}, then rank {second}", flush=True)
-        new = job.wait_running(1, -1)
+        new = job.wait_running(1, -1, gone=[pids[first], pids[second]])
         check(new is not None, f"the job did not run again:\n{job.log[-3000:]}")
         if new:
             stayed = [r for r in range(WORLD) if r not in (first, second) and new[r] == pids[r]]
