@@ -126,8 +126,8 @@ int RunBaselineTorch(int argc, char** argv, Result* out) {
   figs.push_back({"    process group, optimizer", Num(w, "segment_setup_s"), "s", "", true});
   figs.push_back({"    restore", Num(w, "segment_restore_s"), "s", "", true});
   figs.push_back({"    first step", Num(w, "segment_first_step_s"), "s", "", true});
-  figs.push_back({"warm_ready_speedup (the same to every rank ready to step)", Num(j, "warm_ready_speedup"), "ratio",
-                  "", true});
+  figs.push_back(
+      {"warm_ready_speedup (the same to every rank ready to step)", Num(j, "warm_ready_speedup"), "ratio", "", true});
   figs.push_back({"  torch: kill -> every rank ready to step", Num(t, "ready_s"), "s", "", true});
   figs.push_back({"  ftrun warm: kill -> every rank ready to step", Num(w, "ready_s"), "s", "", true});
   figs.push_back({"warm_restore_speedup", warm_restore, "ratio", ">= 10", warm_restore >= 10});

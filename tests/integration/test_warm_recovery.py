@@ -12,7 +12,6 @@ survivors must keep their processes (PIDs), a dead rank's place must go to
 a warm standby (a PID the agent started before the failure), and no process
 may be left behind."""
 import os
-import random
 import signal
 import time
 

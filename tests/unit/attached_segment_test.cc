@@ -1,11 +1,12 @@
 // A rank's store mapping is kept for the next client of the same process
 // when the agent hands it the same segment (plugin/client/attached_segment.h).
+#include "plugin/client/attached_segment.h"
+
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <memory>
 
-#include "plugin/client/attached_segment.h"
 #include "plugin/store/arena.h"
 
 using namespace ftrun;
@@ -32,7 +33,8 @@ TEST_CASE("the same segment attached again is the same mapping; another segment 
   CHECK(again->base()[again->data_offset()] == 7);  // a client still holding the old one keeps it mapped
 }
 
-TEST_CASE("a kept segment is not handed to a client of another job; a bad segment is refused as before", "[client][store]") {
+TEST_CASE("a kept segment is not handed to a client of another job; a bad segment is refused as before",
+          "[client][store]") {
   Arena a;
   REQUIRE(Arena::Create("job-a", 0, 1 << 20, 1 << 16, &a).ok());
   std::shared_ptr<const Arena> mine, theirs;
