@@ -75,7 +75,17 @@ def _abort_nccl():
 # is gone until the group's timeout, and pybind runs it holding the GIL: it
 # would freeze the whole process. So they are never destroyed: their
 # connections are shut down, their threads idle once their operations fail.
+# Not even when the interpreter exits: clearing this module then would run
+# the destructors (a survivor hung after its job's last step, until the hang
+# timeout), so each also holds a reference that nothing releases.
 _LEFT_GROUPS = []
+
+
+def _keep_forever(obj):
+    import ctypes
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    _LEFT_GROUPS.append(obj)
 
 
 def _destroy_process_group():
@@ -91,7 +101,8 @@ def _destroy_process_group():
         groups = getattr(c10d, "_pg_map", None)
         if groups is None and hasattr(c10d, "_world"):
             groups = c10d._world.pg_map
-        _LEFT_GROUPS.extend(list(groups or ()) + [c10d._get_default_group()])
+        for group in list(groups or ()) + [c10d._get_default_group()]:
+            _keep_forever(group)
         try:
             dist.destroy_process_group()
         except Exception as e:  # noqa: BLE001 - a broken group still goes
