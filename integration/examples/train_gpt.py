@@ -268,11 +268,8 @@ def main(ctx=None):
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
     timing("process_group_s", time.monotonic() - t_begun)
 
-    torch.manual_seed(a.seed)  # every rank builds the same initial model
-    if ctx is not None and not a.fsdp:
-        model = ctx.keep("model", lambda: GPT(a).to(device))  # a survivor's model, restored in place
-    else:
-        model = GPT(a).to(device)
+    # A survivor's model (or a warm standby's, built while it waited) is kept and restored in place.
+    model = (ctx.keep("model", lambda: prepare_model()["model"]) if ctx else prepare_model()["model"]).to(device)
     if a.fsdp:
         model = shard_model(a.fsdp, model, Block, world, device)  # every rank keeps its shard of it
         params = list(model.parameters())
@@ -292,6 +289,12 @@ def main(ctx=None):
     timing("t_setup", t_setup)
 
     start = 0
+    def restored(start):
+        t_restored = time.monotonic()
+        timing("restore_s", t_restored - t_setup)
+        timing("restore_minflt", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt)
+        timing("t_restored", t_restored)
+        say(f"RESUMED {rank} {start}")
     flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     resumed = ckpt.load(device) if ctx is None else None
     if ctx is not None:  # in place, into the kept model and the new optimizer
@@ -300,11 +303,7 @@ def main(ctx=None):
         if start:
             if extra["step"] != start - 1:
                 raise RuntimeError(f"rank {rank}: version {start - 1} holds the state of step {extra['step']}")
-            t_restored = time.monotonic()
-            timing("restore_s", t_restored - t_setup)
-            timing("restore_minflt", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt)
-            timing("t_restored", t_restored)
-            say(f"RESUMED {rank} {start}")
+            restored(start)
     if resumed is not None:
         step, state = resumed
         t_loaded = time.monotonic()
@@ -318,12 +317,8 @@ def main(ctx=None):
         if state["step"] != step:
             raise RuntimeError(f"rank {rank}: version {step} holds the state of step {state['step']}")
         del state, resumed
-        t_restored = time.monotonic()
-        timing("restore_s", t_restored - t_setup)
         timing("restore_load_s", t_loaded - t_setup)
-        timing("restore_minflt", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt)
-        timing("t_restored", t_restored)
-        say(f"RESUMED {rank} {start}")
+        restored(start)
     flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     # Every rank must go on from the same step (the agent restores one version for all).
     lo = torch.tensor([start, -start], dtype=torch.int64, device=device)
@@ -393,8 +388,13 @@ def main(ctx=None):
     dist.destroy_process_group()
 
 
+def prepare_model():  # (no rank: a warm standby calls it before it has one)
+    torch.manual_seed(parse_args().seed)  # every rank builds the same initial model
+    return {"model": GPT(parse_args())}
+
+
 if __name__ == "__main__":
-    if "--resilient" in sys.argv[1:]:
-        ftrun.resilient(main)()  # warm recovery: main(ctx) runs again in this process after a failure
+    if "--resilient" in sys.argv[1:]:  # warm recovery: main(ctx) runs again in this process after a failure
+        ftrun.resilient(main, prepare=prepare_model)()
     else:
         main()

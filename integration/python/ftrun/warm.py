@@ -27,7 +27,10 @@ and `train(ctx)` is called again. The dead ranks' places go to warm
 standbys: processes the agent started with the same command line and
 FTRUN_WARM_STANDBY=1, which run the script up to the decorated call and wait
 there for a rank. So: read RANK, LOCAL_RANK, WORLD_SIZE and the command line
-inside the decorated function, not at import time.
+inside the decorated function, not at import time. What does not depend on
+the rank can be built before: @ftrun.resilient(prepare=lambda: {"model":
+GPT(args)}) runs once per process before its first generation (a standby's
+while it waits), and ctx.keep("model", ...) gives the prepared object.
 
 An exception raised by the function in one rank fails the generation too
 (the agent is told; the process itself is kept, and runs the next
@@ -101,7 +104,10 @@ class Context:
         nothing to restore (a fresh start) gets factory()'s result anew: no
         state of an abandoned run carries over."""
         kept = self._runner.kept if self._runner is not None else {}
-        if name not in kept or self.restore_version is None:
+        fresh = self._runner.fresh if self._runner is not None else set()
+        if name in fresh:  # made by prepare and never used: new, whatever this generation restores
+            fresh.discard(name)
+        elif name not in kept or self.restore_version is None:
             kept[name] = factory()
         if self._runner is not None:
             self._runner.interrupts.install()  # (torch is imported by now)
@@ -112,9 +118,18 @@ class Context:
                 f"warm={self.warm}, standby={self.standby})")
 
 
-def resilient(fn):
+def resilient(fn=None, *, prepare=None):
     """Decorates a training function `fn(ctx, *args, **kwargs)` for warm
-    recovery (see the module docstring). Returns what fn returns."""
+    recovery (see the module docstring). Returns what fn returns.
+
+    prepare (optional): returns a dict name -> object to keep, e.g.
+    {"model": GPT(args)}; called once in each process before its first
+    generation, so a warm standby builds it while it waits for a rank, and
+    a dead rank's place goes to a process whose model is built already.
+    ctx.keep(name, factory) then gives the prepared object. It must not
+    depend on the rank (a standby has none yet)."""
+    if fn is None:
+        return functools.partial(resilient, prepare=prepare)
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
@@ -122,7 +137,11 @@ def resilient(fn):
             return fn(Context(None, os.environ, False, False), *args, **kwargs)
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("ftrun.resilient: call the decorated function from the main thread")
-        return _Runner().run(fn, args, kwargs)
+        prepared = prepare() if prepare is not None else {}
+        if not isinstance(prepared, dict):
+            raise TypeError("ftrun.resilient(prepare=...) must return a dict of name -> object to keep, "
+                            f"not a {type(prepared).__name__}")
+        return _Runner(prepared).run(fn, args, kwargs)
 
     return run
 
@@ -182,14 +201,15 @@ class _Link:
 
 
 class _Runner:
-    def __init__(self):
+    def __init__(self, prepared):
         self.standby = os.environ.get("FTRUN_WARM_STANDBY") == "1"
         self.link = _Link(os.environ["FTRUN_AGENT_SOCKET"])
         hello = {"role": "standby" if self.standby else "rank", "job": os.environ.get("FTRUN_JOB_ID", "")}
         if not self.standby:
             hello["rank"] = os.environ.get("FTRUN_RANK", os.environ.get("RANK", ""))
         self.link.send(_WARM_HELLO, hello)
-        self.kept = {}
+        self.kept = dict(prepared)
+        self.fresh = set(prepared)  # prepared, not used by a generation yet
         self.starts = queue.Queue()
         self.generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.in_user = False
