@@ -102,7 +102,8 @@ class Context:
         no process group (a model, its parameters' tensors): ftrun.restore
         then copies the committed state into it in place. A generation with
         nothing to restore (a fresh start) gets factory()'s result anew: no
-        state of an abandoned run carries over."""
+        state of an abandoned run carries over. An object made by prepare
+        (see resilient) and not used yet is given instead of factory()'s."""
         kept = self._runner.kept if self._runner is not None else {}
         fresh = self._runner.fresh if self._runner is not None else set()
         if name in fresh:  # made by prepare and never used: new, whatever this generation restores
