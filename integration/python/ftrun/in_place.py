@@ -8,8 +8,10 @@ object it goes back into:
 * a torch.nn.Module: its parameters and buffers are copied into in place;
   those on the CPU (contiguous, of the saved dtype and shape) straight from
   the agent's store, each chunk's hash checked as it is copied (one pass
-  over the bytes), the others from copy-on-write mappings of the store (a
-  CUDA parameter gets one host-to-device copy);
+  over the bytes; a chunk the tensor already holds, e.g. a survivor's
+  parameters before its optimizer step, is hashed and left alone), the
+  others from copy-on-write mappings of the store (a CUDA parameter gets one
+  host-to-device copy);
 * a torch.optim.Optimizer: its hyperparameters come back, and every state
   tensor it already has (a survivor's, under @ftrun.resilient) is copied into
   in place, the same way; state it does not have yet (a fresh optimizer:
