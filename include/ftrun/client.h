@@ -154,8 +154,8 @@ class Snapshot {
   // Makes dst (live memory that may already hold some of the tensor, e.g.
   // a surviving process's parameters) hold tensor `name`: a chunk whose
   // bytes in dst already hash to the saved hash is left as it is, the others
-  // are copied as Read does. *copied (optional): the bytes copied.
-  Status Refresh(std::string_view name, void* dst, uint64_t dst_bytes, uint64_t* copied = nullptr) const;
+  // are copied as Read does.
+  Status Refresh(std::string_view name, void* dst, uint64_t dst_bytes) const;
   // Same, into CUDA memory when built with CUDA (kUnimplemented otherwise).
   // Every chunk's hash is checked on the host first; the copies then go
   // straight from the store (registered with CUDA) to dst, asynchronously

@@ -81,53 +81,44 @@ void Snapshot::Impl::Remember(const TensorManifest& tm, std::vector<ChunkHash> h
   client->cache[tm.info.name] = std::move(seen);
 }
 
-Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) const {
-  const TensorManifest* tm = nullptr;
-  std::string where;
-  FTRUN_RETURN_IF_ERROR(impl_->FindSized(name, dst_bytes, &tm, &where));
-  const Arena& arena = impl_->client->arena();
-  // Fault the destination in with one call instead of a trap per 4 KiB page
-  // (a restarted rank's memory is usually fresh).
-  PopulateRange(dst, dst_bytes, MADV_POPULATE_WRITE);
-  std::vector<ChunkHash> hashes;
-  char* out = static_cast<char*>(dst);
-  for (size_t j = 0; j < tm->chunks.size(); ++j) {
-    const ChunkRef& c = tm->chunks[j];
-    FTRUN_RETURN_IF_ERROR(impl_->CheckBounds(c, j, where));
-    PopulateRange(arena.base() + c.offset, c.length, MADV_POPULATE_READ);  // this process maps it lazily
-    ChunkHash h = HashAndCopy(out, arena.base() + c.offset, c.length);
-    if (h != c.hash) return impl_->Corrupted(*tm, j, h, where);
-    out += c.length;
-    hashes.push_back(h);
-  }
-  impl_->Remember(*tm, std::move(hashes));
-  return Status::Ok();
-}
+namespace {
 
-Status Snapshot::Refresh(std::string_view name, void* dst, uint64_t dst_bytes, uint64_t* copied) const {
+// Read and Refresh: tensor `name` into host memory dst, chunk by chunk, each
+// hashed as it is copied from the store. held: dst may already hold some of
+// it (live memory): a chunk whose bytes there hash to the saved hash is
+// left as it is. Else dst is usually fresh memory, faulted in at once.
+Status CopyIn(const Snapshot::Impl& impl, std::string_view name, void* dst, uint64_t dst_bytes, bool held) {
   const TensorManifest* tm = nullptr;
   std::string where;
-  FTRUN_RETURN_IF_ERROR(impl_->FindSized(name, dst_bytes, &tm, &where));
-  const Arena& arena = impl_->client->arena();
+  FTRUN_RETURN_IF_ERROR(impl.FindSized(name, dst_bytes, &tm, &where));
+  const Arena& arena = impl.client->arena();
+  if (!held) PopulateRange(dst, dst_bytes, MADV_POPULATE_WRITE);  // one call, not a trap per 4 KiB page
   std::vector<ChunkHash> hashes;
-  uint64_t n = 0;
   char* out = static_cast<char*>(dst);
   for (size_t j = 0; j < tm->chunks.size(); ++j) {
     const ChunkRef& c = tm->chunks[j];
-    FTRUN_RETURN_IF_ERROR(impl_->CheckBounds(c, j, where));
-    ChunkHash h = HashBytes(out, c.length);  // (reads dst only: a hash pass, no copy, where it holds the chunk)
-    if (h != c.hash) {
-      PopulateRange(arena.base() + c.offset, c.length, MADV_POPULATE_READ);
+    FTRUN_RETURN_IF_ERROR(impl.CheckBounds(c, j, where));
+    ChunkHash h{};
+    if (!held || (h = HashBytes(out, c.length)) != c.hash) {
+      PopulateRange(arena.base() + c.offset, c.length, MADV_POPULATE_READ);  // this process maps it lazily
       h = HashAndCopy(out, arena.base() + c.offset, c.length);
-      if (h != c.hash) return impl_->Corrupted(*tm, j, h, where);
-      n += c.length;
+      if (h != c.hash) return impl.Corrupted(*tm, j, h, where);
     }
     out += c.length;
     hashes.push_back(h);
   }
-  impl_->Remember(*tm, std::move(hashes));
-  if (copied != nullptr) *copied = n;
+  impl.Remember(*tm, std::move(hashes));
   return Status::Ok();
+}
+
+}  // namespace
+
+Status Snapshot::Read(std::string_view name, void* dst, uint64_t dst_bytes) const {
+  return CopyIn(*impl_, name, dst, dst_bytes, /*held=*/false);
+}
+
+Status Snapshot::Refresh(std::string_view name, void* dst, uint64_t dst_bytes) const {
+  return CopyIn(*impl_, name, dst, dst_bytes, /*held=*/true);
 }
 
 Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_bytes, void* cuda_stream) const {
