@@ -149,6 +149,7 @@ std::string Encode(const StartMsg& m) {
   PutOptional(m.version, &w);
   w.PutString(m.master_addr);
   w.Put<int32_t>(m.master_port);
+  w.PutString(m.store);
   return w.data();
 }
 
@@ -158,6 +159,7 @@ Status Decode(const std::string& payload, StartMsg* m) {
   m->version = GetOptional(&r);
   m->master_addr = r.GetString();
   m->master_port = r.Get<int32_t>();
+  m->store = r.GetString();
   return CheckRead(r, StartMsg::kType, payload.size());
 }
 

@@ -126,6 +126,7 @@ struct StartMsg {
   std::optional<uint64_t> version;  // to restore; none: fresh start
   std::string master_addr;
   int32_t master_port = 0;
+  std::string store;  // "host:port": the job's rendezvous store; "": rank 0 hosts it
 };
 
 // agent -> coordinator and back: an epoch only.

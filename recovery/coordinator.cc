@@ -77,6 +77,7 @@ void Coordinator::MaybeStart(Time now) {
   m.version = committed_;
   m.master_addr = SlotAgent(0)->address.substr(0, SlotAgent(0)->address.rfind(':'));
   m.master_port = o_.master_port;
+  if (o_.store_address) m.store = o_.store_address();
   for (size_t s = 0; s < slots_.size(); ++s) Send(SlotAgent(static_cast<int>(s))->id, m);
   phase_ = Phase::kRunning;
   disk_restore_ = false;

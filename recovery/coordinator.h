@@ -63,6 +63,10 @@ class Coordinator {
     std::chrono::milliseconds copy_timeout{5000};
     int max_restarts = 3;
     int master_port = 29500;
+    // The job's rendezvous store, "host:port", when a process that no rank's
+    // death takes down hosts it (launcher/runner/rendezvous_keeper.h); ""
+    // (or unset): each generation's rank 0 hosts it. Asked at every start.
+    std::function<std::string()> store_address;
     // With a persist directory: asks for the versions complete on disk.
     // The host scans off its event loop (a scan reads every version's
     // markers, on a shared filesystem maybe for seconds, and heartbeats must

@@ -65,6 +65,7 @@ Generations::Hooks Agent::GenerationHooks() {
     if (m.version) Committed(*m.version);
     o_.master_addr = m.master_addr;
     o_.master_port = m.master_port;
+    o_.rendezvous_store = m.store;
   };
   h.node_rank = [this] { return o_.node_rank; };
   h.changed = [this] { status_dirty_ = true; };

@@ -38,6 +38,7 @@ void Agent::WriteStatus() {
   v.persist = disk_->StatusJson();
   v.recoveries = recoveries_->ToJson();
   v.warm = warm_->ToJson();
+  v.rendezvous_store = o_.rendezvous_store;
   if (generations_->done()) v.exit_code = generations_->exit_code();
   // Never through a link; inside the run dir (the runner's job dir), only in
   // a directory nobody else can write (safe_dir.h).

@@ -90,6 +90,7 @@ nlohmann::json AgentStatusJson(const AgentView& v) {
   }
   j["recoveries"] = v.recoveries;
   j["warm_standbys"] = v.warm;
+  j["rendezvous_store"] = v.rendezvous_store;
   j["exit_code"] = v.exit_code ? json(*v.exit_code) : json(nullptr);
   return j;
 }

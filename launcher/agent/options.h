@@ -24,6 +24,9 @@ struct AgentOptions {
   std::vector<int> slots;  // accelerator ids of this node (CUDA_VISIBLE_DEVICES)
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // "host:port" of the job's rendezvous store when the runner hosts one
+  // (StartMsg::store); "": the generation's rank 0 hosts it.
+  std::string rendezvous_store;
   bool module = false;
   bool no_python = false;
   bool no_local_rank = false;

@@ -12,8 +12,7 @@ namespace ftrun {
 std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank) {
   std::vector<std::string> cmd;
   if (!o.no_python) {
-    const char* py = std::getenv("FTRUN_PYTHON");
-    cmd.push_back(py != nullptr && *py != '\0' ? py : "python3");
+    cmd.push_back(PythonInterpreter());
     cmd.push_back("-u");
     if (o.module) cmd.push_back("-m");
   }
@@ -62,6 +61,11 @@ std::string Devices(const AgentOptions& o) {
 std::map<std::string, std::string> RankVariables(const AgentOptions& o, const RankIdentity& id) {
   const std::string world = std::to_string(o.world_size);
   const std::string local = std::to_string(o.local_ranks);
+  // The runner's store when it hosts one (torchrun's agent store: every
+  // rank a client, the generation's keys under its restart count), else
+  // rank 0's on a port of the generation's own.
+  const size_t colon = o.rendezvous_store.rfind(':');
+  const bool agent_store = !o.rendezvous_store.empty() && colon != std::string::npos;
   return {
       // DeepSpeed
       {"RANK", std::to_string(id.global_rank)},
@@ -70,8 +74,10 @@ std::map<std::string, std::string> RankVariables(const AgentOptions& o, const Ra
       {"LOCAL_SIZE", local},
       {"CROSS_RANK", std::to_string(o.node_rank)},
       {"CROSS_SIZE", std::to_string(o.num_nodes)},
-      {"MASTER_ADDR", o.master_addr},
-      {"MASTER_PORT", std::to_string(o.master_port + id.restart_count)},
+      {"MASTER_ADDR", agent_store ? o.rendezvous_store.substr(0, colon) : o.master_addr},
+      {"MASTER_PORT",
+       agent_store ? o.rendezvous_store.substr(colon + 1) : std::to_string(o.master_port + id.restart_count)},
+      {"TORCHELASTIC_USE_AGENT_STORE", agent_store ? "True" : "False"},
       {"CUDA_VISIBLE_DEVICES", Devices(o)},
       // torchrun
       {"LOCAL_WORLD_SIZE", local},

@@ -23,8 +23,12 @@ std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank)
 // The agent's own environment with the rank's variables set over it, and
 // the Python package built or installed with this agent appended to
 // PYTHONPATH (launcher/common/install_paths.h).
-// MASTER_PORT moves with the restart count, so a new generation never
-// joins a rendezvous the dead one may still hold.
+// Where the runner hosts the job's rendezvous store (options.h:
+// rendezvous_store), every rank connects to it with torchrun's
+// TORCHELASTIC_USE_AGENT_STORE=True, and torch puts each generation's keys
+// under its TORCHELASTIC_RESTART_COUNT; else rank 0 hosts it, and
+// MASTER_PORT moves with the restart count, so a new generation never joins
+// a rendezvous the dead one may still hold.
 std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id);
 
 // The variables BuildRankEnv sets for a rank (what a warm survivor or

@@ -52,8 +52,9 @@ Status SpawnProcess(const SpawnSpec& spec, pid_t* pid) {
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
-    } else if (spec.stderr_fd >= 0) {
-      ::dup2(spec.stderr_fd, STDERR_FILENO);
+    } else {
+      if (spec.stderr_fd >= 0) ::dup2(spec.stderr_fd, STDERR_FILENO);
+      if (spec.stdout_fd >= 0) ::dup2(spec.stdout_fd, STDOUT_FILENO);
     }
     // Nothing but stdio crosses the exec: libraries (UCX's listening socket)
     // open descriptors without O_CLOEXEC, and a child holding the parent's

@@ -21,6 +21,7 @@ struct SpawnSpec {
   std::vector<std::string> env;  // "KEY=VALUE", the whole environment
   std::string log_file;          // empty: inherit the agent's stdout/stderr
   int stderr_fd = -1;            // without log_file: the child's stderr (else the agent's)
+  int stdout_fd = -1;            // without log_file: the child's stdout (else the agent's)
   bool die_with_parent = true;   // PR_SET_PDEATHSIG SIGKILL (ranks); the runner's agents outlive it
 };
 

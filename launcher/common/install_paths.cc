@@ -1,6 +1,7 @@
 #include "launcher/common/install_paths.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,6 +54,11 @@ std::string AppendSearchPath(const std::string& search_path, const std::string& 
     pos = end + 1;
   }
   return search_path.empty() ? dir : search_path + ":" + dir;
+}
+
+std::string PythonInterpreter() {
+  const char* py = std::getenv("FTRUN_PYTHON");
+  return py != nullptr && *py != '\0' ? py : "python3";
 }
 
 }  // namespace ftrun

@@ -28,6 +28,10 @@ std::string ExecutableDir();
 // Python module). Made for a rank's PYTHONPATH: it shadows no other module.
 std::string OwnPythonPackageDir();
 
+// The Python interpreter that runs ranks (and the runner's rendezvous
+// store): $FTRUN_PYTHON when set and not empty, else python3 from PATH.
+std::string PythonInterpreter();
+
 // `search_path` (a PATH-like list such as PYTHONPATH, possibly empty) with
 // `dir` appended, unless `dir` is empty or already one of its entries.
 // Appended, not prepended: a path the user set keeps precedence.

@@ -17,6 +17,7 @@
 #include "launcher/agent/options.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/common/disk_scan.h"
+#include "launcher/common/install_paths.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
 #include "launcher/runner/runner_impl.h"
@@ -164,6 +165,13 @@ Status Runner::Setup() {
       });
     };
   }
+  if (!o_.no_python && config_.restart.warm_standbys != 0) {
+    // Where the agents reach the coordinator, their ranks reach the store.
+    const std::string at = transport_->address();
+    Status s = keeper_.Start(PythonInterpreter(), at.substr(0, at.rfind(':')));
+    if (!s.ok()) FTRUN_LOG_WARN("no rendezvous store of the job's own (rank 0 hosts it): {}", s.message());
+    co.store_address = [this] { return keeper_.address(); };
+  }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
 
   FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
@@ -258,6 +266,7 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
 }
 
 void Runner::Reaped(pid_t pid, const ExitInfo& info) {
+  if (keeper_.Reaped(pid, info)) return;
   for (AgentProc& a : agents_) {
     if (a.pid != pid) continue;
     a.pid = 0;
@@ -299,6 +308,7 @@ void Runner::Loop() {
         }
       } else if (r.tag == EventLoop::kTickTag) {
         loop_.TakeTicks();
+        keeper_.Poll();
         coord_->Tick(now);
         CheckAdopted();
       } else if (r.tag == kDiskTag) {

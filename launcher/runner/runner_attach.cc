@@ -86,6 +86,7 @@ void Runner::WriteStatus() {
   j["coordinator"] = transport_->address();
   j["runner_pid"] = ::getpid();
   j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
+  j["rendezvous_store"] = {{"pid", keeper_.pid()}, {"address", keeper_.address()}};
   j["updated_unix_ms"] =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();

@@ -15,6 +15,7 @@
 #include "launcher/common/disk_worker.h"
 #include "launcher/common/event_loop.h"
 #include "launcher/runner/hostfile.h"
+#include "launcher/runner/rendezvous_keeper.h"
 #include "launcher/runner/runner_options.h"
 #include "plugin/common/fd.h"
 #include "plugin/config/config.h"
@@ -75,7 +76,8 @@ class Runner {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<TransportOutbox> outbox_;
   std::unique_ptr<Coordinator> coord_;
-  DiskWorker disk_worker_;  // scans the persist directory for the coordinator, off the loop
+  RendezvousKeeper keeper_;  // the job's rendezvous store (jobs that can recover warm)
+  DiskWorker disk_worker_;   // scans the persist directory for the coordinator, off the loop
   std::vector<AgentProc> agents_;
   EventLoop loop_;  // epoll, signals, the tick
   static constexpr uint64_t kTransportTag = 1;

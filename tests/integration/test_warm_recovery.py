@@ -128,13 +128,15 @@ def kill_mid_step(job, rank, rng, sig=signal.SIGKILL):
 
 
 def test_repeated_rank_kills(check, seeds, golden):
-    """Three SIGKILLs of random ranks at random moments: every survivor keeps its process, every dead rank's
-    place goes to a warm standby, every recovery is warm, and the run ends bit-identical."""
+    """Three SIGKILLs of ranks at random moments (rank 0 first, then random ones): every survivor keeps its
+    process, every dead rank's place goes to a warm standby, every recovery is warm, every later generation
+    meets at the runner's rendezvous store (the same process throughout), and the run ends bit-identical."""
     seed, rng, model_seed = seeds
     print("seed", seed, "(FTRUN_TEST_SEED replays)", flush=True)
     job = WarmJob(model_seed, step_ms=200)  # (a used standby is replaced once the recovery is over: seconds)
     pids = job.wait_running(0, rng.randrange(2, 6))
     check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
+    first_store = (job.state() or {}).get("rendezvous_store") or {}
     for n in range(1, 4):
         if pids is None:
             break
@@ -142,7 +144,7 @@ def test_repeated_rank_kills(check, seeds, golden):
         while not job.all_warm() and time.time() < deadline:
             time.sleep(0.05)
         check(job.all_warm(), f"kill {n}: every rank warm and a standby ready on every node within 90 s")
-        victim = rng.randrange(WORLD)
+        victim = 0 if n == 1 else rng.randrange(WORLD)  # rank 0 once: the store must not go with it
         killed = kill_mid_step(job, victim, rng)
         check(killed is not None, f"kill {n}: rank {victim} was running")
         standbys_before = set(job.seen)
@@ -157,7 +159,16 @@ def test_repeated_rank_kills(check, seeds, golden):
         check(new[victim] != killed and new[victim] in standbys_before,
               f"kill {n}: rank {victim}'s new pid {new[victim]} is not a standby started before the kill")
         pids = new
+    store = (job.state() or {}).get("rendezvous_store") or {}
+    used = {ast.get("rendezvous_store") for ast in job.agents()}
+    check(store.get("pid") == first_store.get("pid") and store.get("address") and used == {store["address"]},
+          f"every later generation meets at the runner's store, which no kill took down: {first_store} -> "
+          f"{store}, agents' {used}")
+    check(store.get("pid") not in job.seen, f"the rendezvous store's pid {store.get('pid')} is a rank's")
     rc = job.wait(timeout=180)
+    time.sleep(0.5)
+    check(not store.get("pid") or not os.path.exists(f"/proc/{store['pid']}"),
+          f"the rendezvous store (pid {store.get('pid')}) outlived the job")
     kinds = [r.get("kind") for r in job.recoveries()]
     # (A standby not back yet when a kill comes makes a recovery mixed: never cold, the survivors stay.)
     restarts = sorted({r.get("restart") for r in job.recoveries()})

@@ -56,7 +56,16 @@ TEST_CASE("the launch argv of deepspeed.launcher.launch is accepted", "[agent]")
   CHECK(env["MASTER_ADDR"] == "10.0.0.1");
   CHECK(env["MASTER_PORT"] == "29603");  // fresh port per restart generation
   CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
+  CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");  // rank 0 hosts it
   CHECK(env["FTRUN_AGENT_SOCKET"] == "/tmp/x/s.sock");
+
+  // The runner hosts the store: every generation meets there, under its own key prefix.
+  o.rendezvous_store = "10.0.0.7:41234";
+  env = EnvMap(BuildRankEnv(o, RankIdentity{2, 4, 3, "/tmp/x/s.sock"}));
+  CHECK(env["MASTER_ADDR"] == "10.0.0.7");
+  CHECK(env["MASTER_PORT"] == "41234");
+  CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");
+  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
 }
 
 TEST_CASE("the rank command follows --module and --no_python and --no_local_rank", "[agent]") {

@@ -56,6 +56,11 @@ TEST_CASE("cluster messages: each decodes what its encoder wrote, and refuses a 
   RoundTrip(CommitMsg{41, 6}, [](auto& a, auto& b) { return a.version == b.version && a.epoch == b.epoch; });
   RoundTrip(StopMsg{3, "giving up"}, [](auto& a, auto& b) { return a.code == b.code && a.message == b.message; });
   RoundTrip(DropAboveMsg{40}, [](auto& a, auto& b) { return a.version == b.version; });
+  RoundTrip(StartMsg{4, 39, "10.0.0.1", 29500, "10.0.0.9:41234"}, [](auto& a, auto& b) {
+    return a.epoch == b.epoch && a.version == b.version && a.master_addr == b.master_addr &&
+           a.master_port == b.master_port && a.store == b.store;
+  });
+  RoundTrip(StartMsg{0, std::nullopt, "h", 1, ""}, [](auto& a, auto& b) { return !b.version && b.store == a.store; });
   RoundTrip(
       FencedMsg{"node 1 was given to agent 4"}, [](auto& a, auto& b) { return a.message == b.message; },
       /*prefix_ok=*/true);  // its payload is its message

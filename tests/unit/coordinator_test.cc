@@ -54,12 +54,14 @@ struct Fixture {
   std::function<std::vector<uint64_t>()> disk;
   int scans_asked = 0;
   int scans_answered = 0;
+  std::string store;  // what store_address answers
   bool hold_scans = false;
 
   explicit Fixture(int spares, int replicas = 1, std::function<std::vector<uint64_t>()> disk_versions = nullptr)
       : disk(std::move(disk_versions)) {
     Coordinator::Options o;
     if (disk) o.scan_disk = [this] { scans_asked++; };
+    o.store_address = [this] { return store; };
     o.ranks_per_slot = {1, 1, 1};
     o.replicas = replicas;
     o.heartbeat_interval = milliseconds(100);
@@ -147,12 +149,14 @@ TEST_CASE("coordinator: a lost node is replaced by a spare that pulls from the h
   f.Msg(0, ClusterMsg::kHalted, EncodeU64(1));
   f.Msg(2, ClusterMsg::kHalted, EncodeU64(1));
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 1);
+  f.store = "10.0.0.9:41234";  // the runner's store came up meanwhile: the start names it
   f.Msg(3, ClusterMsg::kReady, EncodeU64(1));
   REQUIRE(f.out.Count(0, ClusterMsg::kStart) == 2);
   StartMsg start;
   REQUIRE(Decode(f.out.Last(3, ClusterMsg::kStart), &start).ok());
   REQUIRE(start.version == 3u);
   REQUIRE(start.epoch == 1);
+  REQUIRE(start.store == "10.0.0.9:41234");
 }
 
 TEST_CASE("coordinator: losing more nodes than the replicas cover stops the job naming the ranks") {

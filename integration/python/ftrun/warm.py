@@ -263,7 +263,7 @@ class _Runner:
 
     def _await_rendezvous(self):
         """Waits, interruptibly, until this generation's rendezvous store
-        (MASTER_ADDR:MASTER_PORT, hosted by rank 0) takes connections: torch
+        (MASTER_ADDR:MASTER_PORT: the runner's, else rank 0's) takes connections: torch
         1.13 connects to it in a retry loop that holds the GIL and that no
         shut-down connection can break, so a survivor that entered it before
         rank 0 was up could not leave when told, and it retries a refused
