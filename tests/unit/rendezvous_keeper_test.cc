@@ -1,0 +1,92 @@
+// RendezvousKeeper with real child processes standing in for the Python
+// store (a shell script as "python"): the address is taken only from a
+// well-formed "listening <port>" line, and forgotten when the child exits.
+#include "launcher/runner/rendezvous_keeper.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace ftrun {
+namespace {
+
+// A "python" that prints `out` and then waits `sleep_s` seconds (removed
+// with the object).
+struct FakePython {
+  FakePython(const std::string& out, int sleep_s) {
+    char d[] = "/tmp/ftrun-keeper-XXXXXX";
+    REQUIRE(::mkdtemp(d) != nullptr);
+    dir = d;
+    path = dir + "/python";
+    std::ofstream(path) << "#!/bin/sh\nprintf '" << out << "'\nsleep " << sleep_s << "\n";
+    REQUIRE(::chmod(path.c_str(), 0700) == 0);
+  }
+  ~FakePython() {
+    ::unlink(path.c_str());
+    ::rmdir(dir.c_str());
+  }
+  std::string dir, path;
+};
+
+// Polls for up to 5 s until `done`.
+template <typename F>
+void PollUntil(RendezvousKeeper& k, F done) {
+  for (int i = 0; i < 500 && !done(); ++i) {
+    k.Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Waits for the keeper's child and hands its exit to the keeper.
+bool ReapIt(RendezvousKeeper& k) {
+  int status = 0;
+  const pid_t pid = k.pid();
+  if (::waitpid(pid, &status, 0) != pid) return false;
+  ExitInfo info;
+  info.signaled = WIFSIGNALED(status);
+  info.code = info.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
+  return k.Reaped(pid, info);
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous keeper: the address once it says it listens, none after it exits", "[rendezvous_keeper]") {
+  RendezvousKeeper k;
+  FakePython py("listening 4242\\n", 1);
+  REQUIRE(k.Start(py.path, "10.0.0.9").ok());
+  CHECK(k.address().empty());
+  PollUntil(k, [&] { return !k.address().empty(); });
+  CHECK(k.address() == "10.0.0.9:4242");
+  CHECK_FALSE(k.Reaped(k.pid() + 1, ExitInfo{}));  // not its child
+  CHECK(k.address() == "10.0.0.9:4242");
+  REQUIRE(ReapIt(k));
+  CHECK(k.address().empty());
+  CHECK(k.pid() == 0);
+}
+
+TEST_CASE("rendezvous keeper: a line that is not 'listening <port>' is never an address", "[rendezvous_keeper]") {
+  for (const char* out : {"listening 99999\\n", "listening 0\\n", "listening 12ab\\n", "hello\\n", "listening\\n"}) {
+    RendezvousKeeper k;
+    FakePython py(out, 0);
+    REQUIRE(k.Start(py.path, "h").ok());
+    PollUntil(k, [] { return false; });
+    CHECK(k.address().empty());
+    REQUIRE(ReapIt(k));
+  }
+  // Nothing but an endless line: stops reading after 4 KiB.
+  RendezvousKeeper k;
+  FakePython py(std::string(8192, 'x'), 0);
+  REQUIRE(k.Start(py.path, "h").ok());
+  PollUntil(k, [] { return false; });
+  CHECK(k.address().empty());
+  REQUIRE(ReapIt(k));
+}
+
+}  // namespace ftrun
