@@ -18,9 +18,9 @@
 
 #include <string>
 
+#include "ftrun/status.h"
 #include "launcher/agent/supervisor.h"
 #include "plugin/common/fd.h"
-#include "ftrun/status.h"
 
 namespace ftrun {
 
