@@ -29,8 +29,8 @@ namespace ftrun {
 
 class ReedSolomon {
  public:
-  static constexpr int kMaxData = 32;    // a group's data nodes
-  static constexpr int kMaxParity = 8;   // its parity nodes
+  static constexpr int kMaxData = 32;   // a group's data nodes
+  static constexpr int kMaxParity = 8;  // its parity nodes
 
   // InvalidArgument naming the bound when data is not in 1..kMaxData or
   // parity not in 1..kMaxParity.
