@@ -5,7 +5,7 @@
 
 namespace ftrun {
 
-std::vector<std::vector<int>> PlaceReplicas(const std::vector<std::string>& racks, int k) {
+std::vector<int> RackRing(const std::vector<std::string>& racks) {
   const int n = static_cast<int>(racks.size());
   // Group slots by rack (a slot without a rack is a domain of its own), then
   // deal them round-robin, largest racks first, so neighbours differ.
@@ -20,12 +20,39 @@ std::vector<std::vector<int>> PlaceReplicas(const std::vector<std::string>& rack
       if (round < g.size()) ring.push_back(g[round]);
     }
   }
+  return ring;
+}
+
+std::vector<std::vector<int>> PlaceReplicas(const std::vector<std::string>& racks, int k) {
+  const int n = static_cast<int>(racks.size());
+  const std::vector<int> ring = RackRing(racks);
   std::vector<std::vector<int>> holders(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) {
     for (int j = 1; j <= k && j < n; ++j)
       holders[static_cast<size_t>(ring[static_cast<size_t>(p)])].push_back(ring[static_cast<size_t>((p + j) % n)]);
   }
   return holders;
+}
+
+std::vector<std::vector<int>> PlaceErasureGroups(const std::vector<std::string>& racks, int size) {
+  const std::vector<int> ring = RackRing(racks);
+  std::vector<std::vector<int>> groups;
+  for (size_t at = 0; size > 0 && at + static_cast<size_t>(size) <= ring.size(); at += static_cast<size_t>(size)) {
+    groups.emplace_back(ring.begin() + static_cast<std::ptrdiff_t>(at),
+                        ring.begin() + static_cast<std::ptrdiff_t>(at) + size);
+  }
+  return groups;
+}
+
+std::string ErasureGroupError(int nodes, int data, int parity) {
+  const int size = data + parity;
+  if (size <= 0 || nodes % size == 0) return "";
+  const std::string head = "an erasure code of " + std::to_string(data) + " data + " + std::to_string(parity) +
+                           " parity needs the nodes in groups of " + std::to_string(size) + "; the job has " +
+                           std::to_string(nodes) + " nodes";
+  if (nodes < size) return head + " (use " + std::to_string(size) + ", or another code)";
+  return head + " (" + std::to_string(nodes % size) + " left over: use " + std::to_string(nodes - nodes % size) +
+         " or " + std::to_string(nodes - nodes % size + size) + ", or another code)";
 }
 
 }  // namespace ftrun

@@ -38,3 +38,35 @@ TEST_CASE("placement: holders sit in other racks when racks are given") {
 }
 
 }  // namespace ftrun
+
+namespace ftrun {
+
+TEST_CASE("placement: erasure groups partition the slots, each spread over the racks") {
+  // Three racks of four, listed rack by rack; groups of 6 (4 + 2): every
+  // group has two members in each rack, so a lost rack costs a group 2.
+  std::vector<std::string> racks;
+  for (const char* r : {"a", "b", "c"}) racks.insert(racks.end(), 4, r);
+  auto groups = PlaceErasureGroups(racks, 6);
+  REQUIRE(groups.size() == 2);
+  std::set<int> all;
+  for (const auto& g : groups) {
+    REQUIRE(g.size() == 6);
+    std::map<std::string, int> per_rack;
+    for (int s : g) {
+      REQUIRE(all.insert(s).second);
+      per_rack[racks[static_cast<size_t>(s)]]++;
+    }
+    CHECK(per_rack == std::map<std::string, int>{{"a", 2}, {"b", 2}, {"c", 2}});
+  }
+  CHECK(all.size() == racks.size());
+  CHECK(ErasureGroupError(12, 4, 2).empty());
+  CHECK(ErasureGroupError(3, 2, 1).empty());
+  CHECK(ErasureGroupError(8, 4, 2) ==
+        "an erasure code of 4 data + 2 parity needs the nodes in groups of 6; the job has 8 nodes (2 left over: use "
+        "6 or 12, or another code)");
+  CHECK(ErasureGroupError(4, 4, 2) ==
+        "an erasure code of 4 data + 2 parity needs the nodes in groups of 6; the job has 4 nodes (use 6, or another "
+        "code)");
+}
+
+}  // namespace ftrun
