@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "tests/unit/subsets.h"
+
 namespace ftrun {
 namespace {
 
@@ -33,17 +35,6 @@ std::vector<uint8_t*> Out(std::vector<Bytes>& v) {
   std::vector<uint8_t*> p;
   for (Bytes& b : v) p.push_back(b.data());
   return p;
-}
-
-// Calls f(subset) for every subset of 0..n-1 with `size` members.
-template <typename F>
-void Subsets(int n, int size, F f, std::vector<int> cur = {}, int from = 0) {
-  if (static_cast<int>(cur.size()) == size) return f(cur);
-  for (int i = from; i < n; ++i) {
-    cur.push_back(i);
-    Subsets(n, size, f, cur, i + 1);
-    cur.pop_back();
-  }
 }
 
 // The data and parity fragments of a code, encoded.
