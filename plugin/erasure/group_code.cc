@@ -69,6 +69,21 @@ Status GroupCode::Encode(const std::vector<ConstBytes>& shards, size_t slice,
   return Status::Ok();
 }
 
+GroupCode::Place GroupCode::Locate(int member, size_t offset, size_t slice) const {
+  const int s = static_cast<int>(offset / slice);
+  // Member m gives slice t to stripe m - parity - t (mod n) as its fragment t (stripe_layout.h).
+  const int n = members();
+  Place p;
+  p.stripe = ((member - parity() - s) % n + n) % n;
+  p.fragment = s;
+  p.offset = offset % slice;
+  return p;
+}
+
+void GroupCode::ApplyDelta(const Place& at, int parity_row, const uint8_t* delta, size_t len, uint8_t* out) const {
+  rs_->UpdateRow(len, at.fragment, parity_row, delta, out);
+}
+
 Status GroupCode::Rebuild(const std::vector<int>& lost, const std::vector<ConstBytes>& shards,
                           const std::vector<std::vector<const uint8_t*>>& held, size_t slice,
                           const std::vector<uint8_t*>& shard_out,

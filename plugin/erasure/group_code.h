@@ -47,6 +47,21 @@ class GroupCode {
   Status Encode(const std::vector<ConstBytes>& shards, size_t slice,
                 const std::vector<std::vector<uint8_t*>>& parity) const;
 
+  // Where byte `offset` of `member`'s shard is coded: its stripe, its
+  // fragment there (a data fragment), and the offset in that slice.
+  struct Place {
+    int stripe = 0, fragment = 0;
+    size_t offset = 0;
+  };
+  Place Locate(int member, size_t offset, size_t slice) const;
+
+  // Bytes [offset, offset + len) of `member`'s shard changed by `delta` (old
+  // XOR new; the range within one slice): the parity slice `parity_row`
+  // (0 .. parity()-1) of its stripe, held by stripes()[stripe].parity[row],
+  // is brought up to date in place at `out` (that slice's bytes at the same
+  // offset). What a parity holder does with each delta it receives.
+  void ApplyDelta(const Place& at, int parity_row, const uint8_t* delta, size_t len, uint8_t* out) const;
+
   // Rebuilds the `lost` members (at most parity() of them) from the others:
   // shards[m] and held[m][i] (its parity slices) for every member not lost.
   // Writes each lost member's shard into shard_out[l] (data() * slice bytes:

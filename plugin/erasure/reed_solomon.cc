@@ -61,6 +61,15 @@ void ReedSolomon::Update(size_t len, int index, const uint8_t* delta, uint8_t* c
   }
 }
 
+void ReedSolomon::UpdateRow(size_t len, int index, int row, const uint8_t* delta, uint8_t* out) const {
+  uint8_t* tables = const_cast<uint8_t*>(tables_.data()) + static_cast<size_t>(32 * data_ * row);
+  for (size_t at = 0; at < len; at += kPiece) {
+    const int n = static_cast<int>(std::min(kPiece, len - at));
+    uint8_t* o = out + at;
+    ec_encode_data_update(n, data_, 1, index, tables, const_cast<uint8_t*>(delta) + at, &o);
+  }
+}
+
 Status ReedSolomon::Decode(size_t len, const std::vector<int>& have, const uint8_t* const* bufs,
                            const std::vector<int>& lost, uint8_t* const* out) const {
   const int total = data_ + parity_;

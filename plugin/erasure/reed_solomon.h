@@ -47,6 +47,9 @@ class ReedSolomon {
   // brought up to date in place. Deltas of different fragments, or of the
   // same one in turn, may be applied in any order.
   void Update(size_t len, int index, const uint8_t* delta, uint8_t* const* parity) const;
+  // The same for parity fragment `row` alone (0 .. parity-1): what the one
+  // member holding it does with a delta it receives.
+  void UpdateRow(size_t len, int index, int row, const uint8_t* delta, uint8_t* out) const;
 
   // Rebuilds the fragments `lost` (their numbers) into out[0..lost.size()-1]
   // from exactly data() others: have[i] is a fragment's number, bufs[i] its

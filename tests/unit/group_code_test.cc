@@ -90,6 +90,53 @@ TEST_CASE("group code: any `parity` lost members come back byte for byte from th
   }
 }
 
+TEST_CASE("group code: deltas applied by each parity holder to its own slice equal a full encode of the new shards",
+          "[erasure]") {
+  std::mt19937_64 rng(23);
+  for (auto [d, p] : {std::pair{2, 1}, {4, 2}, {3, 3}}) {
+    Group g(d, p, rng);
+    const int n = d + p;
+    for (int m = 0; m < n; ++m) {
+      for (int sl = 0; sl < d; ++sl) {
+        auto at = g.code->Locate(m, static_cast<size_t>(sl) * g.slice + 3, g.slice);
+        const StripeFragment& f =
+            g.code->stripes()[static_cast<size_t>(at.stripe)].data[static_cast<size_t>(at.fragment)];
+        REQUIRE((f.member == m && f.slice == sl && at.offset == 3));
+      }
+    }
+    for (int change = 0; change < 20; ++change) {
+      const int m = static_cast<int>(rng() % static_cast<uint64_t>(n));
+      Bytes& b = g.shard[static_cast<size_t>(m)];
+      const size_t off = rng() % b.size();
+      auto at = g.code->Locate(m, off, g.slice);
+      const size_t len = 1 + rng() % std::min(b.size() - off, g.slice - at.offset);  // within one slice
+      Bytes delta(len);
+      for (size_t i = 0; i < len; ++i) {
+        const uint8_t v = static_cast<uint8_t>(rng());
+        delta[i] = b[off + i] ^ v;
+        b[off + i] = v;
+      }
+      const Stripe& s = g.code->stripes()[static_cast<size_t>(at.stripe)];
+      for (int row = 0; row < p; ++row) {  // each holder, its own slice
+        const int holder = s.parity[static_cast<size_t>(row)];
+        const auto& mine = g.code->ParityStripes(holder);
+        const size_t pos = static_cast<size_t>(std::find(mine.begin(), mine.end(), at.stripe) - mine.begin());
+        g.code->ApplyDelta(at, row, delta.data(), len, g.held[static_cast<size_t>(holder)][pos].data() + at.offset);
+      }
+    }
+    std::vector<ConstBytes> in;
+    std::vector<std::vector<Bytes>> full(static_cast<size_t>(n),
+                                         std::vector<Bytes>(static_cast<size_t>(p), Bytes(g.slice)));
+    std::vector<std::vector<uint8_t*>> out(static_cast<size_t>(n));
+    for (int m = 0; m < n; ++m) {
+      in.push_back({g.shard[static_cast<size_t>(m)].data(), g.shard[static_cast<size_t>(m)].size()});
+      for (Bytes& b : full[static_cast<size_t>(m)]) out[static_cast<size_t>(m)].push_back(b.data());
+    }
+    REQUIRE(g.code->Encode(in, g.slice, out).ok());
+    CHECK(full == g.held);
+  }
+}
+
 TEST_CASE("group code: refuses inputs that do not fit the group, naming them", "[erasure]") {
   std::mt19937_64 rng(19);
   Group g(2, 1, rng);
