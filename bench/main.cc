@@ -20,6 +20,7 @@ namespace ftrun::bench {
 
 int RunBaselineTorch(int argc, char** argv, Result* out);  // bench/baseline_torch_bench.cc
 int RunFlush(int argc, char** argv, Result* out);          // bench/flush_bench.cc
+int RunErasure(int argc, char** argv, Result* out);        // bench/erasure_bench.cc
 
 std::string SiblingBinary(const std::string& name) {
   char buf[PATH_MAX];
@@ -140,6 +141,7 @@ int main(int argc, char** argv) {
         "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
         "  baseline-torch  train_gpt.py: torch.save/torch.load + relaunch vs ftrun (save, restore, recovery)\n"
         "  flush           the lazy flusher's disk rate vs fio; step time with and without it\n"
+        "  erasure         the erasure code alone: parity throughput vs ISA-L, incremental deltas, rebuild\n"
         "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;
   }
@@ -171,10 +173,13 @@ int main(int argc, char** argv) {
     rc = RunBaselineTorch(static_cast<int>(rest.size()), rest.data(), &r);
   else if (scenario == "flush")
     rc = RunFlush(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "erasure")
+    rc = RunErasure(static_cast<int>(rest.size()), rest.data(), &r);
   else {
     std::fprintf(
         stderr,
-        "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch, flush)\n",
+        "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch, flush, "
+        "erasure)\n",
         scenario.c_str());
     return 2;
   }
