@@ -15,6 +15,7 @@ pkgs=(
   libssl-dev nftables iputils-ping iproute2 procps
   python3-yaml python3-matplotlib libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
   python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
+  prometheus-cpp-dev prometheus
 )
 missing=()
 for p in "${pkgs[@]}"; do

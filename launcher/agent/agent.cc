@@ -120,6 +120,15 @@ Status Agent::Setup() {
       clock_);
   FTRUN_RETURN_IF_ERROR(member_->Setup());
   if (remote()) FTRUN_RETURN_IF_ERROR(loop_.Add(member_->event_fd(), kTransportTag));
+  if (!c.metrics.agent_listen.empty()) {
+    Status ms = MetricsEndpoint::Start(c.metrics.agent_listen, &metrics_endpoint_);
+    if (ms.ok()) {
+      metrics_ = std::make_unique<AgentMetrics>(metrics_endpoint_->registry(), o_.job_id, o_.node_rank);
+      FTRUN_LOG_INFO("metrics at http://{}/metrics", metrics_endpoint_->address());
+    } else {
+      FTRUN_LOG_WARN("{} (metrics.agent_listen): the job runs without them", ms.message());
+    }
+  }
   if (o_.save_pid > 0) {
     // /tmp is shared: created new, never through a link (safe_dir.h).
     FTRUN_RETURN_IF_ERROR(

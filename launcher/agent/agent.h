@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/agent/agent_metrics.h"
 #include "launcher/agent/cluster_member.h"
 #include "launcher/agent/connection.h"
 #include "launcher/agent/corrupt_chunks.h"
@@ -40,6 +41,7 @@
 #include "launcher/agent/supervisor.h"
 #include "launcher/agent/version_retention.h"
 #include "launcher/common/event_loop.h"
+#include "launcher/common/metrics_endpoint.h"
 #include "plugin/store/arena.h"
 #include "plugin/store/snapshot_store.h"
 #include "recovery/cluster_messages.h"
@@ -130,7 +132,9 @@ class Agent : private ClusterMember::Orders {
   std::unique_ptr<CorruptChunks> corrupt_;
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;
-  std::string status_error_;  // the last status write error logged (logged once)
+  std::string status_error_;                           // the last status write error logged (logged once)
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;  // metrics.agent_listen; set with the status
+  std::unique_ptr<AgentMetrics> metrics_;
 
   // The job's coordinator, the other agents, the copies and the pulls.
   std::unique_ptr<ClusterMember> member_;

@@ -114,7 +114,9 @@ void Agent::Tick() {
   generations_->CheckHung();
   member_->Tick(now);
   if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
-  if (status_dirty_ && now - last_status_write_ > std::chrono::milliseconds(200)) WriteStatus();
+  const auto since = now - last_status_write_;
+  if ((status_dirty_ && since > std::chrono::milliseconds(200)) || (metrics_ && since > std::chrono::seconds(1)))
+    WriteStatus();
 }
 
 }  // namespace ftrun

@@ -13,7 +13,7 @@ void Agent::WriteStatus() {
   status_dirty_ = false;
   last_status_write_ = clock_.Now();
   reported_prefaulted_ = prefaulted_;
-  if (o_.status_file.empty()) return;
+  if (o_.status_file.empty() && !metrics_) return;
   AgentView v;
   v.job_id = o_.job_id;
   v.agent_pid = ::getpid();
@@ -40,6 +40,9 @@ void Agent::WriteStatus() {
   v.warm = warm_->ToJson();
   v.rendezvous_store = o_.rendezvous_store;
   if (generations_->done()) v.exit_code = generations_->exit_code();
+  if (metrics_endpoint_) v.metrics_address = metrics_endpoint_->address();
+  if (metrics_) metrics_->Update(v);
+  if (o_.status_file.empty()) return;
   // Never through a link; inside the run dir (the runner's job dir), only in
   // a directory nobody else can write (safe_dir.h).
   const std::string& run_dir = o_.config.agent.run_dir;

@@ -91,6 +91,7 @@ nlohmann::json AgentStatusJson(const AgentView& v) {
   j["recoveries"] = v.recoveries;
   j["warm_standbys"] = v.warm;
   j["rendezvous_store"] = v.rendezvous_store;
+  j["metrics_address"] = v.metrics_address;
   j["exit_code"] = v.exit_code ? json(*v.exit_code) : json(nullptr);
   return j;
 }

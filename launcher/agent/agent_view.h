@@ -62,6 +62,7 @@ struct AgentView {
   nlohmann::json recoveries = nlohmann::json::array();  // recovery_log.h's
   nlohmann::json warm = nlohmann::json::object();       // warm_ranks.h's standbys
   std::string rendezvous_store;                         // the generation's: the runner's, "" = rank 0's
+  std::string metrics_address;                          // HOST:PORT of /metrics; "" = off
   std::optional<int> exit_code;                         // once done
 };
 

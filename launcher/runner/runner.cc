@@ -173,6 +173,15 @@ Status Runner::Setup() {
     co.store_address = [this] { return keeper_.address(); };
   }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
+  if (!config_.metrics.coordinator_listen.empty()) {
+    Status ms = MetricsEndpoint::Start(config_.metrics.coordinator_listen, &metrics_endpoint_);
+    if (ms.ok()) {
+      metrics_ = std::make_unique<JobMetrics>(metrics_endpoint_->registry(), job_id_);
+      FTRUN_LOG_INFO("job metrics at http://{}/metrics", metrics_endpoint_->address());
+    } else {
+      FTRUN_LOG_WARN("{} (metrics.coordinator_listen): the job runs without them", ms.message());
+    }
+  }
 
   FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
   if (disk_worker_.event_fd() >= 0) FTRUN_RETURN_IF_ERROR(loop_.Add(disk_worker_.event_fd(), kDiskTag));

@@ -79,7 +79,9 @@ void Runner::CheckAdopted() {
 
 void Runner::WriteStatus() {
   last_status_ = Clock::now();
-  nlohmann::json j = StatusJson(coord_->View());
+  const CoordinatorView view = coord_->View();
+  if (metrics_) metrics_->Update(view);
+  nlohmann::json j = StatusJson(view);
   j["job_id"] = job_id_;
   j["persist_dir"] = config_.persist.dir;
   j["job_dir"] = job_dir_;
@@ -87,6 +89,7 @@ void Runner::WriteStatus() {
   j["runner_pid"] = ::getpid();
   j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
   j["rendezvous_store"] = {{"pid", keeper_.pid()}, {"address", keeper_.address()}};
+  j["metrics_address"] = metrics_endpoint_ ? metrics_endpoint_->address() : "";
   j["updated_unix_ms"] =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();

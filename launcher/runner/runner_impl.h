@@ -14,7 +14,9 @@
 #include "launcher/agent/supervisor.h"
 #include "launcher/common/disk_worker.h"
 #include "launcher/common/event_loop.h"
+#include "launcher/common/metrics_endpoint.h"
 #include "launcher/runner/hostfile.h"
+#include "launcher/runner/job_metrics.h"
 #include "launcher/runner/rendezvous_keeper.h"
 #include "launcher/runner/runner_options.h"
 #include "plugin/common/fd.h"
@@ -76,8 +78,10 @@ class Runner {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<TransportOutbox> outbox_;
   std::unique_ptr<Coordinator> coord_;
-  RendezvousKeeper keeper_;  // the job's rendezvous store (jobs that can recover warm)
-  DiskWorker disk_worker_;   // scans the persist directory for the coordinator, off the loop
+  RendezvousKeeper keeper_;                            // the job's rendezvous store (jobs that can recover warm)
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;  // metrics.coordinator_listen; set with the status
+  std::unique_ptr<JobMetrics> metrics_;
+  DiskWorker disk_worker_;  // scans the persist directory for the coordinator, off the loop
   std::vector<AgentProc> agents_;
   EventLoop loop_;  // epoll, signals, the tick
   static constexpr uint64_t kTransportTag = 1;

@@ -108,6 +108,14 @@ struct RestartConfig {
   std::chrono::milliseconds abort_timeout{5000};
 };
 
+// Prometheus /metrics endpoints (launcher/common/metrics_endpoint.h):
+// "HOST:PORT" to listen on (port 0: any free one, named in the status
+// file), "" = off.
+struct MetricsConfig {
+  std::string agent_listen;                        // metrics.agent_listen: each agent's; off by default
+  std::string coordinator_listen = "127.0.0.1:0";  // metrics.coordinator_listen: the runner's
+};
+
 struct Config {
   std::string source;  // file path, or "<default>"
   JobConfig job;
@@ -116,6 +124,7 @@ struct Config {
   ClusterConfig cluster;
   PersistConfig persist;
   RestartConfig restart;
+  MetricsConfig metrics;
 };
 
 // Parses and validates `yaml_text`; `source_name` is used in messages and as

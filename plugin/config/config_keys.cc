@@ -48,6 +48,21 @@ Status ParseBool(const std::string& text, bool* out) {
   return Status::InvalidArgument("expected true or false, got " + Quote(text));
 }
 
+// "HOST:PORT" (PORT 0 to 65535, HOST not empty) or "": nullptr; else what
+// was expected.
+const char* ListenOrEmpty(const std::string& s) {
+  static const char* const kWant = "HOST:PORT (port 0 to 65535; 0: any free port) or empty (off)";
+  if (s.empty()) return nullptr;
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size() || colon + 6 < s.size()) return kWant;
+  long port = 0;
+  for (size_t i = colon + 1; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return kWant;
+    port = port * 10 + (s[i] - '0');
+  }
+  return port <= 65535 && s.find_first_of(" \t/") == std::string::npos ? nullptr : kWant;
+}
+
 bool ValidJobId(const std::string& id) {
   if (id.size() > kMaxJobIdLength || (!id.empty() && id[0] == '.')) return false;
   for (char c : id) {
@@ -217,9 +232,17 @@ const Key kTable[] = {
      [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 1", &c->agent.ranks_per_node); },
      [](const Config& c) -> const char* { return c.agent.ranks_per_node >= 1 ? nullptr : "an integer >= 1"; },
      [](const Config& c) { return std::to_string(c.agent.ranks_per_node); }},
+    {"metrics", "agent_listen", "HOST:PORT or empty (off)",
+     [](const std::string& t, Config* c) { return c->metrics.agent_listen = t, Status::Ok(); },
+     [](const Config& c) -> const char* { return ListenOrEmpty(c.metrics.agent_listen); },
+     [](const Config& c) { return Quote(c.metrics.agent_listen); }},
+    {"metrics", "coordinator_listen", "HOST:PORT or empty (off)",
+     [](const std::string& t, Config* c) { return c->metrics.coordinator_listen = t, Status::Ok(); },
+     [](const Config& c) -> const char* { return ListenOrEmpty(c.metrics.coordinator_listen); },
+     [](const Config& c) { return Quote(c.metrics.coordinator_listen); }},
 };
 
-const char* const kSectionNames[] = {"job", "store", "agent", "cluster", "persist", "restart"};
+const char* const kSectionNames[] = {"job", "store", "agent", "cluster", "persist", "restart", "metrics"};
 
 }  // namespace
 

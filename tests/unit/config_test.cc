@@ -105,6 +105,8 @@ TEST_CASE("configs/default.yaml matches DefaultConfig", "[config]") {
   CHECK(c.persist.direct_io == d.persist.direct_io);
   CHECK(c.persist.drain_timeout == d.persist.drain_timeout);
   CHECK(c.persist.file_mode == d.persist.file_mode);
+  CHECK(c.metrics.agent_listen == d.metrics.agent_listen);
+  CHECK(c.metrics.coordinator_listen == d.metrics.coordinator_listen);
   CHECK(c.store.memory_budget_loc.file == path);
   CHECK(c.store.memory_budget_loc.line == 11);
   CHECK(c.store.memory_budget_loc.column == 3);
@@ -198,7 +200,7 @@ TEST_CASE("unknown keys are errors", "[config]") {
   ExpectError("store:\n  chunk_size: 1MiB\n  budget: 1GiB\n", 3, "store.budget",
               "unknown key (known: memory_budget, chunk_size, snapshot_bytes, prefault)");
   ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
-              "unknown key (known: job, store, agent, cluster, persist, restart)");
+              "unknown key (known: job, store, agent, cluster, persist, restart, metrics)");
   ExpectError("persist:\n  dir: /d\n  every: 10\n", 3, "persist.every",
               "unknown key (known: dir, every_versions, every_seconds, keep, rate_limit, direct_io, file_mode, "
               "drain_timeout)");
@@ -378,6 +380,20 @@ TEST_CASE("a persist dir needs something to trigger a write", "[config]") {
   c = DefaultConfig();
   c.persist.keep = 0;
   CHECK(ValidateConfig(c).message() == "<default>: persist.keep: expected an integer >= 1, got 0");
+}
+
+TEST_CASE("metrics listen addresses: HOST:PORT or empty, else an error naming the field", "[config]") {
+  Config c;
+  REQUIRE(ParseConfig("metrics:\n  agent_listen: 0.0.0.0:9401\n  coordinator_listen: ''\n", "m.yaml", &c).ok());
+  CHECK(c.metrics.agent_listen == "0.0.0.0:9401");
+  CHECK(c.metrics.coordinator_listen.empty());
+  CHECK(DefaultConfig().metrics.agent_listen.empty());
+  CHECK(DefaultConfig().metrics.coordinator_listen == "127.0.0.1:0");
+  const char* want = "HOST:PORT (port 0 to 65535; 0: any free port) or empty (off)";
+  for (const char* bad : {"9401", ":9401", "host:", "host:99999", "host:12ab", "host:1234567", "a b:1"}) {
+    ExpectError(std::string("metrics:\n  agent_listen: '") + bad + "'\n", 2, "metrics.agent_listen", want);
+  }
+  ExpectError("metrics:\n  coordinator_listen: localhost\n", 2, "metrics.coordinator_listen", want);
 }
 
 TEST_CASE("cluster.copy_timeout is read and must be above 0", "[config]") {
