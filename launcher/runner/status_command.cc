@@ -237,6 +237,8 @@ int RunStatusCommand(int argc, char** argv) {
                   Str(st, "runner_pid").c_str());
     }
     if (!finished) PrintRedundancy(st);
+    if (!finished && runner_alive && !Str(st, "metrics_address", "").empty())
+      std::printf("metrics: http://%s/metrics\n", Str(st, "metrics_address", "").c_str());
     if (st.value("persist_dir", std::string()).empty()) {
       std::printf("disk: persist.dir not set (committed versions live in RAM only)\n");
     } else {

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from ftrun_testlib import ClusterJob
+from ftrun_testlib import RUNNER, ClusterJob
 
 ARGS = ["--state-bytes", "8MiB", "--tensors", "4", "--steps", "400", "--step-ms", "20", "--change-fraction", "0.3"]
 CONFIG = ("job:\n  max_restarts: 3\n  stop_grace: 2s\nstore:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n"
@@ -67,6 +67,8 @@ def test_metrics_move_and_show_a_recovery(check):
                      "ftrun_job_last_commit_timestamp_seconds"]:
             check(value(after[coord], name) > value(before[coord], name), f"{name} did not move")
         check(value(after[coord], "ftrun_job_running") == 1, "ftrun_job_running is not 1 while the job runs")
+        out = subprocess.run([RUNNER, "status", "--config", job.config], capture_output=True, text=True, timeout=30)
+        check(f"metrics: http://{coord}/metrics" in out.stdout, f"ftrun status does not name the endpoint:\n{out.stdout}")
         check(value(after[coord], "ftrun_job_ranks_below_redundancy") == 0, "ranks below their redundancy")
         for a in agents:
             for name in ["ftrun_committed_version", "ftrun_sent_bytes_total", "ftrun_received_bytes_total"]:
