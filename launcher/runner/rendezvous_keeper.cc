@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,7 +16,13 @@ extern char** environ;
 namespace ftrun {
 
 RendezvousKeeper::~RendezvousKeeper() {
-  if (pid_ > 0) ::kill(pid_, SIGTERM);
+  // It keeps nothing worth a clean exit (a Python process with torch loaded
+  // can take a second to tear down): killed, and reaped before the runner
+  // exits, so no zombie or orphan outlives the job.
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
 }
 
 Status RendezvousKeeper::Start(const std::string& python, const std::string& host) {

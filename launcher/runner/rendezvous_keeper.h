@@ -41,6 +41,7 @@ class RendezvousKeeper {
   // "host:port" once it takes connections; empty before and after.
   const std::string& address() const { return address_; }
   pid_t pid() const { return pid_; }
+  // (Destroying it kills the process and reaps it.)
 
  private:
   std::string host_;
