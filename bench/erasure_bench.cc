@@ -137,9 +137,8 @@ int RunErasure(int argc, char** argv, Result* r) {
       const Stripe& s = code->stripes()[static_cast<size_t>(place.stripe)];
       for (int row = 0; row < parity; ++row) {  // at each holder
         const int h = s.parity[static_cast<size_t>(row)];
-        const auto& mine = code->ParityStripes(h);
-        const size_t pos = static_cast<size_t>(std::find(mine.begin(), mine.end(), place.stripe) - mine.begin());
-        code->ApplyDelta(place, row, delta.data() + at, len, held[static_cast<size_t>(h)][pos].data() + place.offset);
+        code->ApplyDelta(place, row, delta.data() + at, len,
+                         held[static_cast<size_t>(h)][static_cast<size_t>(row)].data() + place.offset);
         delta_bytes += len;
       }
       at += len;

@@ -105,6 +105,8 @@ std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity&
   return Finish(std::move(env));
 }
 
+std::vector<std::string> OwnPythonEnv() { return Finish(AgentEnvironment()); }
+
 std::vector<std::string> BuildStandbyEnv(const AgentOptions& o, const std::string& socket_path) {
   std::map<std::string, std::string> env = AgentEnvironment();
   // Nothing that names a rank or a rendezvous: a standby joins no

@@ -16,14 +16,17 @@ namespace ftrun {
 
 // A counter that follows a running total kept elsewhere: Set(total) adds
 // what the total grew by since the last call (a total that went down, e.g.
-// after a restart of whatever keeps it, starts over from there).
+// after a restart of whatever keeps it, starts over from there). Returns
+// what it added.
 class TotalCounter {
  public:
   TotalCounter() = default;
   explicit TotalCounter(prometheus::Counter* c) : c_(c) {}
-  void Set(double total) {
-    if (total > last_) c_->Increment(total - last_);
+  double Set(double total) {
+    const double grew = total > last_ ? total - last_ : 0;
+    if (grew > 0) c_->Increment(grew);
     last_ = total;
+    return grew;
   }
 
  private:

@@ -23,12 +23,10 @@ JobMetrics::JobMetrics(prometheus::Registry& registry, const std::string& job) :
 
 void JobMetrics::Update(const CoordinatorView& v) {
   if (v.committed) committed_->Set(static_cast<double>(*v.committed));
-  if (v.commits > last_commits_) {
+  if (commits_.Set(static_cast<double>(v.commits)) > 0) {
     last_commit_->Set(UnixNow());
     if (v.last_commit_lag_ms) commit_lag_->Observe(*v.last_commit_lag_ms / 1000.0);
-    last_commits_ = v.commits;
   }
-  commits_.Set(static_cast<double>(v.commits));
   held_reports_.Set(static_cast<double>(v.held_reports));
   restarts_.Set(v.restarts);
   int below = 0;

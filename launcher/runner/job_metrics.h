@@ -26,7 +26,6 @@ class JobMetrics {
   prometheus::Gauge *committed_, *last_commit_, *below_, *nodes_lost_, *spares_, *running_;
   prometheus::Histogram *commit_lag_, *recovery_start_;
   TotalCounter commits_, held_reports_, restarts_;
-  uint64_t last_commits_ = 0;
   uint64_t last_recovery_epoch_ = 0;  // the newest recovery whose start is observed
 };
 

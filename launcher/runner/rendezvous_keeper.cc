@@ -8,10 +8,8 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "launcher/common/install_paths.h"
+#include "launcher/agent/rank_env.h"
 #include "plugin/common/log.h"
-
-extern char** environ;
 
 namespace ftrun {
 
@@ -32,11 +30,7 @@ Status RendezvousKeeper::Start(const std::string& python, const std::string& hos
   if (::fcntl(read_end.get(), F_SETFL, O_NONBLOCK) != 0) return Status::FromErrno("fcntl O_NONBLOCK", errno);
   SpawnSpec spec;
   spec.argv = {python, "-u", "-m", "ftrun.rendezvous_store", "--host", host};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string(*e).rfind("PYTHONPATH=", 0) != 0) spec.env.push_back(*e);
-  }
-  const char* path = std::getenv("PYTHONPATH");
-  spec.env.push_back("PYTHONPATH=" + AppendSearchPath(path != nullptr ? path : "", OwnPythonPackageDir()));
+  spec.env = OwnPythonEnv();
   spec.stdout_fd = write_end.get();
   FTRUN_RETURN_IF_ERROR(SpawnProcess(spec, &pid_));
   host_ = host;

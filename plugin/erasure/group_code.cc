@@ -1,6 +1,5 @@
 #include "plugin/erasure/group_code.h"
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -15,9 +14,12 @@ Status GroupCode::Create(int data, int parity, std::unique_ptr<GroupCode>* out) 
 
 GroupCode::GroupCode(std::unique_ptr<ReedSolomon> rs)
     : rs_(std::move(rs)), stripes_(StripeLayout(rs_->data(), rs_->parity())) {
-  parity_of_.resize(static_cast<size_t>(members()));
+  // A member holds parity row i of exactly one stripe (stripe_layout.h):
+  // its slot i.
+  parity_of_.assign(static_cast<size_t>(members()), std::vector<int>(static_cast<size_t>(parity()), -1));
   for (size_t j = 0; j < stripes_.size(); ++j) {
-    for (int m : stripes_[j].parity) parity_of_[static_cast<size_t>(m)].push_back(static_cast<int>(j));
+    for (size_t i = 0; i < stripes_[j].parity.size(); ++i)
+      parity_of_[static_cast<size_t>(stripes_[j].parity[i])][i] = static_cast<int>(j);
   }
 }
 
@@ -59,11 +61,7 @@ Status GroupCode::Encode(const std::vector<ConstBytes>& shards, size_t slice,
       in.push_back(SliceOf(shards[static_cast<size_t>(s.data[f].member)], s.data[f].slice, slice, &pads[f]));
     }
     std::vector<uint8_t*> out;
-    for (int m : s.parity) {
-      const auto& mine = parity_of_[static_cast<size_t>(m)];
-      out.push_back(parity[static_cast<size_t>(m)][static_cast<size_t>(
-          std::find(mine.begin(), mine.end(), static_cast<int>(j)) - mine.begin())]);
-    }
+    for (size_t i = 0; i < s.parity.size(); ++i) out.push_back(parity[static_cast<size_t>(s.parity[i])][i]);
     rs_->Encode(slice, in.data(), out.data());
   }
   return Status::Ok();
@@ -122,19 +120,18 @@ Status GroupCode::Rebuild(const std::vector<int>& lost, const std::vector<ConstB
     std::vector<uint8_t*> out;
     for (int f = 0; f < n; ++f) {
       const int m = s.MemberOf(f);
-      const auto& mine = parity_of_[static_cast<size_t>(m)];
-      const size_t pos = static_cast<size_t>(std::find(mine.begin(), mine.end(), static_cast<int>(j)) - mine.begin());
+      const size_t row = static_cast<size_t>(f - data());  // (parity fragments: the holder's slot)
       const int l = index_of[static_cast<size_t>(m)];
       if (l >= 0) {
         miss.push_back(f);
         out.push_back(f < data() ? shard_out[static_cast<size_t>(l)] +
                                        static_cast<size_t>(s.data[static_cast<size_t>(f)].slice) * slice
-                                 : parity_out[static_cast<size_t>(l)][pos]);
+                                 : parity_out[static_cast<size_t>(l)][row]);
       } else if (static_cast<int>(have.size()) < data()) {
         have.push_back(f);
         in.push_back(f < data() ? SliceOf(shards[static_cast<size_t>(m)], s.data[static_cast<size_t>(f)].slice, slice,
                                           &pads[have.size() - 1])
-                                : held[static_cast<size_t>(m)][pos]);
+                                : held[static_cast<size_t>(m)][row]);
       }
     }
     if (!miss.empty()) FTRUN_RETURN_IF_ERROR(rs_->Decode(slice, have, in.data(), miss, out.data()));

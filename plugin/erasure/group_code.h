@@ -6,8 +6,9 @@
 //
 // Slices are SliceLength(...) bytes; a slice past a shard's end reads as
 // zeros, so shards of different lengths (ranks with different state sizes)
-// share one layout. Every member holds parity(): parity slices, one per
-// stripe in ParityStripes(member) order.
+// share one layout. Every member holds parity() parity slices: in its
+// slot i, parity row i (fragment data() + i) of stripe
+// ParityStripes(member)[i].
 //
 // Thread-safety: const methods may be called from any number of threads.
 #pragma once
@@ -36,7 +37,8 @@ class GroupCode {
   int parity() const { return rs_->parity(); }
   int members() const { return data() + parity(); }
   const std::vector<Stripe>& stripes() const { return stripes_; }
-  // The stripes whose parity `member` holds, in the order it holds them.
+  // The stripes whose parity `member` holds: [i] is the one whose row i it
+  // holds (each member holds each row of exactly one stripe).
   const std::vector<int>& ParityStripes(int member) const { return parity_of_[static_cast<size_t>(member)]; }
   // The slice length for a group whose longest shard is `longest` bytes.
   size_t SliceLength(size_t longest) const { return (longest + static_cast<size_t>(data()) - 1) / data(); }
@@ -56,10 +58,11 @@ class GroupCode {
   Place Locate(int member, size_t offset, size_t slice) const;
 
   // Bytes [offset, offset + len) of `member`'s shard changed by `delta` (old
-  // XOR new; the range within one slice): the parity slice `parity_row`
-  // (0 .. parity()-1) of its stripe, held by stripes()[stripe].parity[row],
-  // is brought up to date in place at `out` (that slice's bytes at the same
-  // offset). What a parity holder does with each delta it receives.
+  // XOR new; the range within one slice): parity row `parity_row`
+  // (0 .. parity()-1) of its stripe, which stripes()[stripe].parity[row]
+  // holds in its slot `parity_row`, is brought up to date in place at `out`
+  // (that slice's bytes at the same offset). What a parity holder does with
+  // each delta it receives.
   void ApplyDelta(const Place& at, int parity_row, const uint8_t* delta, size_t len, uint8_t* out) const;
 
   // Rebuilds the `lost` members (at most parity() of them) from the others:

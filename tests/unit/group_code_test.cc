@@ -52,7 +52,13 @@ TEST_CASE("group code: any `parity` lost members come back byte for byte from th
     Group g(d, p, rng);
     const int n = d + p;
     // Each member holds p parity slices of ceil(longest / d) bytes: p/d of the longest shard.
-    for (int m = 0; m < n; ++m) CHECK(g.code->ParityStripes(m).size() == static_cast<size_t>(p));
+    for (int m = 0; m < n; ++m) {
+      REQUIRE(g.code->ParityStripes(m).size() == static_cast<size_t>(p));
+      for (int i = 0; i < p; ++i) {  // slot i: row i of its stripe
+        const Stripe& s = g.code->stripes()[static_cast<size_t>(g.code->ParityStripes(m)[static_cast<size_t>(i)])];
+        CHECK(s.parity[static_cast<size_t>(i)] == m);
+      }
+    }
     int patterns = 0;
     for (int lost_n = 1; lost_n <= p; ++lost_n) {
       Subsets(n, lost_n, [&](const std::vector<int>& lost) {
@@ -119,9 +125,8 @@ TEST_CASE("group code: deltas applied by each parity holder to its own slice equ
       const Stripe& s = g.code->stripes()[static_cast<size_t>(at.stripe)];
       for (int row = 0; row < p; ++row) {  // each holder, its own slice
         const int holder = s.parity[static_cast<size_t>(row)];
-        const auto& mine = g.code->ParityStripes(holder);
-        const size_t pos = static_cast<size_t>(std::find(mine.begin(), mine.end(), at.stripe) - mine.begin());
-        g.code->ApplyDelta(at, row, delta.data(), len, g.held[static_cast<size_t>(holder)][pos].data() + at.offset);
+        g.code->ApplyDelta(at, row, delta.data(), len,
+                           g.held[static_cast<size_t>(holder)][static_cast<size_t>(row)].data() + at.offset);
       }
     }
     std::vector<ConstBytes> in;

@@ -11,25 +11,15 @@ store, and every generation under its own key prefix
 barrier and group names never meet a dead one's.
 
 Prints "listening <port>" on stdout once it takes connections, then runs
-until its parent (the runner) is gone or it is signalled. Exits 2 with a
+until its parent is gone or it is killed (the runner starts it with
+PR_SET_PDEATHSIG, launcher/agent/supervisor.h, and kills it at its end). Exits 2 with a
 one-line reason when torch cannot be imported or the port is taken.
 """
 import argparse
-import ctypes
 import os
-import signal
 import sys
 import time
 from datetime import timedelta
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent():
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # the ppid check below still ends it
 
 
 def main(argv=None):
@@ -37,10 +27,7 @@ def main(argv=None):
     p.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     p.add_argument("--host", default="0.0.0.0", help="the address ranks connect to (the server listens on all)")
     a = p.parse_args(argv)
-    parent = os.getppid()
-    _die_with_parent()
-    if os.getppid() != parent:
-        return 0
+    parent = os.getppid()  # (started by hand: it ends when that shell does)
     try:
         from torch.distributed import TCPStore
     except ImportError as e:
@@ -52,7 +39,6 @@ def main(argv=None):
         print(f"ftrun.rendezvous_store: cannot listen on port {a.port}: {e}", file=sys.stderr)
         return 2
     print(f"listening {store.port}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while os.getppid() == parent:
         time.sleep(1.0)
     return 0
