@@ -172,10 +172,14 @@ std::string TypestrToFormat(const std::string& typestr, std::string* format, py:
 ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py::object& dtype_override,
                              py::buffer_info* info) {
   const std::string where = "tensor '" + name + "'";
-  // An object whose __cuda_array_interface__ property raises (hasattr says
-  // false then) still goes to the CUDA path, to report why.
-  if (py::hasattr(value, "__cuda_array_interface__") ||
-      (!PyObject_CheckBuffer(value.ptr()) && py::hasattr(py::type::handle_of(value), "__cuda_array_interface__"))) {
+  // The interface is read once (torch computes it in Python on every read).
+  // An object whose __cuda_array_interface__ property raises still goes to
+  // the CUDA path when it has no buffer, to report why.
+  if (PyObject* desc = PyObject_GetAttrString(value.ptr(), "__cuda_array_interface__")) {
+    return CudaTensorRefOf(name, py::reinterpret_steal<py::object>(desc), dtype_override);
+  }
+  PyErr_Clear();
+  if (!PyObject_CheckBuffer(value.ptr()) && py::hasattr(py::type::handle_of(value), "__cuda_array_interface__")) {
     return ToCudaTensorRef(name, value, dtype_override);
   }
   if (!PyObject_CheckBuffer(value.ptr())) {
@@ -203,14 +207,18 @@ ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py
 }
 
 ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::object& dtype_override) {
-  const std::string where = "tensor '" + name + "' (__cuda_array_interface__)";
   py::object desc;
   try {
     desc = value.attr("__cuda_array_interface__");
   } catch (const py::error_already_set& e) {
-    throw py::type_error(where + ": cannot read it: " + std::string(e.what()) +
-                         " (for a CPU torch tensor, pass .numpy())");
+    throw py::type_error("tensor '" + name + "' (__cuda_array_interface__): cannot read it: " +
+                         std::string(e.what()) + " (for a CPU torch tensor, pass .numpy())");
   }
+  return CudaTensorRefOf(name, desc, dtype_override);
+}
+
+ftrun::TensorRef CudaTensorRefOf(const std::string& name, const py::object& desc, const py::object& dtype_override) {
+  const std::string where = "tensor '" + name + "' (__cuda_array_interface__)";
   if (!py::isinstance<py::dict>(desc)) throw py::type_error(where + " is not a dict");
   py::dict cai = py::reinterpret_borrow<py::dict>(desc);
   for (const char* key : {"shape", "typestr", "data"}) {

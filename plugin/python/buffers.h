@@ -35,6 +35,8 @@ TensorRef ToTensorRef(const std::string& name, py::handle value, const py::objec
 // value's __cuda_array_interface__ (torch CUDA tensors, CuPy, Numba); its
 // "stream" field is not used: Client.save(cuda_stream=) orders the copies.
 TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::object& dtype_override);
+// The same from an interface dict already read (desc).
+TensorRef CudaTensorRefOf(const std::string& name, const py::object& desc, const py::object& dtype_override);
 // Client.save's arguments: a TensorRef per entry of tensors (name ->
 // buffer or CUDA memory), with generations and dtypes (None or dicts
 // naming only those entries) applied; *buffers keeps the buffers held.

@@ -108,7 +108,17 @@ disk = os.path.join(shared, "plain-dcp")
 dcp.save(sd1, checkpoint_id=disk)
 m3, o3 = build(3)
 sd3 = state(m3, o3)
-dcp.load(sd3, checkpoint_id=disk)
+try:
+    dcp.load(sd3, checkpoint_id=disk)
+except BaseException as e:  # DCP's CheckpointException is one; dcp.load only logs its reader's errors
+    # Say what this rank sees on disk.
+    print(f"rank {rank}: plain dcp.load of {disk} failed: {type(e).__name__}; the directory holds "
+          f"{sorted(os.listdir(disk)) if os.path.isdir(disk) else 'nothing (no directory)'}", flush=True)
+    try:
+        dcp.FileSystemReader(disk).read_metadata()
+    except BaseException as why:
+        print(f"rank {rank}: FileSystemReader.read_metadata: {type(why).__name__}: {why}", flush=True)
+    raise
 set_state_dict(m3, o3, model_state_dict=sd3["model"], optim_state_dict=sd3["optim"])
 sd3 = state(m3, o3)
 expect(digest(sd3) == want, "plain DCP disk round trip differs")

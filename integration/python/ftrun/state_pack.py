@@ -136,6 +136,7 @@ class _Packer:
         self._cuda_devices = set()
         self._device_keep = []  # CUDA buffers the save reads after it returns
         self._fallback = 0
+        self._device_index = None  # the current CUDA device when saved from, -1 when staged (_from_device)
         self._pin = state_client._pin_memory if pin_memory is None else pin_memory
 
     def pack(self, obj, prefix=""):
@@ -145,6 +146,17 @@ class _Packer:
         buf = io.BytesIO()
         _Pickler(buf, self, names, prefix).dump(obj)
         return buf.getvalue()
+
+    def _from_device(self, t):
+        """Whether CUDA tensor t goes to the C++ CUDA save path: on the current
+        device, with a libftrun built with CUDA (FTRUN_CUDA_STAGING=1 stages
+        through pinned host buffers instead, as do tensors of other devices).
+        Asked once per pack, not per tensor."""
+        if self._device_index is None:
+            direct = getattr(_ftrun, "CUDA", False) and not _staging_forced()
+            self._device_index = torch.cuda.current_device() if direct else -1
+        index = t.device.index
+        return self._device_index >= 0 and (index is None or index == self._device_index)
 
     def _unique(self, name):
         if name not in self._used:
@@ -168,7 +180,7 @@ class _Packer:
         self._index[id(t)] = idx
         self._keep.append(t)
         dt = t.dtype
-        if _saved_from_device(t):
+        if t.is_cuda and self._from_device(t):
             enc, arr = self._device(t.detach(), name)
         else:
             enc, arr = self._host_encoded(t.detach(), name)
@@ -205,9 +217,9 @@ class _Packer:
         t = _resolve(t)
         if not t.is_contiguous():
             t = t.contiguous()
-        data = _byte_view(t)
-        self._device_keep.append(data)
         dt = t.dtype
+        data = _CudaBytes(t) if dt in _NATIVE_DTYPES or dt == torch.bfloat16 else _byte_view(t)
+        self._device_keep.append(data)
         if dt in _NATIVE_DTYPES:
             self.dtypes[name] = _dtype_name(dt)
             return _ENC_NATIVE, data
@@ -294,17 +306,29 @@ def _order_optimizer_steps():
     _hooked = True
 
 
-def _saved_from_device(t):
-    """Whether t goes to the C++ CUDA save path: a CUDA tensor on the current
-    device, with a libftrun built with CUDA (FTRUN_CUDA_STAGING=1 stages
-    through pinned host buffers instead, as do tensors of other devices)."""
-    if t.device.type != "cuda" or not getattr(_ftrun, "CUDA", False) or _staging_forced():
-        return False
-    return t.device.index is None or t.device.index == torch.cuda.current_device()
 
 
 def _staging_forced():
     return os.environ.get("FTRUN_CUDA_STAGING", "0") == "1"
+
+
+class _CudaBytes:
+    """A contiguous CUDA tensor's bytes as the binding reads them (uint8, the
+    last dimension times the element size, as _byte_view's view), described
+    once here: torch computes __cuda_array_interface__ in Python on every
+    read, and a view is a dispatched op - per tensor, per save. Holds the
+    tensor, which the save's copies read until they are fenced."""
+
+    __slots__ = ("__cuda_array_interface__", "tensor")
+
+    def __init__(self, t):
+        shape = tuple(t.shape) or (1,)
+        size = t.element_size()
+        if size != 1:
+            shape = shape[:-1] + (shape[-1] * size,)
+        self.tensor = t
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "|u1", "data": (t.data_ptr(), False),
+                                         "version": 2}
 
 
 def _byte_view(t):
