@@ -211,8 +211,8 @@ ftrun::TensorRef ToCudaTensorRef(const std::string& name, py::handle value, cons
   try {
     desc = value.attr("__cuda_array_interface__");
   } catch (const py::error_already_set& e) {
-    throw py::type_error("tensor '" + name + "' (__cuda_array_interface__): cannot read it: " +
-                         std::string(e.what()) + " (for a CPU torch tensor, pass .numpy())");
+    throw py::type_error("tensor '" + name + "' (__cuda_array_interface__): cannot read it: " + std::string(e.what()) +
+                         " (for a CPU torch tensor, pass .numpy())");
   }
   return CudaTensorRefOf(name, desc, dtype_override);
 }
