@@ -21,6 +21,7 @@ namespace ftrun::bench {
 int RunBaselineTorch(int argc, char** argv, Result* out);  // bench/baseline_torch_bench.cc
 int RunFlush(int argc, char** argv, Result* out);          // bench/flush_bench.cc
 int RunErasure(int argc, char** argv, Result* out);        // bench/erasure_bench.cc
+int RunScale(int argc, char** argv, Result* out);          // bench/scale_bench.cc
 
 std::string SiblingBinary(const std::string& name) {
   char buf[PATH_MAX];
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
         "  baseline-torch  train_gpt.py: torch.save/torch.load + relaunch vs ftrun (save, restore, recovery)\n"
         "  flush           the lazy flusher's disk rate vs fio; step time with and without it\n"
         "  erasure         the erasure code alone: parity throughput vs ISA-L, incremental deltas, rebuild\n"
+        "  scale           the coordinator against N simulated agents: CPU, commit latency, silent node, orders\n"
         "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;
   }
@@ -175,11 +177,13 @@ int main(int argc, char** argv) {
     rc = RunFlush(static_cast<int>(rest.size()), rest.data(), &r);
   else if (scenario == "erasure")
     rc = RunErasure(static_cast<int>(rest.size()), rest.data(), &r);
+  else if (scenario == "scale")
+    rc = RunScale(static_cast<int>(rest.size()), rest.data(), &r);
   else {
     std::fprintf(
         stderr,
         "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch, flush, "
-        "erasure)\n",
+        "erasure, scale)\n",
         scenario.c_str());
     return 2;
   }
