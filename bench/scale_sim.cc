@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "plugin/common/bytes.h"
 #include "recovery/coordinator_json.h"
 
 namespace ftrun::bench {
@@ -167,10 +168,16 @@ void Fleet::Handle(Agent& a, const Envelope& e, std::vector<Envelope>* replies) 
       break;
     }
     case ClusterMsg::kMembership: {
+      // A real agent decodes its own; one thread decoding thousands of
+      // members lists would be the simulation's cost, not the coordinator's:
+      // the lists a slot holds never change, so only its first is decoded.
+      ByteReader r(e.payload);
+      a.epoch = r.Get<uint64_t>();
       MembershipMsg m;
-      if (!Decode(e.payload, &m).ok()) break;
-      a.epoch = m.epoch;
-      a.held_slots = m.held_slots;
+      if (a.slot >= 0 && a.held_for != a.slot && Decode(e.payload, &m).ok()) {
+        a.held_slots = m.held_slots;
+        a.held_for = a.slot;
+      }
       break;
     }
     case ClusterMsg::kHalt: {

@@ -290,6 +290,11 @@ Status Decode(const std::string& payload, DropAboveMsg* m);
 std::string Encode(const RegisterMsg& m);
 std::string Encode(const AssignMsg& m);
 std::string Encode(const MembershipMsg& m);
+// The same in two parts, for a broadcast: the part every agent gets (epoch
+// and members, encoded once), then each agent's own lists appended.
+std::string EncodeMembers(const MembershipMsg& m);
+std::string EncodeMembership(const std::string& members, const std::vector<uint32_t>& my_holders,
+                             const std::vector<int32_t>& held_slots);
 std::string Encode(const PullMsg& m);
 std::string Encode(const StartMsg& m);
 Status Decode(const std::string& payload, RegisterMsg* m);

@@ -22,16 +22,18 @@ std::string Coordinator::Join(const std::vector<int>& v) {
 Coordinator::Coordinator(Options options, Outbox* out)
     : o_(std::move(options)), out_(out), slots_(o_.ranks_per_slot.size()) {
   o_.racks.resize(o_.ranks_per_slot.size());
+  first_ranks_.push_back(o_.first_rank);
+  for (int n : o_.ranks_per_slot) first_ranks_.push_back(first_ranks_.back() + n);
   placement_ = PlaceReplicas(o_.racks, o_.replicas);
+  held_slots_.resize(placement_.size());
+  for (size_t s = 0; s < placement_.size(); ++s) {
+    for (int h : placement_[s]) held_slots_[static_cast<size_t>(h)].push_back(static_cast<int32_t>(s));
+  }
 }
 
-int Coordinator::FirstRank(int slot) const {
-  int r = o_.first_rank;
-  for (int i = 0; i < slot; ++i) r += o_.ranks_per_slot[static_cast<size_t>(i)];
-  return r;
-}
+int Coordinator::FirstRank(int slot) const { return first_ranks_[static_cast<size_t>(slot)]; }
 
-int Coordinator::EndRank() const { return FirstRank(static_cast<int>(o_.ranks_per_slot.size())); }
+int Coordinator::EndRank() const { return first_ranks_.back(); }
 int Coordinator::RankCount() const { return EndRank() - o_.first_rank; }
 int Coordinator::WorldSize() const { return o_.world_size > 0 ? o_.world_size : RankCount(); }
 
@@ -118,9 +120,11 @@ void Coordinator::MaybeTarget(Time now) {
 void Coordinator::MaybeCommit(Time now) {
   const int need = 1 + o_.replicas;
   std::optional<uint64_t> newest;
+  const int count = RankCount();
   for (auto& [version, ranks] : held_) {
     if (committed_ && version <= *committed_) continue;
-    if (static_cast<int>(ranks.size()) < RankCount()) continue;
+    if (static_cast<int>(ranks.size()) < count) continue;
+    if (auto f = filled_.find(version); f == filled_.end() || f->second < count) continue;
     bool all = true;
     for (int r = FirstRank(0); r < EndRank() && all; ++r)
       all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
@@ -135,6 +139,7 @@ void Coordinator::MaybeCommit(Time now) {
   }
   held_.erase(held_.begin(), held_.lower_bound(*newest));
   held_since_.erase(held_since_.begin(), held_since_.upper_bound(*newest));
+  filled_.erase(filled_.begin(), filled_.upper_bound(*newest));
   missing_.clear();
   dropped_why_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);

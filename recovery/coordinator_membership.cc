@@ -170,20 +170,18 @@ void Coordinator::BroadcastMembership() {
     }
     m.members.push_back(x);
   }
+  const std::string members = EncodeMembers(m);  // the same for every agent: encoded once
   for (auto& [id, a] : agents_) {
     if (!a.alive) continue;
-    m.my_holders.clear();
-    m.held_slots.clear();
+    std::vector<uint32_t> my_holders;
     if (a.slot >= 0) {
       for (int h : placement_[static_cast<size_t>(a.slot)]) {
-        if (AgentInfo* x = SlotAgent(h)) m.my_holders.push_back(x->id);
-      }
-      for (size_t s = 0; s < placement_.size(); ++s) {
-        const auto& p = placement_[s];
-        if (std::find(p.begin(), p.end(), a.slot) != p.end()) m.held_slots.push_back(static_cast<int32_t>(s));
+        if (AgentInfo* x = SlotAgent(h)) my_holders.push_back(x->id);
       }
     }
-    Send(id, m);
+    static const std::vector<int32_t> kNone;
+    out_->Send(id, MembershipMsg::kType,
+               EncodeMembership(members, my_holders, a.slot >= 0 ? held_slots_[static_cast<size_t>(a.slot)] : kNone));
   }
 }
 

@@ -23,6 +23,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
     held_.erase(held_.upper_bound(*committed_), held_.end());
   else
     held_.clear();
+  filled_.clear();  // the new epoch's reports count again
   target_.reset();
   ahead_ = false;
   recoveries_.push_back({epoch_, reason, now, std::nullopt});
@@ -101,6 +102,7 @@ void Coordinator::DiskScanned(const Status& scan, std::vector<uint64_t> newest_f
       committed_ = older;
       WentBackTo(*older);
       held_.clear();
+      filled_.clear();
       disk_restore_ = true;
       PullAllFromDisk(now);
       break;
@@ -181,6 +183,7 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     committed_ = d;
     WentBackTo(*d);
     held_.clear();
+    filled_.clear();
     disk_restore_ = true;
     return true;
   }

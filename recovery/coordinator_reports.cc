@@ -60,6 +60,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       if (!decoded(&m) || m.epoch != epoch_ || target_ != m.version) return;
       FTRUN_LOG_DEBUG("commit round of version {} failed at agent {}: picking a newer version", m.version, from);
       held_.erase(m.version);
+      filled_.erase(m.version);
       target_.reset();
       ahead_ = true;
       return MaybeTarget(now);
@@ -100,14 +101,20 @@ void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
   for (const auto& [rank, version] : m.items) {
     if (committed_ && version < *committed_) continue;
     auto& ranks = held_[version];
-    ranks[rank].insert(a.id);
+    auto& holders = ranks[rank];
+    if (holders.insert(a.id).second && static_cast<int>(holders.size()) == 1 + o_.replicas) filled_[version]++;
     if (static_cast<int>(ranks.size()) >= RankCount()) held_since_.emplace(version, now);  // every rank saved it
     if (target_ == version) target_since_ = now;                                           // the round makes progress
   }
   // Bounded while nothing commits: the oldest versions go first (a round's
   // is kept).
   for (auto it = held_.begin(); held_.size() > kMaxHeldVersions && it != held_.end();) {
-    it = it->first == target_ ? std::next(it) : held_.erase(it);
+    if (it->first == target_) {
+      ++it;
+    } else {
+      filled_.erase(it->first);
+      it = held_.erase(it);
+    }
   }
   while (held_since_.size() > kMaxHeldVersions) held_since_.erase(held_since_.begin());
   MaybeCommit(now);
