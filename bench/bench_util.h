@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -29,6 +30,13 @@ struct Result {
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// UCX over TCP on loopback: the same transport for the agents, for
+// ucx_perftest and for the scale benchmark's calibration.
+inline void UseTcpOnLoopback() {
+  ::setenv("UCX_TLS", "tcp,self", 1);
+  ::setenv("UCX_NET_DEVICES", "lo", 1);
 }
 
 inline double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }

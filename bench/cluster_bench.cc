@@ -29,12 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void UseTcpOnLoopback() {
-  // The same transport for the agents and for ucx_perftest.
-  ::setenv("UCX_TLS", "tcp,self", 1);
-  ::setenv("UCX_NET_DEVICES", "lo", 1);
-}
-
 // ucx_perftest tag_bw between two processes on 127.0.0.1, `size`-byte
 // messages; returns bytes per second (overall), 0 on failure.
 double UcxPerftest(uint64_t size, int iters, const std::string& log) {

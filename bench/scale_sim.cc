@@ -114,11 +114,11 @@ void Fleet::Flush(std::vector<Envelope>* replies) {
   for (uint64_t v : versions) last_report[v] = now;
 }
 
-void Fleet::Heartbeats() {
+void Fleet::Heartbeats(SimClock::duration interval) {
   std::vector<Envelope> out;
   const SimTime now = SimClock::now();
   for (Agent& a : agents_) {
-    if (a.silent) continue;
+    if (a.silent || now - a.last_sent < interval) continue;
     out.push_back({a.id, static_cast<uint16_t>(ClusterMsg::kHeartbeat), Encode(HeartbeatMsg{a.epoch})});
     a.last_sent = now;
   }

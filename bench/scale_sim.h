@@ -82,8 +82,9 @@ class Fleet {
   // Handles what the coordinator sent until `until` (at least one batch);
   // the replies of a batch go out shuffled across agents, as from a fleet.
   void Pump(SimTime until);
-  // A heartbeat from every agent that is not silent.
-  void Heartbeats();
+  // A heartbeat from every agent that is not silent and sent nothing for
+  // `interval` (as agents do: heartbeats fill the silences).
+  void Heartbeats(SimClock::duration interval);
   // Every node reports its own ranks of version v held (in shuffled order).
   void Save(uint64_t v);
   // The agent holding `slot` sends nothing from now on; returns its id.
@@ -123,5 +124,13 @@ class Fleet {
   std::map<uint64_t, int> commits_;           // version -> agents that received its commit
   std::map<uint64_t, int> halted_, started_;  // epoch -> agents that received its halt, its start
 };
+
+// What one control message costs the coordinator's process over the real
+// transport (UCX, TCP on loopback, the job-secret session with its
+// per-message MAC, the transport's progress thread): an agent's transport
+// in a child process sends `messages` held reports, this process's answers
+// each with a commit; this process's CPU seconds per message, received or
+// sent. Sets *error and returns a negative value when that fails.
+double UcxCpuPerMessage(int messages, std::string* error);
 
 }  // namespace ftrun::bench

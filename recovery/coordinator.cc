@@ -61,9 +61,14 @@ std::vector<PeerId> Coordinator::HoldersAlive(int rank, uint64_t version) const 
   return v;
 }
 
+void Coordinator::Deliver(PeerId to, ClusterMsg type, std::string payload) {
+  if (auto it = agents_.find(to); it != agents_.end()) it->second.last_sent = now_;
+  out_->Send(to, type, std::move(payload));
+}
+
 void Coordinator::SendAll(ClusterMsg type, const std::string& payload) {
   for (auto& [id, a] : agents_) {
-    if (a.alive) out_->Send(id, type, payload);
+    if (a.alive) Deliver(id, type, payload);
   }
 }
 
@@ -158,14 +163,21 @@ void Coordinator::MaybeCommit(Time now) {
   SendAll(CommitMsg{*newest, epoch_});  // epoch_: the version's timeline, which every node's disk marker records
 }
 
-void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) { Lost(peer, why, now); }
+void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) {
+  now_ = now;
+  Lost(peer, why, now);
+}
 
 void Coordinator::Tick(Time now) {
   if (phase_ == Phase::kStopped) return;
   MaybeTarget(now);  // a round stuck with no progress gives way
-  if (now - last_heartbeat_sent_ >= o_.heartbeat_interval) {
-    last_heartbeat_sent_ = now;
-    SendAll(CoordHeartbeatMsg{epoch_});
+  now_ = now;
+  // A heartbeat to each agent that was sent nothing for an interval: at
+  // thousands of agents the commits and rounds already say the coordinator
+  // is there, and heartbeats were most of its messages.
+  const std::string beat = Encode(CoordHeartbeatMsg{epoch_});
+  for (auto& [id, a] : agents_) {
+    if (a.alive && now - a.last_sent >= o_.heartbeat_interval) Deliver(id, ClusterMsg::kCoordHeartbeat, beat);
   }
   const auto limit = o_.heartbeat_interval * o_.heartbeat_misses;
   std::vector<PeerId> silent;

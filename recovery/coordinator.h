@@ -120,14 +120,17 @@ class Coordinator {
     bool halted = false;  // since the recovery began (halt_epoch_)
     bool ready = true;    // this epoch: pulled what it had to
     bool done = false;    // its ranks finished
+    Time last_sent{};     // when it was last sent anything (a heartbeat fills only a silence)
   };
   using RecoveryRecord = CoordinatorView::Recovery;
 
   // Sends one message (its struct says its type).
   template <class M>
   void Send(PeerId to, const M& m) {
-    out_->Send(to, M::kType, Encode(m));
+    Deliver(to, M::kType, Encode(m));
   }
+  // Every message to an agent goes out here (it notes when).
+  void Deliver(PeerId to, ClusterMsg type, std::string payload);
   template <class M>
   void SendAll(const M& m) {
     SendAll(M::kType, Encode(m));
@@ -178,8 +181,9 @@ class Coordinator {
 
   Options o_;
   Outbox* out_;
-  std::vector<int> first_ranks_;                  // slot -> its first rank; [slots]: one past the last
-  std::vector<std::vector<int>> placement_;       // slot -> holder slots
+  Time now_{};                               // the time of the call being handled (messages sent are stamped with it)
+  std::vector<int> first_ranks_;             // slot -> its first rank; [slots]: one past the last
+  std::vector<std::vector<int>> placement_;  // slot -> holder slots
   std::vector<std::vector<int32_t>> held_slots_;  // slot -> the slots it holds copies of (placement_ inverted)
   std::map<PeerId, AgentInfo> agents_;
   std::vector<std::optional<PeerId>> slots_;  // slot -> agent
@@ -218,7 +222,6 @@ class Coordinator {
   Time stall_warned_{};
   void WarnIfStalled(Time now);
   std::vector<RecoveryRecord> recoveries_;
-  Time last_heartbeat_sent_{};
   bool done_ = false;
   bool disk_restore_ = false;                       // this recovery goes back to a version on disk
   DiskNeed disk_need_ = DiskNeed::kNone;            // a scan is awaited

@@ -180,8 +180,8 @@ void Coordinator::BroadcastMembership() {
       }
     }
     static const std::vector<int32_t> kNone;
-    out_->Send(id, MembershipMsg::kType,
-               EncodeMembership(members, my_holders, a.slot >= 0 ? held_slots_[static_cast<size_t>(a.slot)] : kNone));
+    Deliver(id, MembershipMsg::kType,
+            EncodeMembership(members, my_holders, a.slot >= 0 ? held_slots_[static_cast<size_t>(a.slot)] : kNone));
   }
 }
 

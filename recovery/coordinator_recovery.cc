@@ -72,6 +72,7 @@ void Coordinator::ScanDisk(DiskNeed need, std::string detail) {
 }
 
 void Coordinator::DiskScanned(const Status& scan, std::vector<uint64_t> newest_first, Time now) {
+  now_ = now;
   const DiskNeed need = std::exchange(disk_need_, DiskNeed::kNone);
   if (need == DiskNeed::kNone || phase_ == Phase::kStopped) return;
   if (!scan.ok()) return Stop(2, "cannot read the persist directory: " + scan.message() + "; nothing was deleted");

@@ -8,6 +8,7 @@
 namespace ftrun {
 
 void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& payload, Time now) {
+  now_ = now;
   auto decoded = [&](auto* m) {
     Status s = Decode(payload, m);
     if (!s.ok()) FTRUN_LOG_WARN("agent {} sent a bad {}: {}; ignored", from, ClusterMsgName(type), s.message());

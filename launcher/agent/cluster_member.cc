@@ -74,8 +74,8 @@ Status ClusterMember::SetupRemote() {
     FTRUN_LOG_INFO("connected to the coordinator at {}", o_.coordinator);
     Register();
   };
-  link_->on_heartbeat = [this] {
-    Report(HeartbeatMsg{epoch_});
+  link_->on_heartbeat = [this] { Report(HeartbeatMsg{epoch_}); };
+  link_->on_interval = [this] {
     peers_->Connect(replicator_->holders());  // one that failed (or was reset) is made again
   };
   link_->on_lost = [this](const std::string& why) { orders_->Lost(why); };
@@ -153,8 +153,10 @@ void ClusterMember::Send(ClusterMsg type, const std::string& payload) {
   if (type != ClusterMsg::kHeld) FlushHeld();
   if (local_)
     local_->Report(type, payload);
-  else if (link_ && link_->up())
+  else if (link_ && link_->up()) {
     transport_->Send(kCoordinatorPeer, static_cast<uint16_t>(type), payload);
+    link_->Sent(clock_.Now());
+  }
 }
 
 void ClusterMember::RankSaved(int rank, uint64_t version) {

@@ -36,9 +36,13 @@ void CoordinatorLink::Lost(const std::string& why) {
 void CoordinatorLink::Tick(Clock::Time now) {
   const auto interval = o_.heartbeat_interval;
   if (up_) {
-    if (now - last_heartbeat_ >= interval) {
-      last_heartbeat_ = now;
+    if (now - last_sent_ >= interval) {
+      last_sent_ = now;
       if (on_heartbeat) on_heartbeat();
+    }
+    if (now - last_interval_ >= interval) {
+      last_interval_ = now;
+      if (on_interval) on_interval();
     }
     if (now - last_heard_ > interval * o_.heartbeat_misses) {
       Lost("no message for " + std::to_string((interval * o_.heartbeat_misses).count()) +

@@ -37,6 +37,9 @@ class CoordinatorLink {
   void PeerUp();
   void PeerDown(const std::string& why);
   void Heard();  // any message from it
+  // A message went to it: a heartbeat is due an interval after the last
+  // message, so heartbeats fill only the silences.
+  void Sent(Clock::Time now) { last_sent_ = now; }
   // Heartbeats, silence, reconnecting, giving up.
   void Tick(Clock::Time now);
 
@@ -44,7 +47,8 @@ class CoordinatorLink {
   bool gave_up() const { return gave_up_; }
 
   std::function<void()> on_up;                          // connected: register
-  std::function<void()> on_heartbeat;                   // send one
+  std::function<void()> on_heartbeat;                   // send one (nothing was sent for an interval)
+  std::function<void()> on_interval;                    // every heartbeat interval while up
   std::function<void(const std::string& why)> on_lost;  // was up, is not
   // Down for lost_node_timeout: logged once, then called on every tick (the
   // agent ends once what it was doing allows).
@@ -58,7 +62,7 @@ class CoordinatorLink {
   const Clock& clock_;
   bool up_ = false;
   bool gave_up_ = false;
-  Clock::Time last_heard_{}, down_since_{}, last_heartbeat_{}, last_connect_try_{};
+  Clock::Time last_heard_{}, down_since_{}, last_sent_{}, last_interval_{}, last_connect_try_{};
 };
 
 }  // namespace ftrun

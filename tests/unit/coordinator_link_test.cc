@@ -15,12 +15,13 @@ struct Fixture {
   ManualClock clock;
   RecordingTransport t;
   CoordinatorLink link;
-  int ups = 0, heartbeats = 0, give_ups = 0;
+  int ups = 0, heartbeats = 0, intervals = 0, give_ups = 0;
   std::vector<std::string> lost;
 
   Fixture() : link(&t, Options(), clock) {
     link.on_up = [this] { ups++; };
     link.on_heartbeat = [this] { heartbeats++; };
+    link.on_interval = [this] { intervals++; };
     link.on_lost = [this](const std::string& why) { lost.push_back(why); };
     link.on_give_up = [this] { give_ups++; };
   }
@@ -105,6 +106,29 @@ TEST_CASE("coordinator link: coming back before lost_node_timeout starts the clo
   f.Pass(1500);  // 1.5 s down since the error, 3.1 s since the first attempt
   CHECK(f.give_ups == 0);
   CHECK(f.ups == 1);
+}
+
+TEST_CASE("coordinator link: heartbeats fill only the silences; the interval's upkeep goes on", "[coordinator_link]") {
+  Fixture f;
+  f.link.Connect();
+  f.link.PeerUp();
+  f.Pass(10, true);
+  const int beats = f.heartbeats, upkeep = f.intervals;
+  // The agent reports every 50 ms: no heartbeat is needed.
+  for (int i = 0; i < 20; ++i) {
+    f.link.Sent(f.clock.Now());
+    f.Pass(50, true);
+  }
+  CHECK(f.heartbeats == beats);
+  CHECK(f.intervals == upkeep + 10);
+  // Then silence: a heartbeat an interval after the last report, then every interval.
+  f.link.Sent(f.clock.Now());
+  f.Pass(90, true);
+  CHECK(f.heartbeats == beats);
+  f.Pass(10, true);
+  CHECK(f.heartbeats == beats + 1);
+  f.Pass(300, true);
+  CHECK(f.heartbeats == beats + 4);
 }
 
 }  // namespace

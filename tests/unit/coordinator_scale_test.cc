@@ -121,5 +121,27 @@ TEST_CASE("coordinator: the membership broadcast reads back whole for every agen
   }
 }
 
+TEST_CASE("coordinator: a heartbeat goes only to an agent that was sent nothing for an interval", "[coordinator]") {
+  Job job;  // formed at time 0: every agent was sent its start then
+  auto beats = [&] { return job.out.Count(ClusterMsg::kCoordHeartbeat); };
+  job.now += milliseconds(150);
+  job.c->Tick(job.now);
+  CHECK(beats() == 0);
+  job.now += milliseconds(50);
+  job.c->Tick(job.now);
+  CHECK(beats() == kNodes);  // 200 ms of silence: one each
+  // A version commits at 300 ms: the commit speaks for the coordinator.
+  job.now += milliseconds(100);
+  std::mt19937 rng(3);
+  for (const auto& [agent, slot] : Reports(&rng)) job.Held(agent, slot, 1);
+  REQUIRE(job.c->committed() == 1u);
+  job.now += milliseconds(150);
+  job.c->Tick(job.now);
+  CHECK(beats() == kNodes);
+  job.now += milliseconds(50);
+  job.c->Tick(job.now);
+  CHECK(beats() == 2 * kNodes);
+}
+
 }  // namespace
 }  // namespace ftrun
