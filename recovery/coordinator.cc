@@ -169,9 +169,9 @@ void Coordinator::OnPeerDown(PeerId peer, const std::string& why, Time now) {
 }
 
 void Coordinator::Tick(Time now) {
+  now_ = now;
   if (phase_ == Phase::kStopped) return;
   MaybeTarget(now);  // a round stuck with no progress gives way
-  now_ = now;
   // A heartbeat to each agent that was sent nothing for an interval: at
   // thousands of agents the commits and rounds already say the coordinator
   // is there, and heartbeats were most of its messages.

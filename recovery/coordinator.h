@@ -203,10 +203,10 @@ class Coordinator {
   std::map<uint64_t, std::map<int, std::set<PeerId>>> held_;  // version -> rank -> agents
   std::map<uint64_t, Time> held_since_;  // version -> when every rank had saved it (bounded as held_)
   // version -> ranks whose holders reached 1 + replicas when a report came
-  // in: never below the ranks with that many live holders (holders are only
-  // added by reports), so a commit check runs only once it reaches every
-  // rank, not on every report (O(ranks) each: at 32k ranks that was the
-  // coordinator's whole CPU).
+  // in: never below the ranks with that many live holders (holders of a
+  // version above the committed one are added only by reports), so a commit
+  // check runs only once it reaches every rank, not on every report
+  // (O(ranks) each: at 32k ranks that was the coordinator's whole CPU).
   std::map<uint64_t, int> filled_;
   uint64_t commits_ = 0;
   uint64_t held_reports_ = 0;

@@ -171,6 +171,7 @@ void Coordinator::BroadcastMembership() {
     m.members.push_back(x);
   }
   const std::string members = EncodeMembers(m);  // the same for every agent: encoded once
+  const std::vector<int32_t> none;
   for (auto& [id, a] : agents_) {
     if (!a.alive) continue;
     std::vector<uint32_t> my_holders;
@@ -179,9 +180,8 @@ void Coordinator::BroadcastMembership() {
         if (AgentInfo* x = SlotAgent(h)) my_holders.push_back(x->id);
       }
     }
-    static const std::vector<int32_t> kNone;
     Deliver(id, MembershipMsg::kType,
-            EncodeMembership(members, my_holders, a.slot >= 0 ? held_slots_[static_cast<size_t>(a.slot)] : kNone));
+            EncodeMembership(members, my_holders, a.slot >= 0 ? held_slots_[static_cast<size_t>(a.slot)] : none));
   }
 }
 
