@@ -112,7 +112,8 @@ Status Agent::Setup() {
   go.hang_timeout = c.job.hang_timeout;
   generations_ = std::make_unique<Generations>(GenerationParts(), GenerationHooks(), go, clock_);
   requests_ = std::make_unique<RankRequests>(
-      RankRequests::Parts{server_.get(), ranks_.get(), generations_.get(), service_.get(), corrupt_.get(), warm_.get()},
+      RankRequests::Parts{server_.get(), ranks_.get(), generations_.get(), service_.get(), corrupt_.get(), warm_.get(),
+                          &stalls_},
       [this] {
         return RankRequests::Place{
             o_.job_id, o_.node_rank, o_.first_global_rank, o_.local_ranks, o_.config.store.chunk_size, arena_.fd()};

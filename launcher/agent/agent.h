@@ -37,6 +37,7 @@
 #include "launcher/agent/rank_requests.h"
 #include "launcher/agent/rank_server.h"
 #include "launcher/agent/recovery_log.h"
+#include "launcher/agent/save_stalls.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/supervisor.h"
 #include "launcher/agent/version_retention.h"
@@ -130,6 +131,7 @@ class Agent : private ClusterMember::Orders {
   std::unique_ptr<DiskRecovery> disk_recovery_;  // restores from the persist directory (after arena_)
   std::unique_ptr<RecoveryLog> recoveries_;      // every restart, timed phase by phase
   std::unique_ptr<CorruptChunks> corrupt_;
+  SaveStalls stalls_;  // the ranks' save stalls, for the metrics and the status
   bool status_dirty_ = true;
   Clock::time_point last_status_write_;
   std::string status_error_;                           // the last status write error logged (logged once)

@@ -38,6 +38,10 @@ AgentMetrics::AgentMetrics(prometheus::Registry& registry, const std::string& jo
                                    "total",
                                    {{"phase", phase}});
   }
+  stalls_ = make_.Seconds("ftrun_save_stall_seconds",
+                          "Time this node's ranks spent inside each save (the training thread held)", {},
+                          SaveStalls::Bounds());
+  stall_buckets_.assign(SaveStalls::Bounds().size() + 1, 0);
 }
 
 prometheus::Counter* AgentMetrics::Recoveries(const std::string& kind) {
@@ -74,6 +78,20 @@ void AgentMetrics::Update(const AgentView& v) {
     scrubbed_.Set(p.value("chunks_scrubbed", 0.0));
     scrub_failed_.Set(p.value("chunks_scrub_failed", 0.0));
     scrub_repaired_.Set(p.value("chunks_repaired", 0.0));
+  }
+  // The saves reported since the last update, bucket by bucket.
+  if (v.save_stalls != nullptr && v.save_stalls->buckets().size() == stall_buckets_.size()) {
+    std::vector<double> more(stall_buckets_.size());
+    bool any = false;
+    for (size_t i = 0; i < more.size(); ++i) {
+      more[i] = static_cast<double>(v.save_stalls->buckets()[i] - stall_buckets_[i]);
+      any |= more[i] > 0;
+    }
+    if (any) {
+      stalls_->ObserveMultiple(more, v.save_stalls->sum_seconds() - stall_sum_);
+      stall_buckets_ = v.save_stalls->buckets();
+      stall_sum_ = v.save_stalls->sum_seconds();
+    }
   }
   // Each recovery once it is over (its first step taken): by kind, and its phases.
   for (const nlohmann::json& r : v.recoveries) {

@@ -1,9 +1,9 @@
 // AgentMetrics: the agent's Prometheus metrics (metrics.agent_listen), set
 // from the same view as its status file (agent_view.h): the store, the
 // committed version and when it came, bytes copied to and from peers, the
-// flusher's backlog, writes, scrubs and repairs, corrupt chunks, and every
-// recovery by kind with its phases. Every metric carries job and node
-// labels.
+// flusher's backlog, writes, scrubs and repairs, corrupt chunks, every
+// recovery by kind with its phases, and the ranks' save stalls. Every
+// metric carries job and node labels.
 //
 // Not thread-safe: called from the agent's event loop.
 #pragma once
@@ -33,6 +33,9 @@ class AgentMetrics {
       scrub_failed_, scrub_repaired_;
   std::map<std::string, prometheus::Counter*> recoveries_;  // by kind
   std::map<std::string, prometheus::Histogram*> phases_;    // by phase
+  prometheus::Histogram* stalls_;
+  std::vector<uint64_t> stall_buckets_;  // what stalls_ has been given, per bucket
+  double stall_sum_ = 0;
   std::optional<uint64_t> last_committed_;
   int last_recovery_ = 0;  // the newest restart whose recovery is counted
 };

@@ -27,6 +27,7 @@ void Agent::WriteStatus() {
   v.prefaulted = reported_prefaulted_;
   v.store_fd = arena_.fd();
   v.chunks_corrupt_found = corrupt_->found();
+  v.save_stalls = &stalls_;
   v.chunks_corrupt_repaired = corrupt_->repaired();
   v.sampled_chunks = kSampledChunks;
   for (const RankSlot& s : ranks_->slots()) {

@@ -88,6 +88,11 @@ nlohmann::json AgentStatusJson(const AgentView& v) {
                           {"connected", r.connected},
                           {"warm", r.warm}});
   }
+  if (v.save_stalls != nullptr) {
+    j["save_stalls"] = {{"count", v.save_stalls->count()},
+                        {"sum_s", v.save_stalls->sum_seconds()},
+                        {"max_s", v.save_stalls->max_seconds()}};
+  }
   j["recoveries"] = v.recoveries;
   j["warm_standbys"] = v.warm;
   j["rendezvous_store"] = v.rendezvous_store;

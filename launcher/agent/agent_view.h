@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/agent/save_stalls.h"
 #include "plugin/replication/replicator.h"
 #include "plugin/store/manifest.h"
 #include "plugin/store/snapshot_store.h"
@@ -44,6 +45,7 @@ struct AgentView {
   bool prefaulted = false;
   int store_fd = -1;
   uint64_t chunks_corrupt_found = 0;
+  const SaveStalls* save_stalls = nullptr;  // the ranks' reports (none: nothing reported)
   uint64_t chunks_corrupt_repaired = 0;
   // This node's ranks' manifests of the committed version: a few chunks of
   // each are listed, where a test harness finds committed bytes.

@@ -22,6 +22,11 @@ void RankRequests::Frame(Connection& conn, MsgType type, const std::string& payl
   }
   slot->last_progress = clock_.Now();
   if (type == MsgType::kProgress) return;
+  if (type == MsgType::kSaveStall) {  // no reply: the client does not wait for one
+    Status s = p_.stalls != nullptr ? p_.stalls->Report(payload) : Status::Ok();
+    if (!s.ok()) FTRUN_LOG_WARN("rank {}: {}; ignored", conn.rank, s.message());
+    return;
+  }
   if (type == MsgType::kLoadDone) p_.generations->RankEvent(*slot, &RankProcesses::Slot::restored);
   if (type == MsgType::kCorruptChunk) {
     CorruptChunkReport r;

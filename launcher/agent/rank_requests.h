@@ -18,6 +18,7 @@
 #include "launcher/agent/generations.h"
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
+#include "launcher/agent/save_stalls.h"
 #include "launcher/agent/store_service.h"
 #include "launcher/agent/warm_ranks.h"
 
@@ -41,7 +42,8 @@ class RankRequests {
     Generations* generations = nullptr;
     StoreService* service = nullptr;
     CorruptChunks* corrupt = nullptr;
-    WarmRanks* warm = nullptr;  // the control links of @ftrun.resilient processes
+    WarmRanks* warm = nullptr;     // the control links of @ftrun.resilient processes
+    SaveStalls* stalls = nullptr;  // what the ranks report of their saves' stalls
   };
 
   RankRequests(Parts parts, std::function<Place()> place, const Clock& clock)

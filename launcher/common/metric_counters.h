@@ -44,11 +44,13 @@ class MetricMaker {
   prometheus::Counter* Counter(const std::string& name, const std::string& help, prometheus::Labels more = {}) {
     return &prometheus::BuildCounter().Name(name).Help(help).Register(r_).Add(With(more));
   }
-  // Seconds, from 10 ms to 5 min.
-  prometheus::Histogram* Seconds(const std::string& name, const std::string& help, prometheus::Labels more = {}) {
+  // Seconds, from 10 ms to 5 min (or the given bucket bounds).
+  prometheus::Histogram* Seconds(const std::string& name, const std::string& help, prometheus::Labels more = {},
+                                 const prometheus::Histogram::BucketBoundaries& bounds = {}) {
     static const prometheus::Histogram::BucketBoundaries kBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                                      2.5,  5,     10,   30,  60,   300};
-    return &prometheus::BuildHistogram().Name(name).Help(help).Register(r_).Add(With(more), kBuckets);
+    return &prometheus::BuildHistogram().Name(name).Help(help).Register(r_).Add(With(more),
+                                                                                bounds.empty() ? kBuckets : bounds);
   }
 
  private:

@@ -133,9 +133,15 @@ Status Client::Save(uint64_t version, const std::vector<TensorRef>& tensors, std
   FTRUN_RETURN_IF_ERROR(Wait());
   bool any_device = false;
   for (const auto& t : tensors) any_device |= t.device == Device::kCuda;
-  if (!any_device) return impl_->SaveHost(version, tensors, user_bytes, stats, false);
-  if (!impl_->device) FTRUN_RETURN_IF_ERROR(DeviceSaver::Create(impl_.get(), &impl_->device));
-  return impl_->device->Save(version, tensors, user_bytes, options, stats);
+  SaveStats own;
+  SaveStats* st = stats != nullptr ? stats : &own;
+  if (any_device && !impl_->device) FTRUN_RETURN_IF_ERROR(DeviceSaver::Create(impl_.get(), &impl_->device));
+  FTRUN_RETURN_IF_ERROR(any_device ? impl_->device->Save(version, tensors, user_bytes, options, st)
+                                   : impl_->SaveHost(version, tensors, user_bytes, st, false));
+  // The agent's metrics count how long the caller was held (a histogram of
+  // every rank's saves); a lost notice loses nothing saved.
+  (void)impl_->Notify(MsgType::kSaveStall, EncodeSaveStall(version, st->stall_seconds));
+  return Status::Ok();
 }
 
 Status Client::Wait() {

@@ -222,4 +222,22 @@ Status DecodeError(std::string_view payload) {
   return Status(code, msg);
 }
 
+std::string EncodeSaveStall(uint64_t version, double seconds) {
+  ByteWriter w;
+  w.Put<uint64_t>(version);
+  w.Put<uint64_t>(seconds > 0 ? static_cast<uint64_t>(seconds * 1e9) : 0);
+  return w.Take();
+}
+
+Status DecodeSaveStall(std::string_view payload, uint64_t* version, double* seconds) {
+  if (payload.size() != 16) {
+    return Status::InvalidArgument("a save-stall report must be 16 bytes (version, nanoseconds), got " +
+                                   std::to_string(payload.size()));
+  }
+  ByteReader r(payload);
+  *version = r.Get<uint64_t>();
+  *seconds = static_cast<double>(r.Get<uint64_t>()) / 1e9;
+  return Status::Ok();
+}
+
 }  // namespace ftrun

@@ -35,6 +35,7 @@ enum class MsgType : uint16_t {
   kCommitted,       // agent -> rank: committed version
   kCorruptChunk,    // rank -> agent: version, tensor, chunk index, the hash its bytes have
   kCorruptChunkOk,  // agent -> rank: what the agent found and did (text)
+  kSaveStall,       // rank -> agent: version, nanoseconds its caller spent inside the save (no reply)
 
   // A process under @ftrun.resilient, over its second connection (its
   // control link, launcher/agent/warm_ranks.h). Payloads are key=value lines
@@ -54,7 +55,7 @@ enum class MsgType : uint16_t {
 };
 
 inline constexpr uint32_t kFrameMagic = 0x46545231;  // "FTR1"
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;      // 3: kSaveStall
 inline constexpr uint32_t kMaxFrameBytes = 512u << 20;
 
 struct FrameHeader {
@@ -118,5 +119,10 @@ class FrameReader {
 
 std::string EncodeError(const Status& s);
 Status DecodeError(std::string_view payload);
+
+// kSaveStall's payload: the version and the seconds inside the save (as
+// nanoseconds). Decode refuses anything but those 16 bytes.
+std::string EncodeSaveStall(uint64_t version, double seconds);
+Status DecodeSaveStall(std::string_view payload, uint64_t* version, double* seconds);
 
 }  // namespace ftrun

@@ -76,6 +76,12 @@ def test_metrics_move_and_show_a_recovery(check):
             check(value(after[a], "ftrun_ranks_running") == 2, f"{a}: ftrun_ranks_running != 2")
             check(0 < value(after[a], "ftrun_store_used_bytes") <= value(after[a], "ftrun_store_capacity_bytes"),
                   f"{a}: store used bytes out of range")
+            # Every save of its 2 ranks is a stall observed; a save takes some time.
+            saves = value(after[a], "ftrun_save_stall_seconds_count")
+            check(saves > value(before[a], "ftrun_save_stall_seconds_count"), f"{a}: no save stall observed")
+            check(value(after[a], "ftrun_save_stall_seconds_sum") > 0, f"{a}: save stalls that took no time")
+            check(value(after[a], "ftrun_save_stall_seconds_bucket", le="+Inf") == saves,
+                  f"{a}: the +Inf bucket is not the count")
         # A rank SIGKILLed: the job and its node count a recovery, with its phases.
         node_agent = st["nodes"][1]["agent"]
         victim = job.agent_state(node_agent)["ranks"][0]["pid"]

@@ -5,12 +5,14 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <regex>
 #include <string>
 
 #include "launcher/agent/agent_metrics.h"
 #include "launcher/runner/job_metrics.h"
+#include "plugin/ipc/wire.h"
 
 namespace ftrun {
 namespace {
@@ -109,6 +111,42 @@ TEST_CASE("agent metrics follow the agent's view; each recovery counted once, by
   CHECK(Sample(r, "ftrun_recoveries_total", "kind=\"cold\"") == 1);
   CHECK(Sample(r, "ftrun_recovery_phase_seconds_count", "phase=\"total\"") == 2);
   CHECK(Sample(r, "ftrun_sent_bytes_total") == 800);
+}
+
+TEST_CASE("save stalls: reports land in their buckets; the metrics get each save once", "[metrics]") {
+  SaveStalls st;
+  const auto& b = SaveStalls::Bounds();
+  REQUIRE(std::is_sorted(b.begin(), b.end()));
+  REQUIRE(st.Report(EncodeSaveStall(7, 0.0004)).ok());  // below the first bound
+  REQUIRE(st.Report(EncodeSaveStall(8, 0.003)).ok());   // (0.0025, 0.005]
+  st.Add(b.back() * 3);                                 // past the last bound: +Inf
+  CHECK(st.buckets()[0] == 1);
+  CHECK(st.buckets()[3] == 1);
+  CHECK(st.buckets().back() == 1);
+  CHECK(st.count() == 3);
+  CHECK(st.sum_seconds() == Approx(0.0004 + 0.003 + b.back() * 3));
+  CHECK(st.max_seconds() == Approx(b.back() * 3));
+  // A malformed report counts nothing and says what a report is.
+  for (const std::string& bad : {std::string(15, 'x'), std::string(17, 'x'), std::string()}) {
+    Status s = st.Report(bad);
+    REQUIRE(!s.ok());
+    CHECK(s.message().find("16 bytes (version, nanoseconds)") != std::string::npos);
+  }
+  CHECK(st.count() == 3);
+
+  prometheus::Registry r;
+  AgentMetrics m(r, "j1", 0);
+  AgentView v;
+  v.save_stalls = &st;
+  m.Update(v);
+  m.Update(v);  // nothing new: nothing observed twice
+  CHECK(Sample(r, "ftrun_save_stall_seconds_count") == 3);
+  CHECK(Sample(r, "ftrun_save_stall_seconds_bucket", "le=\"0.0005") == 1);
+  CHECK(Sample(r, "ftrun_save_stall_seconds_bucket", "le=\"0.005") == 2);
+  st.Add(0.02);
+  m.Update(v);
+  CHECK(Sample(r, "ftrun_save_stall_seconds_count") == 4);
+  CHECK(Sample(r, "ftrun_save_stall_seconds_sum") == Approx(st.sum_seconds()));
 }
 
 }  // namespace ftrun

@@ -19,9 +19,10 @@ using agent_parts::Node;
 
 struct Wired {
   Node node{"sleep 300"};
-  RankRequests requests{
-      RankRequests::Parts{node.server.get(), &node.ranks, node.gens.get(), &node.service, &node.corrupt},
-      [] { return RankRequests::Place{"job", 0, 0, 2, 4096, 0}; }, node.clock};
+  SaveStalls stalls;
+  RankRequests requests{RankRequests::Parts{node.server.get(), &node.ranks, node.gens.get(), &node.service,
+                                            &node.corrupt, nullptr, &stalls},
+                        [] { return RankRequests::Place{"job", 0, 0, 2, 4096, 0}; }, node.clock};
   Connection conn;
   UniqueFd peer;  // the rank's end
   FrameReader replies;
@@ -85,6 +86,14 @@ TEST_CASE("rank requests: a hello from the rank's own process is taken, and its 
   n->clock.Advance(std::chrono::seconds(5));
   w.requests.Frame(w.conn, MsgType::kProgress, "");
   CHECK(slot.last_progress == n->clock.Now());
+  SECTION("a save's stall is counted with no reply; a malformed one counts nothing") {
+    w.requests.Frame(w.conn, MsgType::kSaveStall, EncodeSaveStall(3, 0.004));
+    w.requests.Frame(w.conn, MsgType::kSaveStall, "short");
+    CHECK(w.stalls.count() == 1);
+    CHECK(w.stalls.sum_seconds() == Approx(0.004));
+    w.requests.Frame(w.conn, MsgType::kList, "");
+    CHECK(w.Reply() == MsgType::kListOk);  // the next reply is the list's: nothing answered the reports
+  }
   SECTION("a second hello for the same rank is refused") {
     Connection again;
     int sv[2];
