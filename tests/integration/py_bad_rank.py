@@ -27,7 +27,8 @@ def misbehave(mode):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.environ["FTRUN_AGENT_SOCKET"])
     job = os.environ["FTRUN_JOB_ID"].encode()
-    hello = struct.pack("<IiiI", 2, int(os.environ["FTRUN_RANK"]), os.getpid(), len(job)) + job
+    # 3: ftrun's rank protocol version (kProtocolVersion in plugin/ipc/wire.h).
+    hello = struct.pack("<IiiI", 3, int(os.environ["FTRUN_RANK"]), os.getpid(), len(job)) + job
     sock.sendall(frame(HELLO, hello))
     head = sock.recv(12, socket.MSG_WAITALL)
     kind = struct.unpack("<IHHI", head)[1] if len(head) == 12 else -1
