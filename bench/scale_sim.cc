@@ -172,7 +172,9 @@ void Fleet::Handle(Agent& a, const Envelope& e, std::vector<Envelope>* replies) 
       // members lists would be the simulation's cost, not the coordinator's:
       // the lists a slot holds never change, so only its first is decoded.
       ByteReader r(e.payload);
-      a.epoch = r.Get<uint64_t>();
+      const uint64_t epoch = r.Get<uint64_t>();
+      if (!r.ok()) break;
+      a.epoch = epoch;
       MembershipMsg m;
       if (a.slot >= 0 && a.held_for != a.slot && Decode(e.payload, &m).ok()) {
         a.held_slots = m.held_slots;

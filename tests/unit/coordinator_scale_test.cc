@@ -78,7 +78,7 @@ TEST_CASE("coordinator: 512 ranks' copies in any order commit exactly at the las
   CHECK(job.out.Count(ClusterMsg::kCommit) == 5 * kNodes);
 }
 
-TEST_CASE("coordinator: copies voided by a re-registration are not counted twice", "[coordinator]") {
+TEST_CASE("coordinator: copies voided by a re-registration never complete a commit", "[coordinator]") {
   Job job;
   std::mt19937 rng(11);
   auto reports = Reports(&rng);
