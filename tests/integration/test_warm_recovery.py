@@ -84,6 +84,13 @@ class WarmJob(ScriptClusterJob):
     def left_behind(self):
         return sorted(p for p in self.seen if self.runs_script(p))
 
+    def said_about(self, ranks, pids):
+        """The run's log lines so far that name one of these ranks or pids: why a process changed."""
+        with open(self.out.name, errors="replace") as f:
+            lines = f.read().splitlines()
+        words = [f"rank {r} " for r in ranks] + [f"rank {r}:" for r in ranks] + [f"pid {p}" for p in pids]
+        return "\n".join(line for line in lines if any(w in line for w in words))[-6000:]
+
 
 def committed(job):
     return (job.state() or {}).get("committed_version") or -1
@@ -155,7 +162,8 @@ def test_repeated_rank_kills(check, seeds, golden):
         if new is None:
             break
         same = {r: (pids[r], new[r]) for r in range(WORLD) if r != victim and pids[r] != new[r]}
-        check(not same, f"kill {n}: survivors changed processes (rank: old, new pid): {same}")
+        check(not same, f"kill {n}: survivors changed processes (rank: old, new pid): {same}; what the run said "
+                        f"about them:\n{job.said_about(same, [p for both in same.values() for p in both])}")
         check(new[victim] != killed and new[victim] in standbys_before,
               f"kill {n}: rank {victim}'s new pid {new[victim]} is not a standby started before the kill")
         pids = new

@@ -56,8 +56,8 @@ import threading
 import time
 
 from .warm_interrupt import Interrupts
-from .warm_leave import (_abort_nccl, _destroy_process_group, _reset_ftrun_client, _set_local_rank_arg,
-                         _socket_inodes, _sockets)
+from .warm_leave import (_abort_nccl, _destroy_process_group, _reset_ftrun_client, _retire_connections,
+                         _set_local_rank_arg, _socket_inodes)
 
 _MAGIC = 0x46545231
 _HEADER = struct.Struct("<IHHI")
@@ -324,35 +324,10 @@ class _Runner:
         """Out of the function: its process group goes, its objects too
         (those not kept), and the agent hears that this process is parked."""
         self.used_rendezvous = _destroy_process_group()
-        self._retire_connections()
+        _retire_connections(self.sockets_before, self._quiet[0].fileno(), int(os.environ.get("MASTER_PORT", "0") or 0))
         _reset_ftrun_client()
         self.link.send(_WARM_PARKED, {"generation": self.generation, "rendezvous": int(self.used_rendezvous)})
         gc.collect()  # (while the agent gathers the next generation)
-
-    def _retire_connections(self):
-        """The left groups' TCP connections (shut down by the agent) are
-        swapped for a socket that never polls ready: gloo's loop thread and
-        the store client's listener of a group that is never destroyed would
-        otherwise spin on their hang-ups for the rest of the process. dup2 replaces each in place, so
-        the descriptor numbers stay the left group's (never closed here)."""
-        master = int(os.environ.get("MASTER_PORT", "0") or 0)
-        for fd, ino in _sockets():
-            if ino in self.sockets_before:
-                continue
-            try:
-                s = socket.socket(fileno=os.dup(fd))
-            except OSError:
-                continue
-            try:
-                tcp = s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM
-                if not tcp or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) or s.getsockname()[1] == master:
-                    continue
-            except OSError:
-                continue
-            finally:
-                s.close()
-            if os.fstat(fd).st_ino == ino:  # still that socket
-                os.dup2(self._quiet[0].fileno(), fd, inheritable=False)
 
     # The link's reader thread ------------------------------------------------
 

@@ -4,6 +4,7 @@ line's --local_rank, the ftrun client, the process groups (left, never
 destroyed) and NCCL's abort."""
 
 import os
+import socket
 import sys
 
 def _sockets():
@@ -25,6 +26,67 @@ def _sockets():
 
 def _socket_inodes():
     return {ino for _, ino in _sockets()}
+
+
+def _epoll_watched():
+    """(fd, inode) of every file this process's epoll instances watch, from
+    /proc/self/fdinfo ("tfd: <fd> events: .. ino:<hex inode> .." lines)."""
+    out = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:[eventpoll]":
+                continue
+            with open(f"/proc/self/fdinfo/{name}") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) >= 2 and fields[0] == "tfd:":
+                ino = next((w[4:] for w in fields if w.startswith("ino:")), None)
+                if ino is not None:
+                    out.add((int(fields[1]), int(ino, 16)))
+    return out
+
+
+def _retire_connections(before, quiet_fd, master_port):
+    """The left groups' TCP connections (shut down by the agent; not among
+    the socket inodes `before`) are swapped for quiet_fd, a socket that never
+    polls ready: the store client's listener of a group that is never
+    destroyed would otherwise spin on their hang-ups for the rest of the
+    process. dup2 replaces each in place, so the descriptor numbers stay the
+    left group's (never closed here).
+
+    A connection an epoll loop watches (gloo's pairs) is left to that loop:
+    it handles the hang-up itself, unregistering and closing it, and a
+    descriptor swapped under it fails that epoll_ctl(DEL) with ENOENT, which
+    gloo's pair turns into std::terminate (a survivor died of it mid-recovery).
+    Listening sockets and connections of the rendezvous store's own port stay."""
+    watched = _epoll_watched()
+    for fd, ino in _sockets():
+        if ino in before or (fd, ino) in watched:
+            continue
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            tcp = s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM
+            if not tcp or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) or s.getsockname()[1] == master_port:
+                continue
+        except OSError:
+            continue
+        finally:
+            s.close()
+        try:
+            if os.fstat(fd).st_ino == ino:  # still that socket
+                os.dup2(quiet_fd, fd, inheritable=False)
+        except OSError:
+            continue
 
 
 def _set_local_rank_arg(local_rank):
