@@ -240,4 +240,22 @@ std::string ClusterMsgName(uint16_t type) {
   return "message " + std::to_string(type);
 }
 
+std::string WithTerm(int64_t term, std::string payload) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((static_cast<uint64_t>(term) >> (8 * i)) & 0xff);
+  payload.insert(0, out);
+  return payload;
+}
+
+bool TakeTerm(std::string* payload, int64_t* term) {
+  if (payload->size() < 8) return false;
+  uint64_t t = 0;
+  for (int i = 0; i < 8; ++i)
+    t |= static_cast<uint64_t>(static_cast<unsigned char>((*payload)[static_cast<size_t>(i)])) << (8 * i);
+  *term = static_cast<int64_t>(t);
+  payload->erase(0, 8);
+  return true;
+}
+
 }  // namespace ftrun

@@ -303,4 +303,11 @@ Status Decode(const std::string& payload, MembershipMsg* m);
 Status Decode(const std::string& payload, PullMsg* m);
 Status Decode(const std::string& payload, StartMsg* m);
 
+// With coordinator.etcd: every coordinator -> agent message is prefixed with
+// its sender's term (8 bytes, little-endian; launcher/runner/leadership.h),
+// so an agent drops an order from a deposed coordinator.
+std::string WithTerm(int64_t term, std::string payload);
+// Takes the term off *payload; false when it is too short to carry one.
+bool TakeTerm(std::string* payload, int64_t* term);
+
 }  // namespace ftrun

@@ -16,6 +16,7 @@ pkgs=(
   python3-yaml python3-matplotlib libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
   python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
   prometheus-cpp-dev prometheus
+  libcurl4-openssl-dev etcd-server
 )
 missing=()
 for p in "${pkgs[@]}"; do

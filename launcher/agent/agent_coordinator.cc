@@ -19,6 +19,8 @@ ClusterMember::Options Agent::MemberOptions() {
   m.listen_ip = o_.listen_ip;
   m.secret_file = o_.secret_file;
   m.cluster = c.cluster;
+  m.leader = c.coordinator;
+  m.job_id = o_.job_id;
   m.chunk_size = c.store.chunk_size;
   if (remote()) return m;
   Coordinator::Options& co = m.local;

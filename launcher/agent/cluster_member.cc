@@ -71,7 +71,7 @@ Status ClusterMember::SetupRemote() {
   lo.lost_node_timeout = o_.cluster.lost_node_timeout;
   link_ = std::make_unique<CoordinatorLink>(transport_.get(), lo, clock_);
   link_->on_up = [this] {
-    FTRUN_LOG_INFO("connected to the coordinator at {}", o_.coordinator);
+    FTRUN_LOG_INFO("connected to the coordinator at {}", link_->address());
     Register();
   };
   link_->on_heartbeat = [this] { Report(HeartbeatMsg{epoch_}); };
@@ -81,6 +81,7 @@ Status ClusterMember::SetupRemote() {
   link_->on_lost = [this](const std::string& why) { orders_->Lost(why); };
   link_->on_give_up = [this] { orders_->GaveUp(); };
   link_->Connect();
+  if (UsesEtcd(o_.leader)) watch_ = std::make_unique<LeaderWatch>(o_.leader, o_.job_id, o_.cluster.heartbeat_interval);
   FTRUN_LOG_INFO("agent {} listening for peers at {}; coordinator {}", o_.agent_id, transport_->address(),
                  o_.coordinator);
   return Status::Ok();
@@ -112,6 +113,7 @@ void ClusterMember::Events(const std::function<bool()>& done) {
         break;
       case TransportEvent::Kind::kMessage:
         if (coord) {
+          if (watch_ && !Current(&e.payload)) break;
           link_->Heard();
           OnOrder(e.type, e.payload);
           orders_->Heard(now);
@@ -136,7 +138,31 @@ void ClusterMember::Tick(Clock::Time now) {
   if (local_) return local_->Tick(now);
   pulls_->Tick(now);       // a plan that never ends is the coordinator's to decide
   replicator_->Tick(now);  // cancels copies that stalled (cluster.copy_timeout)
-  link_->Tick(now);        // heartbeats, silence, reconnecting, giving up
+  if (watch_) {
+    if (auto l = watch_->Newer(term_)) {
+      term_ = l->term;
+      link_->Retarget(l->address, "etcd names it the job's coordinator, term " + std::to_string(l->term));
+    }
+  }
+  link_->Tick(now);  // heartbeats, silence, reconnecting, giving up
+}
+
+// An order of the newest term: its term taken off. One of an older term (a
+// deposed coordinator's, still in flight) is dropped.
+bool ClusterMember::Current(std::string* payload) {
+  int64_t term = 0;
+  if (!TakeTerm(payload, &term)) {
+    FTRUN_LOG_WARN("a coordinator message too short to carry its term: dropped");
+    return false;
+  }
+  if (term < term_) {
+    if (term != dropped_term_)
+      FTRUN_LOG_WARN("orders of coordinator term {} dropped: term {} leads the job", term, term_);
+    dropped_term_ = term;
+    return false;
+  }
+  term_ = term;
+  return true;
 }
 
 void ClusterMember::DiskScanned(const Status& scan, std::vector<uint64_t> newest_first, Clock::Time now) {

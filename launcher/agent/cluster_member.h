@@ -23,6 +23,7 @@
 #include "launcher/agent/agent_view.h"
 #include "launcher/agent/commit_round.h"
 #include "launcher/agent/coordinator_link.h"
+#include "launcher/agent/leader_watch.h"
 #include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/peer_addresses.h"
 #include "launcher/agent/shard_pulls.h"
@@ -66,6 +67,10 @@ class ClusterMember {
     std::string listen_ip;
     std::string secret_file;
     ClusterConfig cluster;
+    // With etcd endpoints: the coordinator is whoever leads the job there
+    // (leader_watch.h), and its orders carry its term.
+    CoordinatorConfig leader;
+    std::string job_id;
     uint64_t chunk_size = 0;
     // A hosted coordinator's (a one-node job's): its Options, with scan_disk
     // answered through DiskScanned.
@@ -118,6 +123,8 @@ class ClusterMember {
   void Pull(const PullMsg& m);
   void Replicate(const ReplicateMsg& m);
 
+  bool Current(std::string* payload);
+
   Options o_;
   SnapshotStore* const store_;
   char* const arena_base_;
@@ -137,6 +144,9 @@ class ClusterMember {
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<ShardPulls> pulls_;
   std::unique_ptr<CommitRound> round_;
+  std::unique_ptr<LeaderWatch> watch_;  // etcd: who leads
+  int64_t term_ = 0;                    // the newest coordinator term seen (etcd or an order)
+  int64_t dropped_term_ = -1;           // the last deposed term whose order was dropped (logged once)
 };
 
 }  // namespace ftrun

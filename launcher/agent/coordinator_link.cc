@@ -26,6 +26,18 @@ void CoordinatorLink::PeerDown(const std::string& why) {
 
 void CoordinatorLink::Heard() { last_heard_ = clock_.Now(); }
 
+void CoordinatorLink::Retarget(const std::string& address, const std::string& why) {
+  if (address == o_.address) return;
+  FTRUN_LOG_WARN("the coordinator moved from {} to {} ({})", o_.address, address, why);
+  if (up_) {
+    Lost("a newer coordinator leads at " + address + " (" + why + ")");
+  } else {
+    t_->Disconnect(o_.peer);
+  }
+  o_.address = address;
+  last_connect_try_ = Clock::Time{};  // the next tick connects there
+}
+
 void CoordinatorLink::Lost(const std::string& why) {
   up_ = false;
   down_since_ = clock_.Now();

@@ -37,6 +37,10 @@ class CoordinatorLink {
   void PeerUp();
   void PeerDown(const std::string& why);
   void Heard();  // any message from it
+  // A newer coordinator leads at `address` (etcd said so): the link to the
+  // old one is dropped (a loss, if it was up) and the next try goes there.
+  void Retarget(const std::string& address, const std::string& why);
+  const std::string& address() const { return o_.address; }
   // A message went to it: a heartbeat is due an interval after the last
   // message, so heartbeats fill only the silences.
   void Sent(Clock::Time now) { last_sent_ = now; }

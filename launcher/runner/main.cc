@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "status") return ftrun::RunStatusCommand(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "export") return ftrun::RunExportCommand(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "--attach") return ftrun::AttachJob(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "--standby-coordinator") return ftrun::StandbyCoordinator(argc, argv);
   ftrun::RunnerOptions options;
   bool help = false;
   ftrun::Status s = ftrun::ParseRunnerOptions(argc, argv, &options, &help);

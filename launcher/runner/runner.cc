@@ -96,6 +96,7 @@ Status Runner::Setup() {
     const char* slurm = std::getenv("SLURM_JOB_ID");
     job_id_ = slurm != nullptr && *slurm != '\0' ? "slurm-" + std::string(slurm) + NewJobId().substr(3) : NewJobId();
   }
+  FTRUN_RETURN_IF_ERROR(Lead());  // before anything of a job that may run already is touched
   // The run dir and the job's directory in it: this user's own, every
   // component checked, nothing in them another user could have written.
   job_dir_ = config_.agent.run_dir + "/" + job_id_;
@@ -116,19 +117,22 @@ Status Runner::Setup() {
     ::unlinkat(job_dir_fd_.get(), "secret", 0);
     FTRUN_RETURN_IF_ERROR(WriteNewSecretFile(secret_file_));
   } else {
-    std::string text;
-    FTRUN_RETURN_IF_ERROR(ReadPrivateFile(job_dir_ + "/status.json", 16u << 20, &text));
+    // A standby coordinator's: the state its job's last leader kept in etcd.
+    std::string text = o_.attach_state;
+    const std::string from = text.empty() ? job_dir_ + "/status.json" : "etcd key " + lead_->keys().state;
+    if (text.empty()) FTRUN_RETURN_IF_ERROR(ReadPrivateFile(job_dir_ + "/status.json", 16u << 20, &text));
     before = nlohmann::json::parse(text, nullptr, false);
-    if (before.is_discarded() || !before.contains("coordinator") || !before.contains("agents")) {
-      return Status::InvalidArgument("ftrun --attach " + job_id_ + ": " + job_dir_ +
-                                     "/status.json is missing or has no 'coordinator' and 'agents'");
+    if (before.is_discarded() || !before.is_object() || !before.contains("coordinator") ||
+        !before["coordinator"].is_string() || !before.contains("agents") || !before["agents"].is_array()) {
+      return Status::InvalidArgument("ftrun --attach " + job_id_ + ": " + from +
+                                     " is missing or has no 'coordinator' (a string) and 'agents' (a list)");
     }
   }
 
   UcxTransportOptions t;
   t.self = kCoordinatorPeer;
   t.listen_ip = o_.coordinator_addr;
-  if (!o_.attach_job.empty()) {  // where the agents look for it
+  if (!o_.attach_job.empty() && !lead_) {  // where the agents look for it (with etcd: where etcd says)
     std::string addr = before["coordinator"].get<std::string>();
     t.listen_ip = addr.substr(0, addr.rfind(':'));
     t.listen_port = static_cast<uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1)));
@@ -140,7 +144,8 @@ Status Runner::Setup() {
   }
   FTRUN_RETURN_IF_ERROR(ReadSecretFile(secret_file_, &t.secret));
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
-  outbox_ = std::make_unique<TransportOutbox>(transport_.get());
+  outbox_ = std::make_unique<TransportOutbox>(transport_.get(), lead_ ? lead_->term() : 0);
+  if (lead_) lead_->Announce(transport_->address());
   Coordinator::Options co;
   for (const auto& n : nodes_) {
     co.ranks_per_slot.push_back(static_cast<int>(n.slots.size()));
@@ -302,6 +307,7 @@ void Runner::Loop() {
       return;
     }
     auto now = Clock::now();
+    if (lead_ && !lead_->Leading(now)) return StepDown(now);  // before anything is sent
     for (const EventLoop::Ready& r : ready) {
       if (r.tag == EventLoop::kSignalTag) {
         for (int sig : loop_.TakeSignals()) {
@@ -333,7 +339,8 @@ void Runner::Loop() {
     }
     if (now - last_status_ > std::chrono::milliseconds(200)) WriteStatus();
     bool any = false;
-    for (const AgentProc& a : agents_) any |= a.pid != 0;
+    // (An agent adopted on another host is watched through the coordinator: alive until the job is done.)
+    for (const AgentProc& a : agents_) any |= a.pid != 0 || (a.foreign && !coord_->done());
     if (!any) {
       if (!coord_->done()) coord_->Shutdown(1, "every agent is gone");
       return;
@@ -367,7 +374,9 @@ int Runner::Run() {
     return 2;
   }
   Loop();
+  if (stepped_down_) return 0;  // the job goes on under another coordinator
   WriteStatus();
+  if (lead_) lead_->End(signal_ != 0 ? 128 + signal_ : coord_->exit_code(), coord_->exit_message());
   if (job_dir_fd_.valid()) ::unlinkat(job_dir_fd_.get(), "secret", 0);
   if (signal_ != 0) return 128 + signal_;
   if (coord_->exit_code() != 0) FTRUN_LOG_ERROR("job failed: {}", coord_->exit_message());
@@ -375,7 +384,4 @@ int Runner::Run() {
 }
 
 }  // namespace runner_impl
-
-int RunJob(const RunnerOptions& options) { return runner_impl::Runner(options).Run(); }
-
 }  // namespace ftrun

@@ -15,7 +15,10 @@
 // or 1 for a job that cannot go on (the message says why).
 #pragma once
 
+#include <string>
+
 #include "launcher/runner/runner_options.h"
+#include "plugin/config/config.h"
 
 namespace ftrun {
 
@@ -29,5 +32,17 @@ int RunJob(const RunnerOptions& options);
 // re-learns the committed version from their catalogs and restarts every
 // rank from it. Returns the process exit code.
 int AttachJob(int argc, char** argv);
+
+// With coordinator.etcd_endpoints (leadership.h): `ftrun
+// --standby-coordinator JOB --config FILE [--coordinator_addr IP]` waits
+// while another process leads the job; once the leader's etcd lease lapses
+// it takes the job over as --attach does, from the state the leader kept in
+// etcd (its command line, its agents), on its own address, which the agents
+// read from etcd. Ends with the job's exit code (its end key), so a
+// standby started by a scheduler ends with the job.
+int StandbyCoordinator(int argc, char** argv);
+// The loop behind it, also run by a runner that stepped down: campaign,
+// lead, and on a step-down campaign again, until the job's end.
+int FollowJob(const Config& config, const std::string& job, const std::string& coordinator_addr);
 
 }  // namespace ftrun

@@ -34,17 +34,34 @@ extern char** environ;
 namespace ftrun {
 namespace runner_impl {
 
+namespace {
+std::string HostName() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+}  // namespace
+
 // `ftrun --attach`: the agents the old runner started, as its last status
 // listed them, and which node each held.
 Status Runner::AdoptAgents(const std::string& before_text) {
   nlohmann::json before = nlohmann::json::parse(before_text);
+  const std::string runner_host = before.contains("runner_host") && before["runner_host"].is_string()
+                                      ? before["runner_host"].get<std::string>()
+                                      : HostName();
   for (const auto& a : before["agents"]) {
+    if (!a.is_object())
+      return Status::InvalidArgument("ftrun --attach " + job_id_ + ": an agent entry is not an object");
     AgentProc p;
     p.id = a.value("agent", -1);
     p.pid = a.value("pid", 0);
     p.start_time = a.value("start_time", uint64_t{0});
     p.adopted = true;
-    if (p.pid > 0 && !SameProcess(p.pid, p.start_time)) {
+    if (runner_host != HostName()) {  // its pid means nothing here
+      p.pid = 0;
+      p.adopted = false;
+      p.foreign = true;
+    } else if (p.pid > 0 && !SameProcess(p.pid, p.start_time)) {
       // The pid was reused (or the status predates start times): never wait
       // on or signal a process that is not the agent.
       FTRUN_LOG_WARN(
@@ -59,6 +76,11 @@ Status Runner::AdoptAgents(const std::string& before_text) {
     }
     if (p.slot >= 0 && p.slot < static_cast<int>(nodes_.size())) p.host = nodes_[static_cast<size_t>(p.slot)].host;
     agents_.push_back(p);
+    if (p.foreign) {
+      FTRUN_LOG_INFO("adopted agent {} ({}), started from {}", p.id,
+                     p.slot >= 0 ? "node " + std::to_string(p.slot) : std::string("spare"), runner_host);
+      continue;
+    }
     if (!p.adopted) continue;
     FTRUN_LOG_INFO("adopted agent {} (pid {}, {})", p.id, p.pid,
                    p.slot >= 0 ? "node " + std::to_string(p.slot) : std::string("spare"));
@@ -88,6 +110,7 @@ void Runner::WriteStatus() {
   j["coordinator"] = transport_->address();
   j["runner_pid"] = ::getpid();
   j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
+  j["runner_host"] = HostName();                          // where those pids are
   j["rendezvous_store"] = {{"pid", keeper_.pid()}, {"address", keeper_.address()}};
   j["metrics_address"] = metrics_endpoint_ ? metrics_endpoint_->address() : "";
   j["updated_unix_ms"] =
@@ -103,11 +126,71 @@ void Runner::WriteStatus() {
   // Always in the job's directory, where `ftrun status` looks; also where
   // --status_file says.
   // Never written through a link (safe_dir.h).
+  if (lead_) PublishState(j);
   const std::string text = j.dump(2) + "\n";
   Status s = ReplaceFileAt(job_dir_fd_.get(), job_dir_, "status.json", text);
   if (s.ok() && !o_.status_file.empty()) s = ReplaceFile(o_.status_file, text, false);
   if (!s.ok() && s.message() != status_error_) FTRUN_LOG_WARN("cannot write the job status: {}", s.message());
   status_error_ = s.ok() ? std::string() : s.message();
+}
+
+Status Runner::Lead() {
+  if (!UsesEtcd(config_.coordinator) || lead_) return Status::Ok();  // (a standby's: won already)
+  if (nodes_.size() < 2) {
+    FTRUN_LOG_INFO("one node: its agent hosts the coordinator; coordinator.etcd_endpoints is not used");
+    return Status::Ok();
+  }
+  lead_ = std::make_unique<Leadership>(config_.coordinator, job_id_);
+  Leadership::Outcome outcome;
+  std::string end;
+  Status s = lead_->Campaign(false, nullptr, &outcome, &end);
+  if (!s.ok()) {
+    lead_.reset();
+    return Status(s.code(), "coordinator.etcd_endpoints: " + s.message());
+  }
+  return Status::Ok();
+}
+
+// The command line, the agents (as AdoptAgents reads them) and where the job
+// stands: small, and rewritten only when it changes.
+void Runner::PublishState(const nlohmann::json& status) {
+  nlohmann::json s = {{"job_id", job_id_},
+                      {"coordinator", status["coordinator"]},
+                      {"agents", status["agents"]},
+                      {"runner_host", status["runner_host"]}};
+  s["nodes"] = nlohmann::json::array();
+  for (const auto& n : status.value("nodes", nlohmann::json::array())) {
+    s["nodes"].push_back({{"node", n.value("node", -1)}, {"agent", n.contains("agent") ? n["agent"] : nullptr}});
+  }
+  for (const char* k : {"committed_version", "epoch", "restarts"}) {
+    if (status.contains(k)) s[k] = status[k];
+  }
+  std::string text = nlohmann::json{{"argv", o_.argv}, {"status", s}}.dump();
+  if (text == published_) return;
+  published_ = text;
+  // Who runs where goes out at once; the committed version may wait a second.
+  std::string members = s["agents"].dump() + s["nodes"].dump();
+  const bool urgent = members != published_members_;
+  published_members_ = std::move(members);
+  lead_->Publish(std::move(text), urgent);
+}
+
+// Cut off from etcd (or another process leads): this process must not send
+// the job another order. Its coordinator and transport go (the agents lose
+// it and follow etcd to the next leader); its agents and the job's secret
+// stay.
+void Runner::StepDown(Clock::time_point) {
+  stepped_down_ = true;
+  FTRUN_LOG_ERROR(
+      "coordinator: stepping down, no longer the job's leader ({}); the job goes on under the next "
+      "leader (a standby coordinator)",
+      lead_->LostWhy());
+  coord_.reset();
+  outbox_.reset();
+  loop_.Remove(transport_->event_fd());
+  transport_.reset();
+  metrics_.reset();
+  metrics_endpoint_.reset();
 }
 
 }  // namespace runner_impl

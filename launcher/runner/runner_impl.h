@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "launcher/common/metrics_endpoint.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/job_metrics.h"
+#include "launcher/runner/leadership.h"
 #include "launcher/runner/rendezvous_keeper.h"
 #include "launcher/runner/runner_options.h"
 #include "plugin/common/fd.h"
@@ -29,16 +31,18 @@ namespace runner_impl {
 
 using Clock = std::chrono::steady_clock;
 
+// term > 0 (coordinator.etcd): every message carries the leader's term.
 class TransportOutbox : public Coordinator::Outbox {
  public:
-  explicit TransportOutbox(Transport* t) : t_(t) {}
+  TransportOutbox(Transport* t, int64_t term) : t_(t), term_(term) {}
   void Send(PeerId to, ClusterMsg type, std::string payload) override {
-    t_->Send(to, static_cast<uint16_t>(type), std::move(payload));
+    t_->Send(to, static_cast<uint16_t>(type), term_ > 0 ? WithTerm(term_, std::move(payload)) : std::move(payload));
   }
   void Disconnect(PeerId peer) override { t_->Disconnect(peer); }
 
  private:
   Transport* t_;
+  int64_t term_;
 };
 
 struct AgentProc {
@@ -49,12 +53,19 @@ struct AgentProc {
   uint64_t start_time = 0;  // of pid (proc_start.h): written next to it, checked before an adopted pid is signalled
   int respawns = 0;
   bool adopted = false;  // started by an earlier runner (`ftrun --attach`): not our child
+  bool foreign = false;  // adopted from a runner on another host: its pid is not one of this host's
 };
 
 class Runner {
  public:
-  explicit Runner(const RunnerOptions& o) : o_(o) {}
+  // won: a standby coordinator's leadership of the job (its Campaign won).
+  explicit Runner(const RunnerOptions& o, std::unique_ptr<Leadership> won = nullptr) : o_(o), lead_(std::move(won)) {}
   int Run();
+  // Run returned because this coordinator lost its etcd lease: it must
+  // not act for the job again (it may campaign anew).
+  bool stepped_down() const { return stepped_down_; }
+  const Config& config() const { return config_; }
+  const std::string& job_id() const { return job_id_; }
 
  private:
   Status Setup();
@@ -65,6 +76,9 @@ class Runner {
   void WriteStatus();
   Status AdoptAgents(const std::string& coordinator);
   void CheckAdopted();
+  Status Lead();                                    // coordinator.etcd: the job's leadership (a fresh run campaigns)
+  void PublishState(const nlohmann::json& status);  // what a successor needs
+  void StepDown(Clock::time_point now);
 
   RunnerOptions o_;
   Config config_;
@@ -89,6 +103,10 @@ class Runner {
   int signal_ = 0;
   std::optional<Clock::time_point> ending_since_;
   Clock::time_point last_status_;
+  std::unique_ptr<Leadership> lead_;  // coordinator.etcd (multi-node jobs)
+  std::string published_;             // the successor state last handed to lead_
+  std::string published_members_;     // its agents and nodes
+  bool stepped_down_ = false;
 };
 
 // The first IPv4 address of `host`, for agents and the coordinator that

@@ -67,6 +67,7 @@ struct RunnerOptions {
 
   std::vector<std::string> argv;  // every argument as given (kept for `ftrun --attach`)
   std::string attach_job;         // set by AttachJob: take over this running job's agents
+  std::string attach_state;       // a standby coordinator's: the old leader's state from etcd (JSON)
 };
 
 // Parses argv (argv[0] is the program name). On success *out holds the

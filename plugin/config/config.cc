@@ -166,6 +166,12 @@ Status ValidateConfig(const Config& c) {
                  FormatSize(s.memory_budget) + " is smaller than one chunk (store.chunk_size = " +
                      FormatSize(s.chunk_size) + "); raise it or lower store.chunk_size");
   }
+  const CoordinatorConfig& co = c.coordinator;
+  if (co.etcd_cert_file.empty() != co.etcd_key_file.empty()) {
+    return Error(no_line, co.etcd_cert_file.empty() ? "coordinator.etcd_cert_file" : "coordinator.etcd_key_file",
+                 "expected coordinator.etcd_cert_file and coordinator.etcd_key_file together (a client certificate "
+                 "and its key), got only one");
+  }
   const PersistConfig& p = c.persist;
   if (!p.dir.empty() && p.every_versions == 0 && p.every_seconds.count() == 0) {
     return Error(p.dir_loc, "persist.dir",

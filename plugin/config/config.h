@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ftrun/status.h"
 #include "plugin/config/default_run_dir.h"
@@ -116,6 +117,20 @@ struct MetricsConfig {
   std::string coordinator_listen = "127.0.0.1:0";  // metrics.coordinator_listen: the runner's
 };
 
+// A control plane that fails over by itself (launcher/runner/leadership.h):
+// with etcd endpoints set, the coordinator holds its job's leadership
+// through an etcd lease, standby coordinators (`ftrun
+// --standby-coordinator JOB`) take over when it lapses, and agents find the
+// leader through etcd. Without them: the runner's embedded coordinator.
+struct CoordinatorConfig {
+  // coordinator.etcd_endpoints: comma-separated http:// or https:// URLs of
+  // etcd's client ports; "" = no etcd.
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_prefix = "/ftrun";              // coordinator.etcd_prefix: the job's keys go under PREFIX/JOB/
+  std::chrono::milliseconds etcd_lease_ttl{5000};  // coordinator.etcd_lease_ttl: 2s to 300s, whole seconds
+  std::string etcd_ca_file, etcd_cert_file, etcd_key_file;  // coordinator.etcd_*_file: TLS (cert and key together)
+};
+
 struct Config {
   std::string source;  // file path, or "<default>"
   JobConfig job;
@@ -125,6 +140,7 @@ struct Config {
   PersistConfig persist;
   RestartConfig restart;
   MetricsConfig metrics;
+  CoordinatorConfig coordinator;
 };
 
 // Parses and validates `yaml_text`; `source_name` is used in messages and as

@@ -73,6 +73,35 @@ bool ValidJobId(const std::string& id) {
   return true;
 }
 
+// "http://host:port,https://..." -> the URLs; each must be http:// or
+// https:// with a host, and no path.
+Status ParseEndpoints(const std::string& text, std::vector<std::string>* out) {
+  out->clear();
+  size_t at = 0;
+  while (at <= text.size() && !text.empty()) {
+    size_t comma = text.find(',', at);
+    std::string e = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    while (!e.empty() && e.front() == ' ') e.erase(e.begin());
+    while (!e.empty() && e.back() == ' ') e.pop_back();
+    const size_t scheme = e.rfind("http://", 0) == 0 ? 7 : e.rfind("https://", 0) == 0 ? 8 : 0;
+    if (scheme == 0 || e.size() == scheme || e.find('/', scheme) != std::string::npos ||
+        e.find_first_of(" \t") != std::string::npos) {
+      return Status::InvalidArgument("expected http://HOST:PORT or https://HOST:PORT URLs separated by commas, got " +
+                                     Quote(e));
+    }
+    out->push_back(e);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return Status::Ok();
+}
+
+std::string JoinEndpoints(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& e : v) out += (out.empty() ? "" : ",") + e;
+  return out;
+}
+
 std::string Bytes(uint64_t b) { return std::to_string(b) + " bytes"; }
 std::string Millis(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
@@ -240,9 +269,36 @@ const Key kTable[] = {
      [](const std::string& t, Config* c) { return c->metrics.coordinator_listen = t, Status::Ok(); },
      [](const Config& c) -> const char* { return ListenOrEmpty(c.metrics.coordinator_listen); },
      [](const Config& c) { return Quote(c.metrics.coordinator_listen); }},
+    {"coordinator", "etcd_endpoints", "comma-separated http:// or https:// URLs, or empty (no etcd)",
+     [](const std::string& t, Config* c) { return ParseEndpoints(t, &c->coordinator.etcd_endpoints); }, nullptr,
+     [](const Config& c) { return Quote(JoinEndpoints(c.coordinator.etcd_endpoints)); }},
+    {"coordinator", "etcd_prefix", "a key prefix starting with '/'",
+     [](const std::string& t, Config* c) { return c->coordinator.etcd_prefix = t, Status::Ok(); },
+     [](const Config& c) -> const char* {
+       const std::string& p = c.coordinator.etcd_prefix;
+       return p.size() >= 2 && p[0] == '/' && p.back() != '/' && p.size() <= 256 ? nullptr : "a key prefix like /ftrun";
+     },
+     [](const Config& c) { return Quote(c.coordinator.etcd_prefix); }},
+    {"coordinator", "etcd_lease_ttl", "a duration like 5s",
+     [](const std::string& t, Config* c) { return ParseDuration(t, &c->coordinator.etcd_lease_ttl); },
+     [](const Config& c) -> const char* {
+       const auto ms = c.coordinator.etcd_lease_ttl.count();
+       return ms >= 2000 && ms <= 300000 && ms % 1000 == 0 ? nullptr : "whole seconds from 2s to 300s";
+     },
+     [](const Config& c) { return Millis(c.coordinator.etcd_lease_ttl); }},
+    {"coordinator", "etcd_ca_file", "a file path",
+     [](const std::string& t, Config* c) { return c->coordinator.etcd_ca_file = t, Status::Ok(); }, nullptr,
+     [](const Config& c) { return Quote(c.coordinator.etcd_ca_file); }},
+    {"coordinator", "etcd_cert_file", "a file path",
+     [](const std::string& t, Config* c) { return c->coordinator.etcd_cert_file = t, Status::Ok(); }, nullptr,
+     [](const Config& c) { return Quote(c.coordinator.etcd_cert_file); }},
+    {"coordinator", "etcd_key_file", "a file path",
+     [](const std::string& t, Config* c) { return c->coordinator.etcd_key_file = t, Status::Ok(); }, nullptr,
+     [](const Config& c) { return Quote(c.coordinator.etcd_key_file); }},
 };
 
-const char* const kSectionNames[] = {"job", "store", "agent", "cluster", "persist", "restart", "metrics"};
+const char* const kSectionNames[] = {"job",     "store",   "agent",   "cluster",
+                                     "persist", "restart", "metrics", "coordinator"};
 
 }  // namespace
 

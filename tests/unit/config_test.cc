@@ -107,6 +107,9 @@ TEST_CASE("configs/default.yaml matches DefaultConfig", "[config]") {
   CHECK(c.persist.file_mode == d.persist.file_mode);
   CHECK(c.metrics.agent_listen == d.metrics.agent_listen);
   CHECK(c.metrics.coordinator_listen == d.metrics.coordinator_listen);
+  CHECK(c.coordinator.etcd_endpoints == d.coordinator.etcd_endpoints);
+  CHECK(c.coordinator.etcd_prefix == d.coordinator.etcd_prefix);
+  CHECK(c.coordinator.etcd_lease_ttl == d.coordinator.etcd_lease_ttl);
   CHECK(c.store.memory_budget_loc.file == path);
   CHECK(c.store.memory_budget_loc.line == 11);
   CHECK(c.store.memory_budget_loc.column == 3);
@@ -200,7 +203,7 @@ TEST_CASE("unknown keys are errors", "[config]") {
   ExpectError("store:\n  chunk_size: 1MiB\n  budget: 1GiB\n", 3, "store.budget",
               "unknown key (known: memory_budget, chunk_size, snapshot_bytes, prefault)");
   ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
-              "unknown key (known: job, store, agent, cluster, persist, restart, metrics)");
+              "unknown key (known: job, store, agent, cluster, persist, restart, metrics, coordinator)");
   ExpectError("persist:\n  dir: /d\n  every: 10\n", 3, "persist.every",
               "unknown key (known: dir, every_versions, every_seconds, keep, rate_limit, direct_io, file_mode, "
               "drain_timeout)");
@@ -394,6 +397,35 @@ TEST_CASE("metrics listen addresses: HOST:PORT or empty, else an error naming th
     ExpectError(std::string("metrics:\n  agent_listen: '") + bad + "'\n", 2, "metrics.agent_listen", want);
   }
   ExpectError("metrics:\n  coordinator_listen: localhost\n", 2, "metrics.coordinator_listen", want);
+}
+
+TEST_CASE("coordinator.etcd_*: endpoints, prefix, lease, TLS files; each bad value named", "[config]") {
+  Config c;
+  REQUIRE(ParseConfig("coordinator:\n  etcd_endpoints: http://10.0.0.1:2379, https://etcd-b:2379\n"
+                      "  etcd_prefix: /jobs\n  etcd_lease_ttl: 10s\n  etcd_ca_file: /ca.pem\n",
+                      "e.yaml", &c)
+              .ok());
+  CHECK(c.coordinator.etcd_endpoints == std::vector<std::string>{"http://10.0.0.1:2379", "https://etcd-b:2379"});
+  CHECK(c.coordinator.etcd_prefix == "/jobs");
+  CHECK(c.coordinator.etcd_lease_ttl == milliseconds(10000));
+  CHECK(c.coordinator.etcd_ca_file == "/ca.pem");
+  CHECK(DefaultConfig().coordinator.etcd_endpoints.empty());  // off unless asked for
+  const char* urls = "expected http://HOST:PORT or https://HOST:PORT URLs separated by commas";
+  for (const char* bad : {"10.0.0.1:2379", "http://", "ftp://a:1", "http://a:1/v3", "http://a:1,,http://b:1"}) {
+    ExpectError(std::string("coordinator:\n  etcd_endpoints: '") + bad + "'\n", 2, "coordinator.etcd_endpoints", urls);
+  }
+  for (const char* bad : {"jobs", "/", "/jobs/"}) {
+    ExpectError(std::string("coordinator:\n  etcd_prefix: '") + bad + "'\n", 2, "coordinator.etcd_prefix",
+                "a key prefix like /ftrun");
+  }
+  for (const char* bad : {"1s", "1500ms", "301s"}) {
+    ExpectError(std::string("coordinator:\n  etcd_lease_ttl: ") + bad + "\n", 2, "coordinator.etcd_lease_ttl",
+                "whole seconds from 2s to 300s");
+  }
+  Status st = ParseConfig("coordinator:\n  etcd_cert_file: /c.pem\n", "t.yaml", &c);
+  CHECK(st.message() ==
+        "t.yaml: coordinator.etcd_key_file: expected coordinator.etcd_cert_file and coordinator.etcd_key_file "
+        "together (a client certificate and its key), got only one");
 }
 
 TEST_CASE("cluster.copy_timeout is read and must be above 0", "[config]") {

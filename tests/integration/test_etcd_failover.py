@@ -1,0 +1,199 @@
+"""A control plane that fails over by itself (coordinator.etcd_endpoints):
+a real three-member etcd cluster on loopback, started here; the job's
+runner leads it through an etcd lease, a standby coordinator (`ftrun
+--standby-coordinator JOB`) waits, and the agents find the leader in etcd.
+
+- The leading runner SIGKILLed mid-run: the standby takes the job over with
+  no human action, the job ends with the failure-free run's digests, and
+  the standby ends with the job's exit code.
+- The etcd cluster's leader member SIGKILLed mid-run: the job goes on under
+  the same coordinator and ends right.
+- The leading runner cut off from etcd (a proxy drops its connections): it
+  steps down before its lease can lapse, the standby takes over only after
+  that, the job ends right, and once the partition heals the deposed runner
+  ends with the job's exit code.
+"""
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from etcd_cluster import ETCD, EtcdCluster, PartitionProxy
+from ftrun_testlib import RUNNER, ClusterJob, digests, golden, scratch
+
+ARGS = ["--steps", "250", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "20"]
+TTL_S = 4
+CONFIG = ("store:\n  memory_budget: 96MiB\ncluster:\n  replicas: 1\n  lost_node_timeout: 60s\n"
+          "coordinator:\n  etcd_endpoints: %s\n  etcd_prefix: /ftrun-test\n  etcd_lease_ttl: " + str(TTL_S) + "s\n")
+# A lease must outlast an etcd leader election (about a second, more on a loaded machine) to ride one out.
+CONFIG_LONG_LEASE = CONFIG.replace(f"etcd_lease_ttl: {TTL_S}s", "etcd_lease_ttl: 10s")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(ETCD), reason="etcd-server is not installed "
+                                "(scripts/install-deps.sh installs it)")
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    root = scratch("ftrun-etcd-")
+    cluster = EtcdCluster(root)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def want():
+    return golden(4, ARGS)
+
+
+def stamp(line):
+    m = STAMP.match(line)
+    return time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float(m.group(1)[19:]) if m else None
+
+
+def first(log, text):
+    """The time of the first log line containing text (None: none)."""
+    for line in log.splitlines():
+        if text in line:
+            return stamp(line)
+    return None
+
+
+def leader_of(etcd, job):
+    got = etcd.get(f"/ftrun-test/{job}/leader")
+    return (json.loads(got[0]), got[1]) if got else (None, 0)
+
+
+def start_standby(job, config, log_path):
+    out = open(log_path, "w+")
+    return subprocess.Popen([RUNNER, "--standby-coordinator", job, "--config", config], stdout=out,
+                            stderr=subprocess.STDOUT), out
+
+
+def running(job, at_least):
+    return job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or 0) >= at_least,
+                        timeout=120)
+
+
+def read(out):
+    out.flush()
+    out.seek(0)
+    return out.read()
+
+
+def test_standby_takes_over_when_the_leader_dies(check, etcd, want):
+    """SIGKILL the leading runner: the standby leads within the lease TTL plus a second or so, and the job
+    ends with the failure-free digests."""
+    job = ClusterJob(2, 2, ARGS, config=CONFIG % ",".join(etcd.endpoints()))
+    st = running(job, 20)
+    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+        return
+    job_id = st["job_id"]
+    standby, sout = start_standby(job_id, job.config, os.path.join(job.dir, "standby.log"))
+    deadline = time.time() + 20
+    while "waiting" not in read(sout) and time.time() < deadline:
+        time.sleep(0.05)
+    record, term = leader_of(etcd, job_id)
+    check(record and record.get("pid") == job.proc.pid and record.get("address") == st["coordinator"],
+          f"etcd names the runner the job's coordinator: {record}")
+    check("the job's coordinator is pid %d" % job.proc.pid in read(sout), "the standby waits on the runner")
+    job.proc.kill()
+    killed = time.time()
+    job.proc.wait()
+    took = None
+    while time.time() < killed + 60:
+        record2, term2 = leader_of(etcd, job_id)
+        if term2 > term and record2 and record2.get("address"):
+            took = time.time() - killed
+            break
+        time.sleep(0.02)
+    check(took is not None, f"the standby leads within 60 s:\n{read(sout)[-3000:]}")
+    if took is not None:
+        print(f"coordinator failover: {took:.2f} s from the SIGKILL to the new leader's address in etcd "
+              f"(lease TTL {TTL_S} s)", flush=True)
+        check(record2["pid"] == standby.pid and record2["address"] != record["address"],
+              f"the new leader is the standby, on its own address: {record2}")
+    try:
+        rc = standby.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+        standby.kill()
+        rc = "timeout"
+    log = read(sout)
+    print(log[-2500:], flush=True)
+    check(rc == 0, f"the standby ends the job with exit 0 (got {rc})")
+    check(", node 0)" in log and ", node 1)" in log, "the standby adopts both agents, each as its node")
+    end = etcd.get(f"/ftrun-test/{job_id}/end")
+    check(end and json.loads(end[0]).get("exit_code") == 0, f"the job's end is in etcd: {end}")
+    time.sleep(0.5)
+    ranks_out = read(job.out)
+    check("the coordinator moved from" in ranks_out, "the agents followed etcd to the new coordinator")
+    check(digests(ranks_out) == want, f"digests after the failover equal the failure-free run's "
+          f"({digests(ranks_out)} vs {want})")
+
+
+def test_partitioned_leader_steps_down_first(check, etcd, want):
+    """The leading runner cut off from etcd: it steps down before its lease can lapse, the standby leads only
+    after that, the job ends right, and the healed runner ends with the job's exit code."""
+    proxy = PartitionProxy(etcd.client[0])
+    try:
+        job = ClusterJob(2, 2, ARGS, config=CONFIG % proxy.endpoint())
+        st = running(job, 20)
+        if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+            return
+        standby, sout = start_standby(st["job_id"], job.config, os.path.join(job.dir, "standby.log"))
+        deadline = time.time() + 20
+        while "waiting" not in read(sout) and time.time() < deadline:
+            time.sleep(0.05)
+        proxy.cut(job.proc.pid)
+        cut_at = time.time()
+        deadline = time.time() + 60
+        while "taking job" not in read(sout) and time.time() < deadline:
+            time.sleep(0.05)
+        try:
+            rc = standby.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            standby.kill()
+            rc = "timeout"
+        proxy.heal()
+        runner_rc = job.wait(timeout=60)
+        log, runner_log = read(sout), job.log
+        print(log[-2000:], flush=True)
+        down = first(runner_log, "stepping down")
+        took = first(log, "coordinator: leading the job")
+        check(down is not None, f"the cut-off runner steps down:\n{runner_log[-3000:]}")
+        check(took is not None, f"the standby leads:\n{log[-3000:]}")
+        if down is not None and took is not None:
+            print(f"partition: the runner stepped down {down - cut_at:.2f} s after the cut, the standby led "
+                  f"{took - down:.2f} s after that", flush=True)
+            check(down < took, "no two coordinators lead at once: the step-down comes before the takeover")
+        check(rc == 0, f"the standby ends the job with exit 0 (got {rc})")
+        check("adopted agent 0 (pid" in log and ", node 0)" in log and ", node 1)" in log,
+              "the state in etcd had the agents' nodes before the cut (published at once when they join)")
+        check(runner_rc == 0, f"the deposed runner, healed, ends with the job's exit 0 (got {runner_rc})")
+        check(digests(runner_log) == want, f"digests after the partition equal the failure-free run's "
+              f"({digests(runner_log)} vs {want})")
+    finally:
+        proxy.stop()
+
+
+def test_etcd_leader_member_killed(check, etcd, want):
+    """SIGKILL the etcd cluster's leader member mid-run: the same coordinator goes on leading (the client
+    moves to another member, the lease outlasts the election) and the job ends right."""
+    job = ClusterJob(2, 2, ARGS, config=CONFIG_LONG_LEASE % ",".join(etcd.endpoints()))
+    st = running(job, 20)
+    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+        return
+    victim = etcd.leader()
+    check(victim is not None, "the etcd cluster has a leader")
+    if victim is not None:
+        etcd.kill(victim)
+        print(f"killed etcd member {etcd.names[victim]} (the leader)", flush=True)
+    after = running(job, (st.get("committed_version") or 0) + 40)
+    check(after is not None, "the job goes on committing without the etcd leader member")
+    rc = job.wait(timeout=240)
+    check(rc == 0, f"the job ends with exit 0 (got {rc}):\n{job.log[-3000:]}")
+    check("stepping down" not in job.log, "the coordinator kept its lease through the etcd election")
+    check(digests(job.log) == want, f"digests equal the failure-free run's ({digests(job.log)} vs {want})")
