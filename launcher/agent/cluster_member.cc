@@ -81,7 +81,10 @@ Status ClusterMember::SetupRemote() {
   link_->on_lost = [this](const std::string& why) { orders_->Lost(why); };
   link_->on_give_up = [this] { orders_->GaveUp(); };
   link_->Connect();
-  if (UsesEtcd(o_.leader)) watch_ = std::make_unique<LeaderWatch>(o_.leader, o_.job_id, o_.cluster.heartbeat_interval);
+  if (UsesEtcd(o_.leader)) {
+    watch_ = std::make_unique<LeaderWatch>(o_.leader, o_.job_id, o_.cluster.heartbeat_interval,
+                                           std::max(o_.cluster.heartbeat_interval, o_.leader.etcd_lease_ttl / 2));
+  }
   FTRUN_LOG_INFO("agent {} listening for peers at {}; coordinator {}", o_.agent_id, transport_->address(),
                  o_.coordinator);
   return Status::Ok();
@@ -139,6 +142,7 @@ void ClusterMember::Tick(Clock::Time now) {
   pulls_->Tick(now);       // a plan that never ends is the coordinator's to decide
   replicator_->Tick(now);  // cancels copies that stalled (cluster.copy_timeout)
   if (watch_) {
+    watch_->Connected(link_->up());
     if (auto l = watch_->Newer(term_)) {
       term_ = l->term;
       link_->Retarget(l->address, "etcd names it the job's coordinator, term " + std::to_string(l->term));

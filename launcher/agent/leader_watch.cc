@@ -5,8 +5,9 @@
 
 namespace ftrun {
 
-LeaderWatch::LeaderWatch(const CoordinatorConfig& config, const std::string& job, std::chrono::milliseconds every)
-    : keys_(KeysOf(config, job)), every_(every) {
+LeaderWatch::LeaderWatch(const CoordinatorConfig& config, const std::string& job, std::chrono::milliseconds fast,
+                         std::chrono::milliseconds slow)
+    : keys_(KeysOf(config, job)), fast_(fast), slow_(slow) {
   thread_ = std::thread([this, config] { Run(config); });
 }
 
@@ -17,6 +18,15 @@ LeaderWatch::~LeaderWatch() {
   }
   cv_.notify_all();
   thread_.join();
+}
+
+void LeaderWatch::Connected(bool up) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (up == up_) return;
+    up_ = up;
+  }
+  cv_.notify_all();
 }
 
 std::optional<LeaderRecord> LeaderWatch::Newer(int64_t term) const {
@@ -41,7 +51,8 @@ void LeaderWatch::Run(CoordinatorConfig config) {
       FTRUN_LOG_WARN("etcd: cannot read the coordinator's leader key: {}", s.message());
     said = s.ok() ? std::string() : s.message();
     std::unique_lock<std::mutex> l(mu_);
-    if (cv_.wait_for(l, every_, [this] { return stop_; })) return;
+    const bool was_up = up_;
+    if (cv_.wait_for(l, up_ ? slow_ : fast_, [&] { return stop_ || up_ != was_up; }) && stop_) return;
   }
 }
 
