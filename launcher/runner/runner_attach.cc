@@ -146,7 +146,7 @@ Status Runner::Lead() {
   Status s = lead_->Campaign(false, nullptr, &outcome, &end);
   if (!s.ok()) {
     lead_.reset();
-    return Status(s.code(), "coordinator.etcd_endpoints: " + s.message());
+    return Status(s.code(), config_.source + ": coordinator.etcd_endpoints: " + s.message());
   }
   return Status::Ok();
 }
