@@ -8,6 +8,8 @@ runner leads it through an etcd lease, a standby coordinator (`ftrun
   the standby ends with the job's exit code.
 - The etcd cluster's leader member SIGKILLed mid-run: the job goes on under
   the same coordinator and ends right.
+- The same with the real PyTorch trainer (train_gpt.py, gloo): it ends
+  bit-identical to its failure-free run, every step's loss and the weights.
 - The leading runner cut off from etcd (a proxy drops its connections): it
   steps down before its lease can lapse, the standby takes over only after
   that, the job ends right, and once the partition heals the deposed runner
@@ -22,7 +24,8 @@ import time
 import pytest
 
 from etcd_cluster import ETCD, EtcdCluster, PartitionProxy
-from ftrun_testlib import RUNNER, ClusterJob, digests, golden, scratch
+from ftrun_testlib import BUILD, RUNNER, ClusterJob, ScriptClusterJob, digests, golden, scratch
+from test_train_gpt import SCRIPT, losses, seeds, weights  # noqa: F401 (seeds: a fixture)
 
 ARGS = ["--steps", "250", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "20"]
 TTL_S = 4
@@ -201,3 +204,43 @@ def test_etcd_leader_member_killed(check, etcd, want):
     check(rc == 0, f"the job ends with exit 0 (got {rc}):\n{job.log[-3000:]}")
     check("stepping down" not in job.log, "the coordinator kept its lease through the etcd election")
     check(digests(job.log) == want, f"digests equal the failure-free run's ({digests(job.log)} vs {want})")
+
+
+def test_train_gpt_survives_a_coordinator_failover(check, etcd, seeds):
+    """train_gpt.py (torch, gloo, 2 nodes x 2 ranks): the leading runner SIGKILLed mid-run, the standby takes
+    over, and every step's loss and the final weights equal the failure-free run's."""
+    if not os.path.isdir(os.path.join(BUILD, "python", "ftrun")):
+        pytest.skip(f"{BUILD} has no ftrun Python package (the ASan build): train_gpt.py cannot run")
+    _, _, model_seed = seeds
+    gpt = ["--steps", "30", "--seed", str(model_seed), "--backend", "gloo", "--step-ms", "150"]
+    base = "job:\n  max_restarts: 3\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
+    free = ScriptClusterJob(SCRIPT, gpt, 2, 2, base, prefix="ftrun-gpt-", ports=4)
+    check(free.wait(timeout=180) == 0, f"failure-free run:\n{free.log[-3000:]}")
+    want_loss, want_weights = losses(free.log), weights(free.log)
+    config = base + "coordinator:\n  etcd_endpoints: %s\n  etcd_prefix: /ftrun-test\n  etcd_lease_ttl: %ds\n" % (
+        ",".join(etcd.endpoints()), TTL_S)
+    job = ScriptClusterJob(SCRIPT, gpt, 2, 2, config, prefix="ftrun-gpt-", ports=4)
+    st = job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or 0) >= 8, timeout=120)
+    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+        return
+    standby, sout = start_standby(st["job_id"], job.config, os.path.join(job.dir, "standby.log"))
+    deadline = time.time() + 20
+    while "waiting" not in read(sout) and time.time() < deadline:
+        time.sleep(0.05)
+    job.proc.kill()
+    job.proc.wait()
+    try:
+        rc = standby.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+        standby.kill()
+        rc = "timeout"
+    check(rc == 0, f"the standby ends the job with exit 0 (got {rc}):\n{read(sout)[-3000:]}")
+    time.sleep(0.5)
+    out = read(job.out)
+    check("the coordinator moved from" in out and "RESUMED" in out,
+          "the ranks resumed under the standby (the kill came mid-run)")
+    got = losses(out)
+    check(sorted(want_loss) == list(range(30)) and got == want_loss,
+          f"every step's loss equals the failure-free run's: differ at "
+          f"{[k for k in range(30) if got.get(k) != want_loss.get(k)]}")
+    check(weights(out) == want_weights and len(want_weights) == 4, f"final weights {weights(out)} != {want_weights}")
