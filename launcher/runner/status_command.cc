@@ -236,6 +236,11 @@ int RunStatusCommand(int argc, char** argv) {
       std::printf("the runner (pid %s) is gone and the job did not finish: these are its last known figures\n",
                   Str(st, "runner_pid").c_str());
     }
+    if (!finished && st.contains("coordinator_leader") && st["coordinator_leader"].is_object()) {
+      const json& l = st["coordinator_leader"];
+      std::printf("coordinator: pid %s at %s, leading through etcd (term %s, key %s)\n", Str(st, "runner_pid").c_str(),
+                  Str(st, "coordinator", "?").c_str(), Str(l, "term", "?").c_str(), Str(l, "etcd_key", "?").c_str());
+    }
     if (!finished) PrintRedundancy(st);
     if (!finished && runner_alive && !Str(st, "metrics_address", "").empty())
       std::printf("metrics: http://%s/metrics\n", Str(st, "metrics_address", "").c_str());

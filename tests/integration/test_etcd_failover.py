@@ -119,6 +119,13 @@ def test_standby_takes_over_when_the_leader_dies(check, etcd, want):
               f"(lease TTL {TTL_S} s)", flush=True)
         check(record2["pid"] == standby.pid and record2["address"] != record["address"],
               f"the new leader is the standby, on its own address: {record2}")
+        want_line = f"coordinator: pid {standby.pid} at {record2['address']}, leading through etcd (term {term2},"
+        shown = ""
+        while time.time() < killed + 30 and want_line not in shown and standby.poll() is None:
+            shown = subprocess.run([RUNNER, "status", job_id, "--config", job.config], capture_output=True,
+                                   text=True).stdout
+            time.sleep(0.1)
+        check(want_line in shown, f"`ftrun status` names the new leader while the job runs:\n{shown}")
     try:
         rc = standby.wait(timeout=240)
     except subprocess.TimeoutExpired:
