@@ -71,9 +71,14 @@ def leader_of(etcd, job):
 
 
 def start_standby(job, config, log_path):
+    """`ftrun --standby-coordinator`, once it waits on the job's leader (up to 20 s): (process, its output)."""
     out = open(log_path, "w+")
-    return subprocess.Popen([RUNNER, "--standby-coordinator", job, "--config", config], stdout=out,
-                            stderr=subprocess.STDOUT), out
+    proc = subprocess.Popen([RUNNER, "--standby-coordinator", job, "--config", config], stdout=out,
+                            stderr=subprocess.STDOUT)
+    deadline = time.time() + 20
+    while "waiting" not in read(out) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    return proc, out
 
 
 def running(job, at_least):
@@ -96,9 +101,6 @@ def test_standby_takes_over_when_the_leader_dies(check, etcd, want):
         return
     job_id = st["job_id"]
     standby, sout = start_standby(job_id, job.config, os.path.join(job.dir, "standby.log"))
-    deadline = time.time() + 20
-    while "waiting" not in read(sout) and time.time() < deadline:
-        time.sleep(0.05)
     record, term = leader_of(etcd, job_id)
     check(record and record.get("pid") == job.proc.pid and record.get("address") == st["coordinator"],
           f"etcd names the runner the job's coordinator: {record}")
@@ -158,9 +160,6 @@ def test_partitioned_leader_steps_down_first(check, etcd, want):
         if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
             return
         standby, sout = start_standby(st["job_id"], job.config, os.path.join(job.dir, "standby.log"))
-        deadline = time.time() + 20
-        while "waiting" not in read(sout) and time.time() < deadline:
-            time.sleep(0.05)
         proxy.cut(job.proc.pid)
         cut_at = time.time()
         deadline = time.time() + 60
@@ -231,9 +230,6 @@ def test_train_gpt_survives_a_coordinator_failover(check, etcd, seeds):
     if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
         return
     standby, sout = start_standby(st["job_id"], job.config, os.path.join(job.dir, "standby.log"))
-    deadline = time.time() + 20
-    while "waiting" not in read(sout) and time.time() < deadline:
-        time.sleep(0.05)
     job.proc.kill()
     job.proc.wait()
     try:

@@ -7,21 +7,22 @@ import os
 import socket
 import sys
 
-def _sockets():
-    """(fd, inode) of this process's sockets."""
-    out = []
+def _fd_links():
+    """(fd, what it links to) of this process's open descriptors."""
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:
-        return out
+        return
     for name in names:
         try:
-            link = os.readlink(f"/proc/self/fd/{name}")
+            yield int(name), os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue
-        if link.startswith("socket:["):
-            out.append((int(name), int(link[8:-1])))
-    return out
+
+
+def _sockets():
+    """(fd, inode) of this process's sockets."""
+    return [(fd, int(link[8:-1])) for fd, link in _fd_links() if link.startswith("socket:[")]
 
 
 def _socket_inodes():
@@ -32,15 +33,11 @@ def _epoll_watched():
     """(fd, inode) of every file this process's epoll instances watch, from
     /proc/self/fdinfo ("tfd: <fd> events: .. ino:<hex inode> .." lines)."""
     out = set()
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return out
-    for name in names:
+    for fd, link in _fd_links():
+        if link != "anon_inode:[eventpoll]":
+            continue
         try:
-            if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:[eventpoll]":
-                continue
-            with open(f"/proc/self/fdinfo/{name}") as f:
+            with open(f"/proc/self/fdinfo/{fd}") as f:
                 lines = f.read().splitlines()
         except OSError:
             continue
