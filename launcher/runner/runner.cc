@@ -368,6 +368,9 @@ int Runner::Run() {
   Status s = Setup();
   if (!s.ok()) {
     FTRUN_LOG_ERROR("{}", s.message());
+    // A fresh job that cannot start ends for its standbys too; a standby that
+    // cannot take over lets its lease lapse for another.
+    if (lead_ && o_.attach_job.empty()) lead_->End(2, s.message());
     for (const AgentProc& a : agents_) {
       if (StillOurs(a)) SignalGroup(a.pid, SIGKILL);
     }

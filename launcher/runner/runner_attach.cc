@@ -45,7 +45,16 @@ std::string HostName() {
 // `ftrun --attach`: the agents the old runner started, as its last status
 // listed them, and which node each held.
 Status Runner::AdoptAgents(const std::string& before_text) {
-  nlohmann::json before = nlohmann::json::parse(before_text);
+  // (From etcd, anyone who may write the job's prefix wrote it: a field of
+  // the wrong type is an error naming it, not a crash.)
+  try {
+    return AdoptAgentsFrom(nlohmann::json::parse(before_text));
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument("ftrun --attach " + job_id_ + ": the old status's agents or nodes: " + e.what());
+  }
+}
+
+Status Runner::AdoptAgentsFrom(const nlohmann::json& before) {
   const std::string runner_host = before.contains("runner_host") && before["runner_host"].is_string()
                                       ? before["runner_host"].get<std::string>()
                                       : HostName();

@@ -75,6 +75,7 @@ class Runner {
   void Reaped(pid_t pid, const ExitInfo& info);
   void WriteStatus();
   Status AdoptAgents(const std::string& coordinator);
+  Status AdoptAgentsFrom(const nlohmann::json& before);
   void CheckAdopted();
   Status Lead();                                    // coordinator.etcd: the job's leadership (a fresh run campaigns)
   void PublishState(const nlohmann::json& status);  // what a successor needs

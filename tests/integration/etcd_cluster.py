@@ -104,6 +104,10 @@ class EtcdCluster:
             return base64.b64decode(kvs[0].get("value", "")).decode(), int(kvs[0]["create_revision"])
         raise RuntimeError("no etcd member answered")
 
+    def put(self, key, value):
+        post(self.endpoints()[0], "/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                                 "value": base64.b64encode(value.encode()).decode()})
+
     def stop(self):
         for p in self.procs:
             if p is not None:

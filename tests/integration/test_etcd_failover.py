@@ -247,3 +247,31 @@ def test_train_gpt_survives_a_coordinator_failover(check, etcd, seeds):
           f"every step's loss equals the failure-free run's: differ at "
           f"{[k for k in range(30) if got.get(k) != want_loss.get(k)]}")
     check(weights(out) == want_weights and len(want_weights) == 4, f"final weights {weights(out)} != {want_weights}")
+
+
+@pytest.mark.parametrize("state, want", [
+    ("not json", "expected {\"argv\": [...], \"status\": {...}}"),
+    ('{"argv": ["--num_nodes", 2], "status": {}}', "'argv' holds a non-string"),
+    ('{"argv": ["--num_nodes", "2", "--config", "CONFIG", "--no_python", "x"], '
+     '"status": {"coordinator": 1, "agents": {}}}',
+     "has no 'coordinator' (a string) and 'agents' (a list)"),
+])
+def test_standby_refuses_a_bad_state(check, etcd, state, want):
+    """The state a leader left in etcd is read as hostile: a standby that wins a job whose state is malformed
+    exits 2 naming the key and what is wrong, and lets its lease go for another."""
+    job_id = "job-bad-state-%d" % (abs(hash(state)) % 100000)
+    d = scratch("ftrun-etcd-bad-")
+    config = os.path.join(d, "ftrun.yaml")
+    with open(config, "w") as f:
+        f.write(f"agent:\n  run_dir: {d}/run\n" + CONFIG % ",".join(etcd.endpoints()))
+    etcd.put(f"/ftrun-test/{job_id}/state", state.replace("CONFIG", config))
+    standby, sout = start_standby(job_id, config, os.path.join(d, "standby.log"))
+    try:
+        rc = standby.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        standby.kill()
+        rc = "timeout"
+    log = read(sout)
+    check(rc == 2, f"exit 2 (got {rc}):\n{log[-2000:]}")
+    check(want in log and (f"/ftrun-test/{job_id}/state" in log), f"the error names the key and the fault:\n{log}")
+    print(log.strip().splitlines()[-1], flush=True)
