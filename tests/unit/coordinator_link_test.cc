@@ -131,5 +131,33 @@ TEST_CASE("coordinator link: heartbeats fill only the silences; the interval's u
   CHECK(f.heartbeats == beats + 4);
 }
 
+TEST_CASE("coordinator link: a newer leader's address drops the old link and connects there", "[coordinator_link]") {
+  Fixture f;
+  f.link.Connect();
+  f.link.PeerUp();
+  f.Pass(200, /*heard=*/true);
+  f.link.Retarget("10.0.0.1:2000", "the same leader");  // nothing changes
+  CHECK(f.lost.empty());
+  CHECK(f.link.up());
+  const size_t disconnects = f.t.disconnected.size();
+  f.link.Retarget("10.0.0.2:3000", "term 9");
+  REQUIRE(f.lost.size() == 1);  // a loss: the agent fences its ranks as on any coordinator loss
+  CHECK(f.lost[0].find("10.0.0.2:3000") != std::string::npos);
+  CHECK(!f.link.up());
+  CHECK(f.t.disconnected.size() == disconnects + 1);
+  CHECK(f.link.address() == "10.0.0.2:3000");
+  f.Pass(10);  // the next tick connects to the new one, not the old
+  REQUIRE(!f.t.connected.empty());
+  CHECK(f.t.connected.back() == std::make_pair(PeerId{7}, std::string("10.0.0.2:3000")));
+  f.link.PeerUp();
+  CHECK(f.ups == 2);
+  // Down already: a move is no second loss.
+  f.link.PeerDown("gone");
+  f.link.Retarget("10.0.0.3:4000", "term 12");
+  CHECK(f.lost.size() == 2);
+  f.Pass(10);
+  CHECK(f.t.connected.back().second == "10.0.0.3:4000");
+}
+
 }  // namespace
 }  // namespace ftrun
