@@ -132,13 +132,13 @@ void Runner::WriteStatus() {
                            {"start_time", a.start_time},
                            {"status_file", job_dir_ + "/agent" + std::to_string(a.id) + ".json"}});
   }
-  // Always in the job's directory, where `ftrun status` looks; also where
-  // --status_file says.
-  // Never written through a link (safe_dir.h).
   if (lead_) {
     j["coordinator_leader"] = {{"term", lead_->term()}, {"etcd_key", lead_->keys().leader}};
     PublishState(j);
   }
+  // Always in the job's directory, where `ftrun status` looks; also where
+  // --status_file says.
+  // Never written through a link (safe_dir.h).
   const std::string text = j.dump(2) + "\n";
   Status s = ReplaceFileAt(job_dir_fd_.get(), job_dir_, "status.json", text);
   if (s.ok() && !o_.status_file.empty()) s = ReplaceFile(o_.status_file, text, false);
