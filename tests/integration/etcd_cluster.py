@@ -105,8 +105,14 @@ class EtcdCluster:
         raise RuntimeError("no etcd member answered")
 
     def put(self, key, value):
-        post(self.endpoints()[0], "/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
-                                                 "value": base64.b64encode(value.encode()).decode()})
+        """Through the first member that answers (a test may have killed some)."""
+        body = {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value.encode()).decode()}
+        for e in self.endpoints():
+            try:
+                return post(e, "/v3/kv/put", body)
+            except (OSError, ValueError):
+                continue
+        raise RuntimeError("no etcd member answered")
 
     def stop(self):
         for p in self.procs:
