@@ -241,20 +241,18 @@ std::string ClusterMsgName(uint16_t type) {
 }
 
 std::string WithTerm(int64_t term, std::string payload) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i)
-    out[static_cast<size_t>(i)] = static_cast<char>((static_cast<uint64_t>(term) >> (8 * i)) & 0xff);
-  payload.insert(0, out);
+  ByteWriter w;
+  w.Put<int64_t>(term);
+  payload.insert(0, w.data());
   return payload;
 }
 
 bool TakeTerm(std::string* payload, int64_t* term) {
-  if (payload->size() < 8) return false;
-  uint64_t t = 0;
-  for (int i = 0; i < 8; ++i)
-    t |= static_cast<uint64_t>(static_cast<unsigned char>((*payload)[static_cast<size_t>(i)])) << (8 * i);
-  *term = static_cast<int64_t>(t);
-  payload->erase(0, 8);
+  ByteReader r(*payload);
+  const int64_t t = r.Get<int64_t>();
+  if (!r.ok()) return false;
+  *term = t;
+  payload->erase(0, sizeof(int64_t));
   return true;
 }
 

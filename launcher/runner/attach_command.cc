@@ -61,25 +61,16 @@ int AttachJob(int argc, char** argv) {
                  refused ? "" : " (is agent.run_dir right? pass the job's --config)");
     return 2;
   }
-  nlohmann::json saved = nlohmann::json::parse(text, nullptr, false);
-  if (saved.is_discarded() || !saved.contains("argv") || !saved["argv"].is_array()) {
-    std::fprintf(stderr,
-                 "ftrun --attach: cannot read %s (expected {\"argv\": [...]} written by the job's runner; "
-                 "is agent.run_dir right? pass the job's --config)\n",
-                 path.c_str());
+  RunnerOptions options;
+  Status s = ParseSavedCommandLine(text, path, &options);
+  if (!s.ok()) {
+    std::fprintf(stderr, "ftrun --attach: %s (is agent.run_dir right? pass the job's --config)\n", s.message().c_str());
     return 2;
   }
-  std::vector<std::string> words{"ftrun"};
-  for (const auto& w : saved["argv"]) words.push_back(w.get<std::string>());
-  std::vector<char*> cargv;
-  for (auto& w : words) cargv.push_back(w.data());
-  RunnerOptions options;
-  bool help = false;
-  Status s = ParseRunnerOptions(static_cast<int>(cargv.size()), cargv.data(), &options, &help);
-  if (!s.ok()) return std::fprintf(stderr, "ftrun --attach: %s: %s\n", path.c_str(), s.message().c_str()), 2;
   options.attach_job = job;
   InitLogging("ftrun", -1, -1, options.quiet ? "warn" : options.log_level);
-  FTRUN_LOG_WARN("attaching to job {} (its first command line: ftrun {})", job, saved["argv"].dump());
+  FTRUN_LOG_WARN("attaching to job {} (its first command line: ftrun {})", job,
+                 nlohmann::json::parse(text)["argv"].dump());
   return RunJob(options);
 }
 

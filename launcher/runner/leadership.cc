@@ -20,6 +20,12 @@ std::string Describe(const LeaderRecord& r) {
          (r.address.empty() ? " (starting)" : " at " + r.address) + ", term " + std::to_string(r.term);
 }
 
+// Renewals must land well inside the lease: a margin of a fifth of it
+// (at least 300 ms) covers a slow answer and clock rates.
+std::chrono::milliseconds Margin(std::chrono::milliseconds ttl) {
+  return std::max(std::chrono::milliseconds(300), ttl / 5);
+}
+
 }  // namespace
 
 Leadership::Leadership(const CoordinatorConfig& config, const std::string& job)
@@ -37,12 +43,6 @@ Leadership::~Leadership() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-}
-
-// Renewals must land well inside the lease: a margin of a fifth of it
-// (at least 300 ms) covers a slow answer and clock rates.
-static std::chrono::milliseconds Margin(std::chrono::milliseconds ttl) {
-  return std::max(std::chrono::milliseconds(300), ttl / 5);
 }
 
 Status Leadership::Campaign(bool wait, const std::function<bool()>& stop, Outcome* outcome, std::string* end) {

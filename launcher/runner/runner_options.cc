@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -330,6 +331,22 @@ std::string ResolveMasterAddr(const RunnerOptions& o, const std::vector<NodeSlot
   if (!o.master_addr.empty()) return o.master_addr;
   if (nodes.empty() || (nodes.size() == 1 && nodes[0].host == "localhost")) return "127.0.0.1";
   return nodes[0].host;
+}
+
+Status ParseSavedCommandLine(const std::string& json_text, const std::string& where, RunnerOptions* out) {
+  const nlohmann::json saved = nlohmann::json::parse(json_text, nullptr, false);
+  if (saved.is_discarded() || !saved.is_object() || !saved.contains("argv") || !saved["argv"].is_array())
+    return Status::InvalidArgument(where + ": expected {\"argv\": [...]} written by the job's runner");
+  std::vector<std::string> words{"ftrun"};
+  for (const auto& w : saved["argv"]) {
+    if (!w.is_string()) return Status::InvalidArgument(where + ": 'argv' holds a non-string");
+    words.push_back(w.get<std::string>());
+  }
+  std::vector<char*> cargv;
+  for (auto& w : words) cargv.push_back(w.data());
+  bool help = false;
+  Status s = ParseRunnerOptions(static_cast<int>(cargv.size()), cargv.data(), out, &help);
+  return s.ok() ? s : Status::InvalidArgument(where + ": " + s.message());
 }
 
 }  // namespace ftrun

@@ -81,6 +81,11 @@ struct RunnerOptions {
 // success.
 Status ParseRunnerOptions(int argc, char** argv, RunnerOptions* out, bool* help);
 
+// A job's first command line as its runner saved it for a successor (JSON
+// {"argv": [strings], ...}: runner.json for `ftrun --attach`, the etcd state
+// for a standby coordinator), parsed as above. Errors name `where`.
+Status ParseSavedCommandLine(const std::string& json_text, const std::string& where, RunnerOptions* out);
+
 // The hosts to run on. Reads o.hostfile. When --hostfile was not given and
 // the default file does not exist, that is not an error (DeepSpeed runs
 // locally then): *out is one entry {"localhost", slots = num_gpus > 0 ?

@@ -86,23 +86,12 @@ int FollowJob(const Config& config, const std::string& job, const std::string& c
     if (outcome == Leadership::Outcome::kEnded) return EndCode(job, end);
     std::string text;
     s = lead->ReadState(&text);
-    nlohmann::json state = s.ok() ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
-    if (s.ok() && (!state.is_object() || !state.contains("argv") || !state["argv"].is_array() ||
-                   !state.contains("status") || !state["status"].is_object())) {
-      s = Status::Corruption("etcd key " + lead->keys().state + ": expected {\"argv\": [...], \"status\": {...}}");
-    }
-    std::vector<std::string> words{"ftrun"};
-    for (const auto& w : s.ok() ? state["argv"] : nlohmann::json::array()) {
-      if (!w.is_string()) s = Status::Corruption("etcd key " + lead->keys().state + ": 'argv' holds a non-string");
-      if (s.ok()) words.push_back(w.get<std::string>());
-    }
+    const std::string where = "etcd key " + lead->keys().state;
     RunnerOptions options;
-    if (s.ok()) {
-      std::vector<char*> cargv;
-      for (auto& w : words) cargv.push_back(w.data());
-      bool help = false;
-      s = ParseRunnerOptions(static_cast<int>(cargv.size()), cargv.data(), &options, &help);
-    }
+    if (s.ok()) s = ParseSavedCommandLine(text, where, &options);
+    const nlohmann::json state = s.ok() ? nlohmann::json::parse(text) : nlohmann::json();
+    if (s.ok() && (!state.contains("status") || !state["status"].is_object()))
+      s = Status::InvalidArgument(where + ": expected a 'status' object next to 'argv'");
     if (!s.ok()) {
       // Leading without what the job needs helps nobody: the lease goes (the
       // destructor leaves it to lapse) and the error says why.

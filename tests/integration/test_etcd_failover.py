@@ -81,6 +81,15 @@ def start_standby(job, config, log_path):
     return proc, out
 
 
+def exit_code(proc, timeout):
+    """The process's exit code, or "timeout" (then it is killed)."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "timeout"
+
+
 def running(job, at_least):
     return job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or 0) >= at_least,
                         timeout=120)
@@ -128,11 +137,7 @@ def test_standby_takes_over_when_the_leader_dies(check, etcd, want):
                                    text=True).stdout
             time.sleep(0.1)
         check(want_line in shown, f"`ftrun status` names the new leader while the job runs:\n{shown}")
-    try:
-        rc = standby.wait(timeout=240)
-    except subprocess.TimeoutExpired:
-        standby.kill()
-        rc = "timeout"
+    rc = exit_code(standby, 240)
     log = read(sout)
     print(log[-2500:], flush=True)
     check(rc == 0, f"the standby ends the job with exit 0 (got {rc})")
@@ -165,11 +170,7 @@ def test_partitioned_leader_steps_down_first(check, etcd, want):
         deadline = time.time() + 60
         while "taking job" not in read(sout) and time.time() < deadline:
             time.sleep(0.05)
-        try:
-            rc = standby.wait(timeout=240)
-        except subprocess.TimeoutExpired:
-            standby.kill()
-            rc = "timeout"
+        rc = exit_code(standby, 240)
         proxy.heal()
         runner_rc = job.wait(timeout=60)
         log, runner_log = read(sout), job.log
@@ -232,11 +233,7 @@ def test_train_gpt_survives_a_coordinator_failover(check, etcd, seeds):
     standby, sout = start_standby(st["job_id"], job.config, os.path.join(job.dir, "standby.log"))
     job.proc.kill()
     job.proc.wait()
-    try:
-        rc = standby.wait(timeout=240)
-    except subprocess.TimeoutExpired:
-        standby.kill()
-        rc = "timeout"
+    rc = exit_code(standby, 240)
     check(rc == 0, f"the standby ends the job with exit 0 (got {rc}):\n{read(sout)[-3000:]}")
     time.sleep(0.5)
     out = read(job.out)
@@ -250,7 +247,8 @@ def test_train_gpt_survives_a_coordinator_failover(check, etcd, seeds):
 
 
 @pytest.mark.parametrize("state, want", [
-    ("not json", "expected {\"argv\": [...], \"status\": {...}}"),
+    ("not json", "expected {\"argv\": [...]} written by the job's runner"),
+    ('{"argv": ["--num_nodes", "2", "train.py"]}', "expected a 'status' object next to 'argv'"),
     ('{"argv": ["--num_nodes", 2], "status": {}}', "'argv' holds a non-string"),
     ('{"argv": ["--num_nodes", "2", "--config", "CONFIG", "--no_python", "x"], '
      '"status": {"coordinator": 1, "agents": {}}}',
@@ -266,11 +264,7 @@ def test_standby_refuses_a_bad_state(check, etcd, state, want):
         f.write(f"agent:\n  run_dir: {d}/run\n" + CONFIG % ",".join(etcd.endpoints()))
     etcd.put(f"/ftrun-test/{job_id}/state", state.replace("CONFIG", config))
     standby, sout = start_standby(job_id, config, os.path.join(d, "standby.log"))
-    try:
-        rc = standby.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        standby.kill()
-        rc = "timeout"
+    rc = exit_code(standby, 60)
     log = read(sout)
     check(rc == 2, f"exit 2 (got {rc}):\n{log[-2000:]}")
     check(want in log and (f"/ftrun-test/{job_id}/state" in log), f"the error names the key and the fault:\n{log}")
