@@ -4,8 +4,8 @@
 // an in-process transport (two mailboxes). The simulated agents speak the
 // cluster protocol (recovery/cluster_messages.h) with the real encodings:
 // they register, send heartbeats, report what they hold, answer halts,
-// pulls and starts at once, and can go silent. What the UCX transport costs
-// per message is not in these figures (see docs/benchmarks.md).
+// pulls and starts at once, and can go silent. scale_ucx.h runs the same
+// fleet and coordinator over UCX.
 #pragma once
 
 #include <atomic>
@@ -124,13 +124,5 @@ class Fleet {
   std::map<uint64_t, int> commits_;           // version -> agents that received its commit
   std::map<uint64_t, int> halted_, started_;  // epoch -> agents that received its halt, its start
 };
-
-// What one control message costs the coordinator's process over the real
-// transport (UCX, TCP on loopback, the job-secret session with its
-// per-message MAC, the transport's progress thread): an agent's transport
-// in a child process sends `messages` held reports, this process's answers
-// each with a commit; this process's CPU seconds per message, received or
-// sent. Sets *error and returns a negative value when that fails.
-double UcxCpuPerMessage(int messages, std::string* error);
 
 }  // namespace ftrun::bench

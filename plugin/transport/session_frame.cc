@@ -29,7 +29,7 @@ Status SessionFrames::OpenMessage(const WireHeader& h, std::string_view payload)
   return Status::Ok();
 }
 
-BulkHeader SessionFrames::SealBulk(uint64_t tag, uint64_t length) const {
+BulkHeader SessionFrames::SealBulk(uint64_t tag, uint64_t length) {
   BulkHeader h{};
   h.tag = tag;
   std::string mac = BulkMac(key_, sending_, tag, length);
@@ -37,7 +37,7 @@ BulkHeader SessionFrames::SealBulk(uint64_t tag, uint64_t length) const {
   return h;
 }
 
-bool SessionFrames::OpenBulk(const BulkHeader& h, uint64_t length) const {
+bool SessionFrames::OpenBulk(const BulkHeader& h, uint64_t length) {
   return MacEqual(std::string_view(h.mac, kMacBytes), BulkMac(key_, receiving_, h.tag, length));
 }
 

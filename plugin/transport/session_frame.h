@@ -63,8 +63,8 @@ class SessionFrames {
  public:
   SessionFrames() = default;  // no session yet (the handshake is not done)
   // `connector`: this side made the connection.
-  SessionFrames(std::string key, bool connector)
-      : key_(std::move(key)),
+  SessionFrames(const std::string& key, bool connector)
+      : key_(key),
         sending_(connector ? Direction::kFromConnector : Direction::kFromAcceptor),
         receiving_(connector ? Direction::kFromAcceptor : Direction::kFromConnector) {}
 
@@ -77,13 +77,13 @@ class SessionFrames {
   // tampered, replayed or reordered), and nothing is counted.
   Status OpenMessage(const WireHeader& h, std::string_view payload);
 
-  BulkHeader SealBulk(uint64_t tag, uint64_t length) const;
+  BulkHeader SealBulk(uint64_t tag, uint64_t length);
   // Whether a received bulk header was MACed under this session for
   // `length` bytes.
-  bool OpenBulk(const BulkHeader& h, uint64_t length) const;
+  bool OpenBulk(const BulkHeader& h, uint64_t length);
 
  private:
-  std::string key_;
+  KeyedMac key_;
   Direction sending_ = Direction::kFromConnector;
   Direction receiving_ = Direction::kFromAcceptor;
   uint64_t send_seq_ = 0, recv_seq_ = 0;  // next control message sequence numbers, per direction

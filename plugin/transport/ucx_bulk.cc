@@ -82,6 +82,7 @@ ucs_status_t UcxTransport::Bulk(Conn* c, const void* header, size_t header_lengt
   } else {
     op->request = r;
     op->receiving = true;
+    ++bulk_active_;
   }
   return UCS_INPROGRESS;
 }
@@ -98,6 +99,7 @@ void UcxTransport::DoSendBulk(PeerId peer, uint64_t tag, const void* data, uint6
     return;
   }
   auto* op = new Op{this, Op::Kind::kBulkSend, token, length, peer};
+  ++bulk_active_;
   BulkHeader h = c->session.SealBulk(tag, length);
   op->header.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   ucp_request_param_t p{};
@@ -181,6 +183,8 @@ void UcxTransport::Finish(Op* op, ucs_status_t st, uint64_t length) {
                            std::to_string(length) + " bytes, " + std::to_string(op->length) + " expected");
   }
   if (s.ok()) (op->kind == Op::Kind::kBulkSend ? stats_bulk_sent_ : stats_bulk_received_) += length;
+  if (op->kind == Op::Kind::kBulkSend || op->receiving) --bulk_active_;
+  last_bulk_done_ = Clock::now();
   Emit({TransportEvent::Kind::kBulkDone, op->peer, 0, {}, op->token, s});
   delete op;
 }

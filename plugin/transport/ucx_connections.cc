@@ -13,7 +13,12 @@ namespace ftrun {
 namespace ucx {
 
 void UcxTransport::CheckDeadlines() {
+  // Every few ms, not on every pass: the scan is over every connection
+  // (thousands at the coordinator), the deadlines are hundreds of ms.
+  if (handshaking_in_ == 0 && connecting_.empty()) return;  // every connection is up or closed
   auto now = Clock::now();
+  if (now < next_deadline_check_) return;
+  next_deadline_check_ = now + kDeadlineCheckEvery;
   for (auto& c : conns_) {
     if (c->state == Conn::State::kUp || c->state == Conn::State::kClosed) continue;
     if (c->refused && now - c->started > kRefuseDelay) {
@@ -46,6 +51,7 @@ Conn* UcxTransport::NewConn(ucp_ep_h ep, bool outgoing, PeerId peer, std::string
 // Runs only from the progress loop, after the endpoint errors were handled,
 // never inside a callback or a loop over conns_.
 void UcxTransport::Reap() {
+  if (closed_ == 0) return;
   for (auto it = conns_.begin(); it != conns_.end();) {
     Conn* c = it->get();
     if (c->state != Conn::State::kClosed) {
@@ -61,6 +67,7 @@ void UcxTransport::Reap() {
       c->close_request = nullptr;
     }
     it = conns_.erase(it);
+    --closed_;
   }
   stats_connections_ = conns_.size();
 }
@@ -87,6 +94,7 @@ void UcxTransport::DoConnect(PeerId peer, const std::string& address) {
   if (st != UCS_OK) {
     c->ep = nullptr;
     c->state = Conn::State::kClosed;
+    ++closed_;
     Emit({TransportEvent::Kind::kPeerDown, peer, 0, {}, 0, UcsError("cannot connect to " + address, st)});
     return;
   }
@@ -183,6 +191,7 @@ void UcxTransport::CloseConn(Conn* c, const Status& why) {
   bool was_up = c->state == Conn::State::kUp;
   if (!c->outgoing && !was_up) --handshaking_in_;
   c->state = Conn::State::kClosed;
+  ++closed_;
   by_ep_.erase(c->ep);
   if (c->outgoing && connecting_.count(c->peer) && connecting_[c->peer] == c) connecting_.erase(c->peer);
   bool report = false;

@@ -151,22 +151,29 @@ Status UcxTransport::Start() {
   return Status::Ok();
 }
 
+// Post and Emit write their eventfd only when the queue was empty: the
+// reader reads the eventfd before it takes the queue (under the lock), so a
+// queue that is not empty has a wake-up on its way or is about to be taken.
 void UcxTransport::Post(std::function<void()> fn) {
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
+    wake = commands_.empty();
     commands_.push_back(std::move(fn));
   }
   uint64_t one = 1;
-  (void)!::write(command_fd_.get(), &one, sizeof(one));
+  if (wake) (void)!::write(command_fd_.get(), &one, sizeof(one));
 }
 
 void UcxTransport::Emit(TransportEvent e) {
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
+    wake = events_.empty();
     events_.push_back(std::move(e));
   }
   uint64_t one = 1;
-  (void)!::write(event_fd_.get(), &one, sizeof(one));
+  if (wake) (void)!::write(event_fd_.get(), &one, sizeof(one));
 }
 
 std::vector<TransportEvent> UcxTransport::Poll() {
@@ -184,15 +191,16 @@ void UcxTransport::Run() {
     // queued commands (a heartbeat) must not starve behind it.
     int progressed = 0;
     while (progressed < 64 && ucp_worker_progress(worker_) != 0) ++progressed;
-    if (progressed > 0) last_busy = Clock::now();
+    const auto now = Clock::now();
+    if (progressed > 0 && (bulk_active_ > 0 || now - last_bulk_done_ < kSpinAfterBusy)) last_busy = now;
     for (auto& [c, why] : std::exchange(failed_, {})) CloseConn(c, why);
     DrainTags();
     Reap();
     RunCommands();
     CheckDeadlines();
-    // While bytes are moving, poll instead of sleeping: arming the worker and
-    // waking from epoll per completion costs more than the wait it saves.
-    // Sleep once nothing has happened for kSpinAfterBusy.
+    // While bulk bytes are moving, poll instead of sleeping: arming the
+    // worker and waking from epoll per completion costs more than the wait
+    // it saves. Sleep once nothing has happened for kSpinAfterBusy.
     if (Clock::now() - last_busy < kSpinAfterBusy) {
       ::sched_yield();  // a thread with work (the agent hashing what landed) goes first
       continue;

@@ -41,8 +41,11 @@ namespace ucx {
 
 using Clock = std::chrono::steady_clock;
 
-// How long the progress thread keeps polling after the worker last did
-// something, before it arms the worker and sleeps.
+// While bulk data moves (a bulk operation in flight, or one finished this
+// recently), the progress thread keeps polling until the worker did nothing
+// for this long, then arms the worker and sleeps. Control messages alone
+// never keep it polling: at thousands of agents they come every few tens of
+// microseconds, and polling through the gaps cost the coordinator a core.
 inline constexpr auto kSpinAfterBusy = std::chrono::microseconds(500);
 inline constexpr unsigned kAmId = 1;      // control messages
 inline constexpr unsigned kBulkAmId = 2;  // bulk data
@@ -55,6 +58,8 @@ inline constexpr size_t kMaxHandshaking = 64;
 // UCX's TCP connection manager finished creating it, trips an assertion
 // there (tcp_sockcm_ep.c, seen under ASan with connect/close churn).
 inline constexpr std::chrono::milliseconds kRefuseDelay{200};
+// How often the handshake deadlines (kRefuseDelay, handshake_timeout) are looked at.
+inline constexpr std::chrono::milliseconds kDeadlineCheckEvery{5};
 
 inline Status UcsError(const std::string& what, ucs_status_t st) {
   return Status::Unavailable(what + ": " + ucs_status_string(st));
@@ -208,6 +213,8 @@ class UcxTransport : public Transport {
   // Closed ones stay until their endpoint's close completes (no UCX callback
   // can name them after that), then Reap frees them.
   std::list<std::unique_ptr<Conn>> conns_;
+  size_t closed_ = 0;  // of conns_, those closed and not freed yet (Reap has work)
+  Clock::time_point next_deadline_check_{};
   std::unordered_map<ucp_ep_h, Conn*> by_ep_;
   std::map<PeerId, Conn*> connecting_;
   std::map<PeerId, std::vector<Conn*>> up_;
@@ -215,6 +222,8 @@ class UcxTransport : public Transport {
   std::map<uint64_t, Op*> recvs_;                      // token -> posted receive (matched or not)
   std::map<std::pair<PeerId, uint64_t>, Op*> posted_;  // (peer, tag) -> receive not matched yet
   std::vector<std::pair<Conn*, Status>> failed_;       // ep errors, handled after progress
+  int bulk_active_ = 0;                                // bulk sends, and matched receives, in flight
+  Clock::time_point last_bulk_done_{};
   uint64_t tags_dropped_ = 0;
   char scratch_[4096];  // where dropped tag messages go (truncated)
 };

@@ -1,22 +1,27 @@
 """ftrun-bench scale runs the real coordinator against a small simulated
-fleet: every version saved is committed, a silent node is noticed and
-recovered from (a spare takes it, every node gets the new epoch's start),
-and a bad flag is refused naming it. No timing is asserted (the figures are
-in docs/benchmarks.md)."""
+fleet, in-process (calibrated against UCX) and over UCX (the coordinator in
+a process of its own): every version saved is committed, a silent node is
+noticed and recovered from (a spare takes it, every node gets the new
+epoch's start), and a bad flag is refused naming it. No timing is asserted
+(the figures are in docs/benchmarks.md)."""
 import json
 import os
 import subprocess
+
+import pytest
 
 from ftrun_testlib import BUILD
 
 BENCH = os.path.join(BUILD, "ftrun-bench")
 
 
-def test_small_fleet_commits_and_recovers(check, scratch):
+@pytest.mark.parametrize("transport", ["inprocess", "ucx"])
+def test_small_fleet_commits_and_recovers(check, scratch, transport):
     out = os.path.join(scratch("ftrun-scale-"), "scale.json")
     p = subprocess.run([BENCH, "scale", "--nodes", "24", "--ranks-per-node", "4", "--seconds", "3",
-                        "--heartbeat-ms", "50", "--misses", "4", "--json", out],
-                       capture_output=True, text=True, timeout=120)
+                        "--heartbeat-ms", "50", "--misses", "4", "--transport", transport,
+                        "--calibrate-nodes", "12", "--json", out],
+                       capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, f"ftrun-bench scale exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     with open(out) as f:
         result = json.load(f)
@@ -29,9 +34,18 @@ def test_small_fleet_commits_and_recovers(check, scratch):
     # Noticed no earlier than the heartbeat timeout after its last message.
     check(figures["silent_detect_over_timeout_ms"] >= 0, f"noticed before its timeout: {figures}")
     check(figures["recovery_orders_ms"] >= figures["halt_delivered_ms"] >= 0, f"orders after halts: {figures}")
+    check(figures["coordinator_cpu_cores"] > 0, f"the coordinator's CPU was measured: {figures}")
+    if transport == "inprocess":
+        # Priced from the same fleet over UCX and in-process.
+        check(details["ucx_calibration"]["nodes"] == 12, f"calibration: {details.get('ucx_calibration')}")
+        check(figures["coordinator_cpu_cores_with_ucx"] >= figures["coordinator_cpu_cores"], f"{figures}")
+    else:
+        check(details["transport"].startswith("ucx"), details["transport"])
 
 
 def test_bad_flags_are_refused(check):
     p = subprocess.run([BENCH, "scale", "--nodes", "1"], capture_output=True, text=True, timeout=30)
     check(p.returncode == 2, f"exit {p.returncode}")
     check("--nodes >= 2" in p.stderr, p.stderr)
+    p = subprocess.run([BENCH, "scale", "--transport", "tcp"], capture_output=True, text=True, timeout=30)
+    check(p.returncode != 0 and "--transport" in p.stdout + p.stderr, p.stdout + p.stderr)

@@ -77,3 +77,21 @@ TEST_CASE("session frames: a bulk header opens only for its session, direction a
   Link other;
   CHECK_FALSE(other.acceptor.OpenBulk(h, 4096));
 }
+
+TEST_CASE("keyed MAC: HMAC-SHA256 (RFC 4231), the same on every use of one key set-up", "[security][transport]") {
+  auto hex = [](const std::string& s) {
+    static const char* d = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : s) out += {d[c >> 4], d[c & 15]};
+    return out;
+  };
+  // RFC 4231 test case 2.
+  const std::string want = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843";
+  KeyedMac mac("Jefe");
+  CHECK(hex(mac.Of({"what do ya want for nothing?"})) == want);
+  CHECK(hex(mac.Of({"what do ya ", "want for ", "nothing?"})) == want);  // pieces, and again on the same set-up
+  CHECK(hex(mac.Of({"what do ya want for nothing!"})) != want);
+  CHECK(hex(mac.Of({"what do ya want for nothing?"})) == want);  // a different MAC in between changes nothing
+  KeyedMac other("Jeff");
+  CHECK(hex(other.Of({"what do ya want for nothing?"})) != want);
+}
