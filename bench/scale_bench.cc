@@ -57,7 +57,7 @@ struct ScaleParams {
   int misses = 10;
   uint64_t seed = 1;
   bool over_ucx = false;
-  bool silent_node = true;  // after the steady phase, one node goes silent and is replaced
+  bool failures = true;  // after the steady phase, one node goes silent, then another dies; spares take them
 };
 
 struct ScaleRun {
@@ -65,7 +65,8 @@ struct ScaleRun {
   uint64_t versions = 0;
   std::vector<double> latencies;  // ms, per committed version
   int uncommitted = 0;
-  double detect_over_timeout_ms = 0, halt_ms = 0, orders_ms = 0;
+  double detect_over_timeout_ms = 0, halt_ms = 0, orders_ms = 0;  // the silent node, from its notice
+  double dead_noticed_ms = 0, dead_orders_ms = 0;                 // the dead node, from its death
   uint64_t recovery_epochs = 0;
 };
 
@@ -135,7 +136,7 @@ Status Measure(const ScaleParams& p, ScaleRun* out) {
     if (it != fleet.last_report.end()) out->latencies.push_back(Ms(at - it->second));
   }
   out->uncommitted = static_cast<int>(out->versions) - static_cast<int>(out->latencies.size());
-  if (!p.silent_node) return Status::Ok();
+  if (!p.failures) return Status::Ok();
 
   // A node goes silent: noticed after the heartbeat timeout; every agent is
   // halted, a spare takes the node, every node gets the new epoch's start.
@@ -146,7 +147,6 @@ Status Measure(const ScaleParams& p, ScaleRun* out) {
                                [&] { return fleet.all_started.rbegin()->first > epoch; });
   if (!recovered || fleet.first_halt.upper_bound(epoch) == fleet.first_halt.end())
     return Status::Timeout("the silent node's recovery did not finish within 60 s of the timeout");
-  coordinator_process.Stop();  // before the agents' transports close (it would log their losses)
   // Noticed: the first halt of the recovery (the epochs after `epoch`;
   // placing the spare may take a second one) against the victim's last
   // message plus the timeout. Orders: from then until every node's start.
@@ -156,6 +156,20 @@ Status Measure(const ScaleParams& p, ScaleRun* out) {
   out->halt_ms = halted == fleet.all_halted.end() ? -1 : Ms(halted->second - noticed->second);
   out->orders_ms = Ms(fleet.all_started.rbegin()->second - noticed->second);
   out->recovery_epochs = fleet.all_started.rbegin()->first - epoch;
+
+  // Another node dies (its connection closes): seen at once, not after a
+  // timeout; the second spare takes it.
+  const uint64_t before_kill = fleet.all_started.rbegin()->first;
+  const SimTime killed = SimClock::now();
+  fleet.Kill(p.nodes / 4);
+  const bool replaced = Drive(&fleet, p.heartbeat, killed + std::chrono::seconds(60),
+                              [&] { return fleet.all_started.rbegin()->first > before_kill; });
+  const auto kill_halt = fleet.first_halt.upper_bound(before_kill);
+  if (!replaced || kill_halt == fleet.first_halt.end())
+    return Status::Timeout("the dead node's recovery did not finish within 60 s");
+  coordinator_process.Stop();  // before the agents' transports close (it would log their losses)
+  out->dead_noticed_ms = Ms(kill_halt->second - killed);
+  out->dead_orders_ms = Ms(fleet.all_started.rbegin()->second - killed);
   return Status::Ok();
 }
 
@@ -164,7 +178,7 @@ Status Measure(const ScaleParams& p, ScaleRun* out) {
 Status CalibrateUcx(ScaleParams p, int nodes, double* per_message, nlohmann::json* details) {
   p.nodes = nodes;
   p.seconds = std::min(p.seconds, 10);
-  p.silent_node = false;
+  p.failures = false;
   ScaleRun ucx, in_process;
   p.over_ucx = true;
   FTRUN_RETURN_IF_ERROR(Measure(p, &ucx));
@@ -201,10 +215,11 @@ int RunScale(int argc, char** argv, Result* r) {
   app.add_option("--calibrate-nodes", calibrate_nodes,
                  "in-process runs: the fleet size run over UCX and in-process to price a message; 0: none");
   CLI11_PARSE(app, argc, argv);
-  if (p.nodes < 2 || p.ranks_per_node < 1 || p.spares < 1 || p.seconds < 2 || heartbeat_ms < 1 || p.misses < 1 ||
+  if (p.nodes < 4 || p.ranks_per_node < 1 || p.spares < 2 || p.seconds < 2 || heartbeat_ms < 1 || p.misses < 1 ||
       calibrate_nodes < 0 || calibrate_nodes == 1) {
     std::fprintf(stderr,
-                 "ftrun-bench scale: needs --nodes >= 2, --spares >= 1, --seconds >= 2, --calibrate-nodes 0 or >= 2, "
+                 "ftrun-bench scale: needs --nodes >= 4, --spares >= 2 (a silent node, then a dead one), --seconds >= "
+                 "2, --calibrate-nodes 0 or >= 2, "
                  "and positive --ranks-per-node, --heartbeat-ms, --misses\n");
     return 2;
   }
@@ -242,6 +257,9 @@ int RunScale(int argc, char** argv, Result* r) {
       {"silent_detect_over_timeout_ms", run.detect_over_timeout_ms, "ms", "<= 200", run.detect_over_timeout_ms <= 200});
   r->figures.push_back({"halt_delivered_ms", run.halt_ms, "ms", "", true});
   r->figures.push_back({"recovery_orders_ms", run.orders_ms, "ms", target("<= 500"), !big || run.orders_ms <= 500});
+  r->figures.push_back({"dead_node_noticed_ms", run.dead_noticed_ms, "ms", "", true});
+  r->figures.push_back(
+      {"dead_node_orders_ms", run.dead_orders_ms, "ms", target("<= 500"), !big || run.dead_orders_ms <= 500});
   r->figures.push_back({"versions_uncommitted", static_cast<double>(run.uncommitted), "", "0", run.uncommitted == 0});
   r->details = {{"nodes", p.nodes},
                 {"ranks_per_node", p.ranks_per_node},

@@ -56,7 +56,11 @@ void CoordinatorThread::Run() {
   while (!stop_) {
     std::vector<Envelope> batch = inbox_->Take(next_tick);
     for (const Envelope& e : batch) {
-      if (e.peer != 0) coordinator_.OnMessage(e.peer, e.type, e.payload, SimClock::now());
+      if (e.peer == 0) continue;
+      if (e.type == kConnectionClosed)
+        coordinator_.OnPeerDown(e.peer, "connection closed", SimClock::now());
+      else
+        coordinator_.OnMessage(e.peer, e.type, e.payload, SimClock::now());
     }
     in_ += batch.size();
     const SimTime now = SimClock::now();
@@ -139,10 +143,25 @@ PeerId Fleet::Silence(int slot) {
     if (a.slot == slot && !a.silent) {
       a.silent = true;
       silent_++;
+      live_in_slots_ = -1;
       return a.id;
     }
   }
   return 0;
+}
+
+PeerId Fleet::Kill(int slot) {
+  const PeerId id = Silence(slot);
+  if (id != 0) to_coordinator_->Push({id, kConnectionClosed, {}});
+  return id;
+}
+
+int Fleet::LiveInSlots() {
+  if (live_in_slots_ < 0) {
+    live_in_slots_ = 0;
+    for (const Agent& a : agents_) live_in_slots_ += a.slot >= 0 && !a.silent;
+  }
+  return live_in_slots_;
 }
 
 void Fleet::Pump(SimTime until) {
@@ -165,6 +184,7 @@ void Fleet::Handle(Agent& a, const Envelope& e, std::vector<Envelope>* replies) 
     case ClusterMsg::kAssign: {
       AssignMsg m;
       if (Decode(e.payload, &m).ok()) a.slot = m.slot;
+      live_in_slots_ = -1;
       break;
     }
     case ClusterMsg::kMembership: {
@@ -186,10 +206,15 @@ void Fleet::Handle(Agent& a, const Envelope& e, std::vector<Envelope>* replies) 
       HaltMsg m;
       if (!Decode(e.payload, &m).ok()) break;
       a.epoch = m.epoch;
-      if (a.halted_in != m.epoch) {
+      if (a.halted_in != m.epoch && a.slot >= 0) {
         a.halted_in = m.epoch;
-        if (halted_[m.epoch]++ == 0) first_halt[m.epoch] = now;
-        if (halted_[m.epoch] == nodes_ - silent_) all_halted[m.epoch] = now;  // (every node but the silent)
+        // Every node that is not silent, counted at the first halt (a spare
+        // may take the lost node's slot before the last halt lands).
+        if (halted_[m.epoch]++ == 0) {
+          first_halt[m.epoch] = now;
+          halts_due_[m.epoch] = LiveInSlots();
+        }
+        if (halted_[m.epoch] == halts_due_[m.epoch]) all_halted[m.epoch] = now;
       }
       reply(ClusterMsg::kHalted, Encode(HaltedMsg{m.epoch}));
       break;

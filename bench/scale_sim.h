@@ -25,6 +25,10 @@ namespace ftrun::bench {
 using SimClock = std::chrono::steady_clock;
 using SimTime = SimClock::time_point;
 
+// An envelope of this type to the coordinator is not a message: the
+// agent's connection closed (the in-process transport's kPeerDown).
+inline constexpr uint16_t kConnectionClosed = 0xffff;
+
 struct Envelope {
   PeerId peer = 0;  // the agent it is from, or to
   uint16_t type = 0;
@@ -89,6 +93,9 @@ class Fleet {
   void Save(uint64_t v);
   // The agent holding `slot` sends nothing from now on; returns its id.
   PeerId Silence(int slot);
+  // The agent holding `slot` dies: silent, and its connection closes (the
+  // transport tells the coordinator at once); returns its id.
+  PeerId Kill(int slot);
 
   int agents() const { return static_cast<int>(agents_.size()); }
   // When agent `id` last sent anything.
@@ -121,8 +128,11 @@ class Fleet {
   std::mt19937_64 rng_;
   std::vector<Agent> agents_;  // index id - 1
   int silent_ = 0;
+  int LiveInSlots();                          // agents holding a slot that are not silent
+  int live_in_slots_ = -1;                    // its cache (-1: to count again)
   std::map<uint64_t, int> commits_;           // version -> agents that received its commit
   std::map<uint64_t, int> halted_, started_;  // epoch -> agents that received its halt, its start
+  std::map<uint64_t, int> halts_due_;         // epoch -> nodes to halt (not silent, at its first halt)
 };
 
 }  // namespace ftrun::bench

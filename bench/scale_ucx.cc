@@ -221,7 +221,10 @@ Status UcxFleetLink::Start(int agents, const std::string& secret, const std::str
 void UcxFleetLink::SendLoop() {
   while (!stop_) {
     for (Envelope& e : to_coordinator_->Take(SimClock::now() + milliseconds(100))) {
-      if (e.peer >= 1 && e.peer <= transports_.size())
+      if (e.peer < 1 || e.peer > transports_.size()) continue;
+      if (e.type == kConnectionClosed)
+        transports_[e.peer - 1]->Disconnect(kCoordinatorPeer);  // the coordinator's endpoint sees it close
+      else
         transports_[e.peer - 1]->Send(kCoordinatorPeer, e.type, std::move(e.payload));
     }
   }

@@ -78,6 +78,8 @@ Status Runner::Setup() {
   config_.agent.ranks_per_node = max_slots;
   FTRUN_RETURN_IF_ERROR(ValidateConfig(config_));
   FTRUN_RETURN_IF_ERROR(ValidateClusterConfig(config_, static_cast<int>(nodes_.size())));
+  if (std::string advice = ClusterConfigAdvice(config_, static_cast<int>(nodes_.size())); !advice.empty())
+    FTRUN_LOG_WARN("{}", advice);
   if (nodes_.size() == 1 && config_.cluster.replicas > 0) {
     FTRUN_LOG_INFO("one node: no peer to copy snapshots to (cluster.replicas ignored)");
     config_.cluster.replicas = 0;

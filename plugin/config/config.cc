@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <set>
 #include <string>
@@ -206,6 +208,26 @@ Status ValidateClusterConfig(const Config& c, int num_nodes) {
                      "writes the committed versions that are multiples of it, so that they complete on disk together");
   }
   return Status::Ok();
+}
+
+std::string ClusterConfigAdvice(const Config& c, int num_nodes) {
+  constexpr int kBigJob = 1024;
+  constexpr std::chrono::milliseconds kBigJobInterval{500};
+  const ClusterConfig& k = c.cluster;
+  if (num_nodes < kBigJob || k.heartbeat_interval >= kBigJobInterval) return {};
+  const auto timeout = k.heartbeat_interval * k.heartbeat_misses;
+  const long misses = std::max<long>(1, static_cast<long>(timeout / kBigJobInterval));
+  const long per_second = static_cast<long>(num_nodes * 1000 / k.heartbeat_interval.count());
+  char fewer[32];
+  std::snprintf(fewer, sizeof(fewer), "%.1f",
+                static_cast<double>(kBigJobInterval.count()) / static_cast<double>(k.heartbeat_interval.count()));
+  return "cluster.heartbeat_interval " + std::to_string(k.heartbeat_interval.count()) + "ms at " +
+         std::to_string(num_nodes) + " nodes: up to " + std::to_string(per_second) +
+         " heartbeats a second each way at the coordinator, most of its messages; cluster.heartbeat_interval: "
+         "500ms with cluster.heartbeat_misses: " +
+         std::to_string(misses) + " notices a lost node after " + std::to_string((kBigJobInterval * misses).count()) +
+         " ms (now " + std::to_string(timeout.count()) + " ms) with " + fewer +
+         "x fewer heartbeats (docs/benchmarks.md, scale)";
 }
 
 }  // namespace ftrun

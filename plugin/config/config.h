@@ -165,4 +165,9 @@ Status ValidateConfig(const Config& config);
 // that holds the node's own snapshots and the copies it keeps for others.
 Status ValidateClusterConfig(const Config& config, int num_nodes);
 
+// Advice on a valid config that will cost a big job (empty when none): at
+// thousands of nodes, heartbeats under 500 ms are most of the coordinator's
+// messages, and a longer interval with fewer misses keeps the same timeout.
+std::string ClusterConfigAdvice(const Config& config, int num_nodes);
+
 }  // namespace ftrun

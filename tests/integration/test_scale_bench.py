@@ -2,8 +2,8 @@
 fleet, in-process (calibrated against UCX) and over UCX (the coordinator in
 a process of its own): every version saved is committed, a silent node is
 noticed and recovered from (a spare takes it, every node gets the new
-epoch's start), and a bad flag is refused naming it. No timing is asserted
-(the figures are in docs/benchmarks.md)."""
+epoch's start), then a dead one, and a bad flag is refused naming it. No
+timing is asserted (the figures are in docs/benchmarks.md)."""
 import json
 import os
 import subprocess
@@ -34,6 +34,8 @@ def test_small_fleet_commits_and_recovers(check, scratch, transport):
     # Noticed no earlier than the heartbeat timeout after its last message.
     check(figures["silent_detect_over_timeout_ms"] >= 0, f"noticed before its timeout: {figures}")
     check(figures["recovery_orders_ms"] >= figures["halt_delivered_ms"] >= 0, f"orders after halts: {figures}")
+    check(figures["dead_node_orders_ms"] >= figures["dead_node_noticed_ms"] >= 0, f"the dead node: {figures}")
+    check(details["recovery_epochs"] >= 1 and figures["dead_node_orders_ms"] > 0, f"{figures}")
     check(figures["coordinator_cpu_cores"] > 0, f"the coordinator's CPU was measured: {figures}")
     if transport == "inprocess":
         # Priced from the same fleet over UCX and in-process.
@@ -46,6 +48,6 @@ def test_small_fleet_commits_and_recovers(check, scratch, transport):
 def test_bad_flags_are_refused(check):
     p = subprocess.run([BENCH, "scale", "--nodes", "1"], capture_output=True, text=True, timeout=30)
     check(p.returncode == 2, f"exit {p.returncode}")
-    check("--nodes >= 2" in p.stderr, p.stderr)
+    check("--nodes >= 4" in p.stderr, p.stderr)
     p = subprocess.run([BENCH, "scale", "--transport", "tcp"], capture_output=True, text=True, timeout=30)
     check(p.returncode != 0 and "--transport" in p.stdout + p.stderr, p.stdout + p.stderr)

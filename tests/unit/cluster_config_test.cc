@@ -60,4 +60,19 @@ TEST_CASE("cluster config: a persist dir on several nodes needs persist.every_ve
   REQUIRE(ValidateClusterConfig(c, 2).ok());
 }
 
+TEST_CASE("cluster config: advice for a big job's heartbeats, none for a small one or a long interval", "[config]") {
+  Config c = DefaultConfig();  // 200 ms x 10 misses
+  CHECK(ClusterConfigAdvice(c, 64).empty());
+  const std::string advice = ClusterConfigAdvice(c, 4096);
+  CHECK_THAT(advice, Catch::Contains("cluster.heartbeat_interval 200ms at 4096 nodes"));
+  CHECK_THAT(advice, Catch::Contains("up to 20480 heartbeats a second"));
+  CHECK_THAT(advice, Catch::Contains("cluster.heartbeat_misses: 4 notices a lost node after 2000 ms (now 2000 ms)"));
+  CHECK_THAT(advice, Catch::Contains("2.5x fewer"));
+  c.cluster.heartbeat_interval = std::chrono::milliseconds(100);
+  c.cluster.heartbeat_misses = 3;  // a 300 ms timeout: the advice keeps one miss at least
+  CHECK_THAT(ClusterConfigAdvice(c, 2048), Catch::Contains("misses: 1 notices a lost node after 500 ms (now 300 ms)"));
+  c.cluster.heartbeat_interval = std::chrono::milliseconds(500);
+  CHECK(ClusterConfigAdvice(c, 4096).empty());
+}
+
 }  // namespace ftrun
