@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "plugin/common/bytes.h"
 #include "recovery/coordinator_json.h"
 
 namespace ftrun::bench {
@@ -188,18 +187,10 @@ void Fleet::Handle(Agent& a, const Envelope& e, std::vector<Envelope>* replies) 
       break;
     }
     case ClusterMsg::kMembership: {
-      // A real agent decodes its own; one thread decoding thousands of
-      // members lists would be the simulation's cost, not the coordinator's:
-      // the lists a slot holds never change, so only its first is decoded.
-      ByteReader r(e.payload);
-      const uint64_t epoch = r.Get<uint64_t>();
-      if (!r.ok()) break;
-      a.epoch = epoch;
       MembershipMsg m;
-      if (a.slot >= 0 && a.held_for != a.slot && Decode(e.payload, &m).ok()) {
-        a.held_slots = m.held_slots;
-        a.held_for = a.slot;
-      }
+      if (!Decode(e.payload, &m).ok()) break;
+      a.epoch = m.epoch;
+      a.held_slots = m.held_slots;
       break;
     }
     case ClusterMsg::kHalt: {

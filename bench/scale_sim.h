@@ -113,7 +113,6 @@ class Fleet {
     int slot = -1;
     uint64_t epoch = 0;
     std::vector<int32_t> held_slots;
-    int held_for = -1;  // the slot held_slots were decoded for
     bool silent = false;
     uint64_t halted_in = ~0ull, started_in = ~0ull;  // the epochs it last had a halt and a start in (none yet)
     SimTime last_sent{};

@@ -74,7 +74,7 @@ Status Decode(const std::string& payload, AssignMsg* m) {
   return CheckRead(r, AssignMsg::kType, payload.size());
 }
 
-std::string EncodeMembers(const MembershipMsg& m) {
+std::string Encode(const MembershipMsg& m) {
   ByteWriter w;
   w.Put<uint64_t>(m.epoch);
   w.Put<uint32_t>(static_cast<uint32_t>(m.members.size()));
@@ -85,23 +85,12 @@ std::string EncodeMembers(const MembershipMsg& m) {
     w.Put<int32_t>(x.first_rank);
     w.Put<int32_t>(x.ranks);
   }
+  w.Put<uint32_t>(static_cast<uint32_t>(m.my_holders.size()));
+  for (uint32_t h : m.my_holders) w.Put<uint32_t>(h);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.held_slots.size()));
+  for (int32_t s : m.held_slots) w.Put<int32_t>(s);
   return w.Take();
 }
-
-std::string EncodeMembership(const std::string& members, const std::vector<uint32_t>& my_holders,
-                             const std::vector<int32_t>& held_slots) {
-  ByteWriter w;
-  w.Put<uint32_t>(static_cast<uint32_t>(my_holders.size()));
-  for (uint32_t h : my_holders) w.Put<uint32_t>(h);
-  w.Put<uint32_t>(static_cast<uint32_t>(held_slots.size()));
-  for (int32_t s : held_slots) w.Put<int32_t>(s);
-  std::string out;
-  out.reserve(members.size() + w.data().size());
-  out.append(members).append(w.data());
-  return out;
-}
-
-std::string Encode(const MembershipMsg& m) { return EncodeMembership(EncodeMembers(m), m.my_holders, m.held_slots); }
 
 Status Decode(const std::string& payload, MembershipMsg* m) {
   ByteReader r(payload);

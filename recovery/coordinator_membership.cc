@@ -158,30 +158,41 @@ void Coordinator::AssignReplacements(Time now) {
   }
 }
 
+// Each agent gets the members it deals with (MembershipMsg): itself, its
+// holders (it copies to them; a replacement pulls from them) and the agents
+// of the slots it holds (they copy to it, and pull from it).
 void Coordinator::BroadcastMembership() {
-  MembershipMsg m;
-  m.epoch = epoch_;
-  for (auto& [id, a] : agents_) {
-    if (!a.alive) continue;
+  auto member = [&](PeerId id, const AgentInfo& a) {
     MemberInfo x{id, a.slot, a.address};
     if (a.slot >= 0) {
       x.first_rank = FirstRank(a.slot);
       x.ranks = o_.ranks_per_slot[static_cast<size_t>(a.slot)];
     }
-    m.members.push_back(x);
-  }
-  const std::string members = EncodeMembers(m);  // the same for every agent: encoded once
-  const std::vector<int32_t> none;
+    return x;
+  };
   for (auto& [id, a] : agents_) {
     if (!a.alive) continue;
-    std::vector<uint32_t> my_holders;
+    MembershipMsg m;
+    m.epoch = epoch_;
+    m.members.push_back(member(id, a));
+    auto add = [&](const AgentInfo* x) {
+      if (x == nullptr) return;
+      for (const MemberInfo& known : m.members) {
+        if (known.agent == x->id) return;
+      }
+      m.members.push_back(member(x->id, *x));
+    };
     if (a.slot >= 0) {
       for (int h : placement_[static_cast<size_t>(a.slot)]) {
-        if (AgentInfo* x = SlotAgent(h)) my_holders.push_back(x->id);
+        if (AgentInfo* x = SlotAgent(h)) {
+          m.my_holders.push_back(x->id);
+          add(x);
+        }
       }
+      m.held_slots = held_slots_[static_cast<size_t>(a.slot)];
+      for (int32_t s : m.held_slots) add(SlotAgent(s));
     }
-    Deliver(id, MembershipMsg::kType,
-            EncodeMembership(members, my_holders, a.slot >= 0 ? held_slots_[static_cast<size_t>(a.slot)] : none));
+    Deliver(id, MembershipMsg::kType, Encode(m));
   }
 }
 

@@ -40,6 +40,7 @@ KeyedMac::KeyedMac(std::string_view key) {
 }
 
 std::string KeyedMac::Of(std::initializer_list<std::string_view> parts) {
+  if (ctx_ == nullptr) throw std::logic_error("a MAC asked of a KeyedMac with no key");
   std::string out(kMacBytes, '\0');
   size_t len = 0;
   // A null key starts a new MAC under the key already set (OpenSSL 3's HMAC).

@@ -1,11 +1,12 @@
 // The coordinator with many ranks: commits decided as copies arrive in any
 // order (the count of ranks at full redundancy only filters the exact
-// check, never replaces it), and the membership broadcast encoded in two
-// parts reads back as the whole message.
+// check, never replaces it), and each agent's membership naming only the
+// members it deals with.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <random>
+#include <set>
 
 #include "recovery/coordinator.h"
 
@@ -98,7 +99,8 @@ TEST_CASE("coordinator: copies voided by a re-registration never complete a comm
   REQUIRE(job.c->epoch() > epoch);
 }
 
-TEST_CASE("coordinator: the membership broadcast reads back whole for every agent", "[coordinator]") {
+TEST_CASE("coordinator: each agent's membership names the members it deals with, and reads back whole",
+          "[coordinator]") {
   Job job;
   std::map<PeerId, MembershipMsg> got;
   for (const auto& [to, type, payload] : job.out.sent) {
@@ -106,18 +108,31 @@ TEST_CASE("coordinator: the membership broadcast reads back whole for every agen
     MembershipMsg m;
     REQUIRE(Decode(payload, &m).ok());
     REQUIRE(Encode(m) == payload);
-    REQUIRE(m.members.size() == static_cast<size_t>(kNodes));
     got[to] = m;
   }
   REQUIRE(got.size() == static_cast<size_t>(kNodes));
-  // Agent a holds slot a; each slot has one holder, another node, which
-  // lists the slot among those it holds: each agent got its own lists.
+  // Agent a runs slot a (address 10.0.0.a); each slot has one holder,
+  // another node, which lists the slot among those it holds.
   for (const auto& [a, m] : got) {
     REQUIRE(m.my_holders.size() == 1);
     const PeerId h = m.my_holders[0];
     CHECK(h != a);
     const auto& held = got.at(h).held_slots;
     CHECK(std::count(held.begin(), held.end(), static_cast<int32_t>(a)) == 1);
+    // Members: itself, its holder, the agents of the slots it holds; no one
+    // else (the whole list to every agent was N^2 bytes at a change).
+    std::set<PeerId> want = {a, h};
+    for (int32_t s : m.held_slots) want.insert(static_cast<PeerId>(s));
+    std::set<PeerId> named;
+    for (const MemberInfo& x : m.members) {
+      named.insert(x.agent);
+      CHECK(x.slot == static_cast<int32_t>(x.agent));
+      CHECK(x.address == "10.0.0." + std::to_string(x.agent) + ":7000");
+      CHECK(x.first_rank == x.slot * kRanks);
+      CHECK(x.ranks == kRanks);
+    }
+    CHECK(named == want);
+    CHECK(m.members.size() == want.size());  // each once
   }
 }
 
