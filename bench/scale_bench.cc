@@ -136,7 +136,10 @@ Status Measure(const ScaleParams& p, ScaleRun* out) {
     if (it != fleet.last_report.end()) out->latencies.push_back(Ms(at - it->second));
   }
   out->uncommitted = static_cast<int>(out->versions) - static_cast<int>(out->latencies.size());
-  if (!p.failures) return Status::Ok();
+  if (!p.failures) {
+    coordinator_process.Stop();  // before the agents' transports close (it would log their losses)
+    return Status::Ok();
+  }
 
   // A node goes silent: noticed after the heartbeat timeout; every agent is
   // halted, a spare takes the node, every node gets the new epoch's start.

@@ -120,6 +120,7 @@ class Fleet {
   void Handle(Agent& a, const Envelope& e, std::vector<Envelope>* replies);
   std::vector<RankVersion> RanksAt(int slot, uint64_t v) const;
   void Flush(std::vector<Envelope>* replies);
+  int LiveInSlots();  // agents holding a slot that are not silent
 
   int nodes_, ranks_per_node_;
   Mailbox* inbox_;
@@ -127,8 +128,7 @@ class Fleet {
   std::mt19937_64 rng_;
   std::vector<Agent> agents_;  // index id - 1
   int silent_ = 0;
-  int LiveInSlots();                          // agents holding a slot that are not silent
-  int live_in_slots_ = -1;                    // its cache (-1: to count again)
+  int live_in_slots_ = -1;                    // LiveInSlots' count (-1: to count again)
   std::map<uint64_t, int> commits_;           // version -> agents that received its commit
   std::map<uint64_t, int> halted_, started_;  // epoch -> agents that received its halt, its start
   std::map<uint64_t, int> halts_due_;         // epoch -> nodes to halt (not silent, at its first halt)

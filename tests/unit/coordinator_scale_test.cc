@@ -79,6 +79,24 @@ TEST_CASE("coordinator: 512 ranks' copies in any order commit exactly at the las
   CHECK(job.out.Count(ClusterMsg::kCommit) == 5 * kNodes);
 }
 
+TEST_CASE("coordinator: the status view counts each rank's live copies of the committed version", "[coordinator]") {
+  Job job;
+  std::mt19937 rng(3);
+  for (const auto& [agent, slot] : Reports(&rng)) job.Held(agent, slot, 1);
+  REQUIRE(job.c->committed() == 1u);
+  CoordinatorView v = job.c->View();
+  REQUIRE(v.committed_copies.size() == static_cast<size_t>(kNodes * kRanks));
+  CHECK(std::count(v.committed_copies.begin(), v.committed_copies.end(), 2) == kNodes * kRanks);
+  // Agent 7 dies: its own ranks (slot 7) and the ones it holds (slot 6,
+  // held by the next node) each lose a copy; no other rank does.
+  job.c->OnPeerDown(7, "killed", job.now);
+  v = job.c->View();
+  for (int r = 0; r < kNodes * kRanks; ++r) {
+    const int slot = r / kRanks;
+    CHECK(v.committed_copies[static_cast<size_t>(r)] == (slot == 6 || slot == 7 ? 1 : 2));
+  }
+}
+
 TEST_CASE("coordinator: copies voided by a re-registration never complete a commit", "[coordinator]") {
   Job job;
   std::mt19937 rng(11);
