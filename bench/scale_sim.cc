@@ -50,10 +50,23 @@ void CoordinatorThread::Send(PeerId to, ClusterMsg type, std::string payload) {
   outgoing_.push_back({to, static_cast<uint16_t>(type), std::move(payload)});
 }
 
+void RunnerTimers::Run(SimTime now) {
+  if (now >= next_tick_) {
+    c_->Tick(now);
+    next_tick_ = now + milliseconds(20);  // the runner's loop period
+  }
+  if (now >= next_status_) {
+    // The runner writes status.json (and the metrics) from this view.
+    const std::string status = StatusJson(c_->View()).dump(2);
+    next_status_ = now + milliseconds(200);
+    (void)status;
+  }
+}
+
 void CoordinatorThread::Run() {
-  SimTime next_tick = SimClock::now(), next_status = next_tick;
+  RunnerTimers timers(&coordinator_);
   while (!stop_) {
-    std::vector<Envelope> batch = inbox_->Take(next_tick);
+    std::vector<Envelope> batch = inbox_->Take(timers.next_tick());
     for (const Envelope& e : batch) {
       if (e.peer == 0) continue;
       if (e.type == kConnectionClosed)
@@ -62,17 +75,7 @@ void CoordinatorThread::Run() {
         coordinator_.OnMessage(e.peer, e.type, e.payload, SimClock::now());
     }
     in_ += batch.size();
-    const SimTime now = SimClock::now();
-    if (now >= next_tick) {
-      coordinator_.Tick(now);
-      next_tick = now + milliseconds(20);  // the runner's loop period
-    }
-    if (now >= next_status) {
-      // The runner writes status.json (and the metrics) from this view.
-      const std::string status = StatusJson(coordinator_.View()).dump(2);
-      next_status = now + milliseconds(200);
-      (void)status;
-    }
+    timers.Run(SimClock::now());
     out_ += outgoing_.size();
     to_agents_->PushAll(&outgoing_);
     timespec ts{};

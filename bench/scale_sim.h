@@ -50,6 +50,22 @@ class Mailbox {
   std::vector<Envelope> q_;
 };
 
+// What the runner's loop does around its coordinator besides messages
+// (runner.cc Loop): Tick every 20 ms, and the status view (status.json and
+// the metrics) every 200 ms. Both hosts of the benchmark run it.
+class RunnerTimers {
+ public:
+  explicit RunnerTimers(Coordinator* c) : c_(c) {}
+  // Runs what is due at `now`.
+  void Run(SimTime now);
+  // When the next Tick is due (a host waits for messages until then).
+  SimTime next_tick() const { return next_tick_; }
+
+ private:
+  Coordinator* c_;
+  SimTime next_tick_ = SimClock::now(), next_status_ = next_tick_;
+};
+
 class CoordinatorThread : public Coordinator::Outbox {
  public:
   CoordinatorThread(Coordinator::Options options, Mailbox* inbox, Mailbox* to_agents);

@@ -15,7 +15,6 @@
 
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
-#include "recovery/coordinator_json.h"
 
 namespace ftrun::bench {
 namespace {
@@ -59,8 +58,8 @@ class CountingOutbox : public Coordinator::Outbox {
 };
 
 // The coordinator's process: its loop is the runner's (runner.cc Loop):
-// transport events as they come, Tick every 20 ms, the status view every
-// 200 ms. A byte 'S' on `in_fd` asks for a sample; 'Q' or EOF ends it.
+// transport events as they come, then RunnerTimers. A byte 'S' on `in_fd`
+// asks for a sample; 'Q' or EOF ends it.
 [[noreturn]] void CoordinatorMain(Coordinator::Options options, const std::string& secret, int in_fd, int out_fd) {
   UcxTransportOptions t;
   t.self = kCoordinatorPeer;
@@ -72,10 +71,10 @@ class CountingOutbox : public Coordinator::Outbox {
   if (!s.ok()) ::_exit(3);
   CountingOutbox outbox(transport.get());
   Coordinator coordinator(std::move(options), &outbox);
+  RunnerTimers timers(&coordinator);
   uint64_t in = 0;
-  SimTime next_tick = SimClock::now(), next_status = next_tick;
   while (true) {
-    const auto wait = std::chrono::duration_cast<milliseconds>(next_tick - SimClock::now()).count() + 1;
+    const auto wait = std::chrono::duration_cast<milliseconds>(timers.next_tick() - SimClock::now()).count() + 1;
     pollfd p[2] = {{transport->event_fd(), POLLIN, 0}, {in_fd, POLLIN, 0}};
     ::poll(p, 2, static_cast<int>(std::max<int64_t>(wait, 0)));
     const SimTime now = SimClock::now();
@@ -89,15 +88,7 @@ class CountingOutbox : public Coordinator::Outbox {
         }
       }
     }
-    if (now >= next_tick) {
-      coordinator.Tick(now);
-      next_tick = now + milliseconds(20);
-    }
-    if (now >= next_status) {
-      const std::string status = StatusJson(coordinator.View()).dump(2);
-      next_status = now + milliseconds(200);
-      (void)status;
-    }
+    timers.Run(now);
     if (p[1].revents != 0) {
       char c = 0;
       if (::read(in_fd, &c, 1) != 1 || c != 'S') ::_exit(0);

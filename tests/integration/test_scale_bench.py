@@ -38,9 +38,11 @@ def test_small_fleet_commits_and_recovers(check, scratch, transport):
     check(details["recovery_epochs"] >= 1 and figures["dead_node_orders_ms"] > 0, f"{figures}")
     check(figures["coordinator_cpu_cores"] > 0, f"the coordinator's CPU was measured: {figures}")
     if transport == "inprocess":
-        # Priced from the same fleet over UCX and in-process.
-        check(details["ucx_calibration"]["nodes"] == 12, f"calibration: {details.get('ucx_calibration')}")
-        check(figures["coordinator_cpu_cores_with_ucx"] >= figures["coordinator_cpu_cores"], f"{figures}")
+        # Priced from the same fleet run over UCX (its coordinator's own
+        # process measured) and in-process.
+        cal = details["ucx_calibration"]
+        check(cal["nodes"] == 12, f"calibration: {cal}")
+        check(cal["messages_per_s"] > 0 and cal["cpu_cores_ucx"] > 0, f"the UCX fleet ran: {cal}")
     else:
         check(details["transport"].startswith("ucx"), details["transport"])
 
