@@ -225,6 +225,14 @@ std::string ClusterMsgName(uint16_t type) {
       return "pull-request";
     case ClusterMsg::kAbort:
       return "abort";
+    case ClusterMsg::kParityOffer:
+      return "parity-offer";
+    case ClusterMsg::kParityWant:
+      return "parity-want";
+    case ClusterMsg::kParityRefused:
+      return "parity-refused";
+    case ClusterMsg::kParityApplied:
+      return "parity-applied";
   }
   return "message " + std::to_string(type);
 }

@@ -1,0 +1,70 @@
+// The messages between the members of an erasure-coded group
+// (parity_exchange.h): a contributor offers one stripe fragment's deltas of
+// one version to a holder of one of that stripe's parity rows; the holder
+// posts a receive (kParityWant) or refuses (kParityRefused; need_full when
+// it holds no parity of the offer's base, so the contributor sends its
+// whole fragment, the delta from zeros); the bytes cross as one bulk
+// transfer; the holder answers kParityApplied once they are in its row.
+// Decoders check structure and bounds: the other side may be broken.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ftrun/status.h"
+#include "recovery/cluster_messages.h"
+
+namespace ftrun {
+
+struct ParityOfferMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kParityOffer;
+  // One offer's bytes at most (a contributor cuts a stripe's deltas into
+  // offers no larger): what a holder allocates for one.
+  static constexpr uint64_t kMaxBytes = 64ull << 20;
+
+  uint64_t xfer = 0;
+  uint64_t epoch = 0;
+  uint64_t version = 0;
+  std::optional<uint64_t> base;  // the deltas are since this version; none: since zeros
+  int32_t stripe = 0;
+  int32_t row = 0;                                     // the holder's parity row (its slot) in the stripe
+  int32_t fragment = 0;                                // the sender's data fragment in the stripe
+  bool last = false;                                   // the sender's last offer for this (version, stripe, row)
+  std::vector<std::pair<uint64_t, uint64_t>> extents;  // (offset in the slice, length), ascending, apart
+
+  uint64_t bytes() const;
+};
+
+struct ParityWantMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kParityWant;
+  uint64_t xfer = 0;
+  uint64_t tag = 0;
+};
+
+struct ParityRefusedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kParityRefused;
+  uint64_t xfer = 0;
+  bool need_full = false;
+  std::string message;
+};
+
+struct ParityAppliedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kParityApplied;
+  uint64_t xfer = 0;
+};
+
+std::string Encode(const ParityOfferMsg& m);
+std::string Encode(const ParityWantMsg& m);
+std::string Encode(const ParityRefusedMsg& m);
+std::string Encode(const ParityAppliedMsg& m);
+// An offer whose extents overlap, go backwards, overflow or add up to more
+// than kMaxBytes is Corruption, as is any malformed payload.
+Status Decode(const std::string& payload, ParityOfferMsg* m);
+Status Decode(const std::string& payload, ParityWantMsg* m);
+Status Decode(const std::string& payload, ParityRefusedMsg* m);
+Status Decode(const std::string& payload, ParityAppliedMsg* m);
+
+}  // namespace ftrun

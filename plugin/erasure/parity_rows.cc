@@ -1,0 +1,166 @@
+#include "plugin/erasure/parity_rows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_set>
+
+namespace ftrun {
+namespace {
+
+std::string BaseName(std::optional<uint64_t> base) { return base ? "version " + std::to_string(*base) : "zeros"; }
+
+}  // namespace
+
+ParityRows::ParityRows(const GroupCode* code, int member) : code_(code), member_(member) {}
+
+Status ParityRows::CanBuild(uint64_t version, std::optional<uint64_t> base) const {
+  auto it = versions_.find(version);
+  if (it != versions_.end()) {
+    if (it->second.complete) {
+      return Status::FailedPrecondition("parity of version " + std::to_string(version) + " is already complete");
+    }
+    if (it->second.base != base) {
+      return Status::FailedPrecondition("parity of version " + std::to_string(version) + " is being built from " +
+                                        BaseName(it->second.base) + ", not " + BaseName(base));
+    }
+    return Status::Ok();
+  }
+  if (base) {
+    auto b = versions_.find(*base);
+    if (b == versions_.end() || !b->second.complete || *base >= version) {
+      return Status::FailedPrecondition("no complete parity of " + BaseName(base) + " to build version " +
+                                        std::to_string(version) + " from");
+    }
+  }
+  return Status::Ok();
+}
+
+ParityRows::Version* ParityRows::Building(uint64_t version, std::optional<uint64_t> base) {
+  if (!CanBuild(version, base).ok()) return nullptr;
+  auto it = versions_.find(version);
+  if (it != versions_.end()) return &it->second;
+  Version v;
+  v.base = base;
+  if (base) {
+    v.rows = versions_.at(*base).rows;  // the blocks are shared until written
+  } else {
+    v.rows.resize(static_cast<size_t>(slots()));
+  }
+  for (Row& r : v.rows) r.done.clear();
+  return &versions_.emplace(version, std::move(v)).first->second;
+}
+
+uint8_t* ParityRows::Writable(Row* row, size_t b, uint64_t size) {
+  if (row->blocks.size() <= b) row->blocks.resize(b + 1);
+  Block& block = row->blocks[b];
+  if (!block) {
+    block = std::make_shared<std::vector<uint8_t>>(size, 0);
+  } else if (block.use_count() > 1) {
+    auto copy = std::make_shared<std::vector<uint8_t>>(*block);
+    block = std::move(copy);
+  }
+  if (block->size() < size) block->resize(size, 0);
+  return block->data();
+}
+
+Status ParityRows::Apply(uint64_t version, std::optional<uint64_t> base, int slot, const GroupCode::Place& at,
+                         const uint8_t* delta, uint64_t len) {
+  if (slot < 0 || slot >= slots())
+    return Status::InvalidArgument("parity slot " + std::to_string(slot) + " out of range");
+  if (at.fragment < 0 || at.fragment >= code_->data()) {
+    return Status::InvalidArgument("data fragment " + std::to_string(at.fragment) + " out of 0.." +
+                                   std::to_string(code_->data() - 1));
+  }
+  if (at.offset > kMaxRowBytes || len > kMaxRowBytes - at.offset) {
+    return Status::InvalidArgument("a delta at " + std::to_string(at.offset) + " of " + std::to_string(len) +
+                                   " bytes runs past the longest parity row (" + std::to_string(kMaxRowBytes) + ")");
+  }
+  Version* v = Building(version, base);
+  if (!v) return CanBuild(version, base);
+  Row& row = v->rows[static_cast<size_t>(slot)];
+  GroupCode::Place p = at;
+  p.stripe = StripeOf(slot);
+  for (uint64_t done = 0; done < len;) {
+    const uint64_t off = at.offset + done;
+    const size_t b = static_cast<size_t>(off / kBlock);
+    const uint64_t in = off % kBlock, n = std::min(len - done, kBlock - in);
+    uint8_t* out = Writable(&row, b, in + n);
+    code_->ApplyDelta(p, slot, delta + done, n, out + in);
+    done += n;
+  }
+  row.length = std::max(row.length, at.offset + len);
+  return Status::Ok();
+}
+
+bool ParityRows::Done(uint64_t version, std::optional<uint64_t> base, int slot, int fragment) {
+  Version* v = Building(version, base);
+  if (!v || slot < 0 || slot >= slots()) return false;
+  v->rows[static_cast<size_t>(slot)].done.insert(fragment);
+  for (const Row& r : v->rows) {
+    if (static_cast<int>(r.done.size()) < code_->data()) return false;
+  }
+  v->complete = true;
+  for (Row& r : v->rows) r.done.clear();
+  return true;
+}
+
+bool ParityRows::Complete(uint64_t version) const {
+  auto it = versions_.find(version);
+  return it != versions_.end() && it->second.complete;
+}
+
+std::optional<uint64_t> ParityRows::NewestComplete() const {
+  for (auto it = versions_.rbegin(); it != versions_.rend(); ++it) {
+    if (it->second.complete) return it->first;
+  }
+  return std::nullopt;
+}
+
+void ParityRows::Committed(uint64_t version) { versions_.erase(versions_.begin(), versions_.lower_bound(version)); }
+
+void ParityRows::DiscardAbove(std::optional<uint64_t> version) {
+  versions_.erase(version ? versions_.upper_bound(*version) : versions_.begin(), versions_.end());
+}
+
+uint64_t ParityRows::Length(uint64_t version, int slot) const {
+  auto it = versions_.find(version);
+  if (it == versions_.end() || slot < 0 || slot >= slots()) return 0;
+  return it->second.rows[static_cast<size_t>(slot)].length;
+}
+
+Status ParityRows::Read(uint64_t version, int slot, uint64_t offset, uint64_t len, uint8_t* out) const {
+  auto it = versions_.find(version);
+  if (it == versions_.end() || !it->second.complete) {
+    return Status::NotFound("no complete parity of version " + std::to_string(version));
+  }
+  if (slot < 0 || slot >= slots())
+    return Status::InvalidArgument("parity slot " + std::to_string(slot) + " out of range");
+  const Row& row = it->second.rows[static_cast<size_t>(slot)];
+  std::memset(out, 0, len);
+  for (uint64_t done = 0; done < len;) {
+    const uint64_t off = offset + done;
+    const size_t b = static_cast<size_t>(off / kBlock);
+    const uint64_t in = off % kBlock, n = std::min(len - done, kBlock - in);
+    if (b < row.blocks.size() && row.blocks[b] && in < row.blocks[b]->size()) {
+      std::memcpy(out + done, row.blocks[b]->data() + in, std::min<uint64_t>(n, row.blocks[b]->size() - in));
+    }
+    done += n;
+  }
+  return Status::Ok();
+}
+
+uint64_t ParityRows::memory_bytes() const {
+  std::unordered_set<const std::vector<uint8_t>*> seen;
+  uint64_t n = 0;
+  for (const auto& [version, v] : versions_) {
+    for (const Row& r : v.rows) {
+      for (const Block& b : r.blocks) {
+        if (b && seen.insert(b.get()).second) n += b->size();
+      }
+    }
+  }
+  return n;
+}
+
+}  // namespace ftrun

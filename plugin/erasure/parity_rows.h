@@ -1,0 +1,98 @@
+// ParityRows: the parity a member of an erasure-coded group holds, version
+// by version: in its slot i, parity row i of stripe
+// GroupCode::ParityStripes(member)[i] (group_code.h).
+//
+// A version is built from a base: a complete version this member holds (the
+// job's committed one), or zeros. Each of the stripe's `data` contributors
+// sends the deltas of its slice since the base (old XOR new; everything,
+// from zeros); applying them to a copy of the base's row gives the new
+// version's row, because the code is linear. A version is complete once
+// every contributor of every held row said it sent all its deltas (Done).
+// A rank's data is recoverable at a version only while its group's rows are
+// complete there, so the committed version's rows are kept until a newer
+// version commits (Committed).
+//
+// Rows are kept in blocks of kBlock bytes, shared between versions: a
+// version copies a block of its base only when a delta touches it, so the
+// memory and the work follow the change. A row is as long as the furthest
+// byte any contributor wrote (a stripe's fragments may differ in length).
+//
+// Not thread-safe: driven by the agent's event loop.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "ftrun/status.h"
+#include "plugin/erasure/group_code.h"
+
+namespace ftrun {
+
+class ParityRows {
+ public:
+  static constexpr uint64_t kBlock = 1ull << 20;
+  // The longest row a contributor may make (a hostile offer cannot make a
+  // member allocate more): 64 GiB, a 256 GiB node shard in 4 slices.
+  static constexpr uint64_t kMaxRowBytes = 64ull << 30;
+
+  // `code` outlives the rows.
+  ParityRows(const GroupCode* code, int member);
+
+  int slots() const { return code_->parity(); }
+  int StripeOf(int slot) const { return code_->ParityStripes(member_)[static_cast<size_t>(slot)]; }
+
+  // Whether `version` may be built from `base` here: FailedPrecondition when
+  // the base is not held (nullopt, zeros, always is), or another base is
+  // already building that version.
+  Status CanBuild(uint64_t version, std::optional<uint64_t> base) const;
+  // Applies contributor `at.fragment`'s delta to the row in `slot` of
+  // `version` (built from `base`: CanBuild first). InvalidArgument for a
+  // slot, fragment or range out of bounds.
+  Status Apply(uint64_t version, std::optional<uint64_t> base, int slot, const GroupCode::Place& at,
+               const uint8_t* delta, uint64_t len);
+  // Contributor `fragment` of the row in `slot` sent every delta of
+  // `version`. True when that completed the version.
+  bool Done(uint64_t version, std::optional<uint64_t> base, int slot, int fragment);
+
+  bool Complete(uint64_t version) const;
+  std::optional<uint64_t> NewestComplete() const;
+  // The job committed `version`: older versions go (complete or not).
+  void Committed(uint64_t version);
+  // Versions above `version` go (nullopt: all): a failed generation's.
+  void DiscardAbove(std::optional<uint64_t> version);
+
+  // A complete version's row in `slot`: its length, and bytes of it
+  // (zeros past its end).
+  uint64_t Length(uint64_t version, int slot) const;
+  Status Read(uint64_t version, int slot, uint64_t offset, uint64_t len, uint8_t* out) const;
+
+  // The distinct blocks held, in bytes (shared blocks counted once).
+  uint64_t memory_bytes() const;
+
+ private:
+  using Block = std::shared_ptr<std::vector<uint8_t>>;
+  struct Row {
+    std::vector<Block> blocks;
+    uint64_t length = 0;
+    std::set<int> done;  // contributors finished (building only)
+  };
+  struct Version {
+    std::optional<uint64_t> base;
+    bool complete = false;
+    std::vector<Row> rows;  // by slot
+  };
+
+  Version* Building(uint64_t version, std::optional<uint64_t> base);
+  // Block b of `row`, owned by it alone and at least `size` bytes.
+  uint8_t* Writable(Row* row, size_t b, uint64_t size);
+
+  const GroupCode* code_;
+  int member_;
+  std::map<uint64_t, Version> versions_;
+};
+
+}  // namespace ftrun
