@@ -89,6 +89,11 @@ std::string Encode(const MembershipMsg& m) {
   for (uint32_t h : m.my_holders) w.Put<uint32_t>(h);
   w.Put<uint32_t>(static_cast<uint32_t>(m.held_slots.size()));
   for (int32_t s : m.held_slots) w.Put<int32_t>(s);
+  w.Put<int32_t>(m.erasure_data);
+  w.Put<int32_t>(m.erasure_parity);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.group.size()));
+  for (uint32_t a : m.group) w.Put<uint32_t>(a);
+  w.Put<int32_t>(m.group_member);
   return w.Take();
 }
 
@@ -112,6 +117,18 @@ Status Decode(const std::string& payload, MembershipMsg* m) {
   for (auto& h : m->my_holders) h = r.Get<uint32_t>();
   m->held_slots.resize(r.GetCount(4));
   for (auto& s : m->held_slots) s = r.Get<int32_t>();
+  m->erasure_data = r.Get<int32_t>();
+  m->erasure_parity = r.Get<int32_t>();
+  m->group.resize(r.GetCount(4));
+  for (auto& a : m->group) a = r.Get<uint32_t>();
+  m->group_member = r.Get<int32_t>();
+  if (r.ok() && m->erasure_data > 0 &&
+      (m->erasure_parity < 1 || m->group.size() != static_cast<size_t>(m->erasure_data + m->erasure_parity) ||
+       m->group_member < 0 || m->group_member >= static_cast<int32_t>(m->group.size()))) {
+    return Status::Corruption("membership: an erasure group of " + std::to_string(m->group.size()) +
+                              " members for data " + std::to_string(m->erasure_data) + " + parity " +
+                              std::to_string(m->erasure_parity) + ", receiver at " + std::to_string(m->group_member));
+  }
   return CheckRead(r, MembershipMsg::kType, payload.size());
 }
 
@@ -126,6 +143,12 @@ std::string Encode(const PullMsg& m) {
     for (uint32_t h : holders) w.Put<uint32_t>(h);
   }
   w.Put<uint8_t>(m.from_disk ? 1 : 0);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.group.size()));
+  for (const ErasureSource& g : m.group) {
+    w.Put<uint32_t>(g.agent);
+    w.Put<uint8_t>(static_cast<uint8_t>((g.data ? 1 : 0) | (g.parity ? 2 : 0)));
+  }
+  w.Put<int32_t>(m.group_member);
   return w.data();
 }
 
@@ -140,6 +163,19 @@ Status Decode(const std::string& payload, PullMsg* m) {
     for (auto& h : holders) h = r.Get<uint32_t>();
   }
   m->from_disk = r.Get<uint8_t>() != 0;
+  m->group.resize(r.GetCount(5));
+  for (ErasureSource& g : m->group) {
+    g.agent = r.Get<uint32_t>();
+    const uint8_t flags = r.Get<uint8_t>();
+    g.data = flags & 1;
+    g.parity = flags & 2;
+  }
+  m->group_member = r.Get<int32_t>();
+  if (r.ok() && !m->group.empty() &&
+      (m->group_member < 0 || m->group_member >= static_cast<int32_t>(m->group.size()))) {
+    return Status::Corruption("pull: the receiver's place " + std::to_string(m->group_member) +
+                              " is outside its erasure group of " + std::to_string(m->group.size()));
+  }
   return CheckRead(r, PullMsg::kType, payload.size());
 }
 
@@ -191,6 +227,8 @@ std::string ClusterMsgName(uint16_t type) {
       return "dropped";
     case ClusterMsg::kMissing:
       return "missing";
+    case ClusterMsg::kParityHeld:
+      return "parity-held";
     case ClusterMsg::kAssign:
       return "assign";
     case ClusterMsg::kMembership:

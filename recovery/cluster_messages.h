@@ -47,6 +47,7 @@ enum class ClusterMsg : uint16_t {
   kDiskFailed,    // epoch, version, message: the sender cannot read its ranks of that version from disk
   kDropped,       // epoch, [(rank, version)]: manifests the sender no longer holds (a chunk of theirs was corrupted)
   kMissing,       // epoch, [(rank, version)]: told to start from that version, the sender lacks these of its own ranks
+  kParityHeld,    // epoch, version: every erasure parity row the sender holds is complete at that version
   // coordinator -> agent
   kAssign = 32,     // AssignMsg: the slot (node) this agent now is
   kMembership,      // MembershipMsg
@@ -109,15 +110,32 @@ struct MemberInfo {
   int32_t ranks = 0;       // 0 for a spare
 };
 
+inline constexpr uint32_t kNoAgent = ~0u;  // an erasure group's member with no agent now
+
 struct MembershipMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kMembership;
   uint64_t epoch = 0;
-  // The live agents the receiver deals with: itself, its holders, and the
-  // agents of the slots it holds (each agent's own list: the whole
-  // membership to every agent was N^2 bytes, 550 MB at 4,096 nodes).
+  // The live agents the receiver deals with: itself, its holders, the
+  // agents of the slots it holds, and its erasure group's (each agent's own
+  // list: the whole membership to every agent was N^2 bytes, 550 MB at
+  // 4,096 nodes).
   std::vector<MemberInfo> members;
   std::vector<uint32_t> my_holders;  // agents that keep copies of the receiver's shards
   std::vector<int32_t> held_slots;   // slots whose shards the receiver keeps copies of
+  // cluster.redundancy erasure (data 0: none): the receiver's group, the
+  // agent of each member (kNoAgent: vacant), and the receiver's place in it.
+  int32_t erasure_data = 0;
+  int32_t erasure_parity = 0;
+  std::vector<uint32_t> group;
+  int32_t group_member = -1;
+};
+
+// What a replacement rebuilds an erasure-coded node from: each member of
+// its group, and which of its fragments of the version are there.
+struct ErasureSource {
+  uint32_t agent = kNoAgent;
+  bool data = false;    // its ranks' data (its data fragments)
+  bool parity = false;  // its parity rows, complete
 };
 
 struct PullMsg {
@@ -126,6 +144,9 @@ struct PullMsg {
   uint64_t version = 0;
   std::vector<std::pair<int32_t, std::vector<uint32_t>>> ranks;  // rank -> agents holding it
   bool from_disk = false;  // read the ranks from the persist directory (no holders)
+  // Ranks with no holder are rebuilt from the erasure group: by member.
+  std::vector<ErasureSource> group;
+  int32_t group_member = -1;  // the receiver's place in it
 };
 
 struct StartMsg {
@@ -169,6 +190,7 @@ struct EpochVersionMsg {
 };
 using RoundFailedMsg = EpochVersionMsg<ClusterMsg::kRoundFailed>;  // agent: cannot copy the round's version
 using ReplicateMsg = EpochVersionMsg<ClusterMsg::kReplicate>;      // coordinator: copy this version
+using ParityHeldMsg = EpochVersionMsg<ClusterMsg::kParityHeld>;    // agent: its parity rows are complete
 
 struct RankFailedMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kRankFailed;

@@ -24,6 +24,17 @@ Coordinator::Coordinator(Options options, Outbox* out)
   o_.racks.resize(o_.ranks_per_slot.size());
   first_ranks_.push_back(o_.first_rank);
   for (int n : o_.ranks_per_slot) first_ranks_.push_back(first_ranks_.back() + n);
+  if (erasure()) {
+    o_.replicas = 0;  // the code replaces copies
+    const int size = o_.erasure_data + o_.erasure_parity;
+    groups_ = PlaceErasureGroups(o_.racks, size);
+    group_of_.resize(o_.ranks_per_slot.size());
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      for (size_t m = 0; m < groups_[g].size(); ++m)
+        group_of_[static_cast<size_t>(groups_[g][m])] = {static_cast<int>(g), static_cast<int>(m)};
+    }
+    stripes_ = StripeLayout(o_.erasure_data, o_.erasure_parity);
+  }
   placement_ = PlaceReplicas(o_.racks, o_.replicas);
   held_slots_.resize(placement_.size());
   for (size_t s = 0; s < placement_.size(); ++s) {
@@ -96,7 +107,7 @@ void Coordinator::MaybeStart(Time now) {
 }
 
 void Coordinator::MaybeTarget(Time now) {
-  if (phase_ != Phase::kRunning || o_.replicas == 0) return;
+  if (phase_ != Phase::kRunning || (o_.replicas == 0 && !erasure())) return;
   // A round in progress runs to its end (the first one copies whole
   // shards); only one with no copy of its version held for 3 x
   // cluster.copy_timeout (at most kRoundTimeout: a holder refused the copy,
@@ -133,6 +144,7 @@ void Coordinator::MaybeCommit(Time now) {
     bool all = true;
     for (int r = FirstRank(0); r < EndRank() && all; ++r)
       all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
+    if (all && erasure()) all = ParityComplete(version);
     if (all) newest = version;
   }
   if (!newest) return;
@@ -145,6 +157,7 @@ void Coordinator::MaybeCommit(Time now) {
   held_.erase(held_.begin(), held_.lower_bound(*newest));
   held_since_.erase(held_since_.begin(), held_since_.upper_bound(*newest));
   filled_.erase(filled_.begin(), filled_.upper_bound(*newest));
+  parity_held_.erase(parity_held_.begin(), parity_held_.lower_bound(*newest));
   missing_.clear();
   dropped_why_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);

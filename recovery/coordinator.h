@@ -32,6 +32,7 @@
 #include <tuple>
 #include <vector>
 
+#include "plugin/erasure/stripe_layout.h"
 #include "plugin/transport/transport.h"
 #include "recovery/cluster_messages.h"
 #include "recovery/coordinator_view.h"
@@ -55,6 +56,11 @@ class Coordinator {
     int world_size = 0;
     std::vector<std::string> racks;  // per slot; "" = none
     int replicas = 1;
+    // cluster.redundancy erasure (data 0: none; then replicas is 0): groups
+    // of data + parity slots (PlaceErasureGroups), each slot's shard coded
+    // across its group (coordinator_erasure.cc).
+    int erasure_data = 0;
+    int erasure_parity = 0;
     std::chrono::milliseconds heartbeat_interval{200};
     int heartbeat_misses = 10;  // 0: no agent is ever declared lost by its silence
     std::chrono::milliseconds lost_node_timeout{60000};
@@ -177,14 +183,42 @@ class Coordinator {
   std::vector<int> SlotRanks(int slot) const;
   AgentInfo* SlotAgent(int slot);
   std::vector<PeerId> HoldersAlive(int rank, uint64_t version) const;
+  // A live copy of the rank's `version`, or (erasure) its node can be
+  // rebuilt from its group.
+  bool Covered(int rank, uint64_t version) const;
   void SendAll(ClusterMsg type, const std::string& payload);
+
+  // Erasure coding (coordinator_erasure.cc). A commit needs every slot's
+  // parity rows complete at the version; a slot whose agent is lost is
+  // rebuilt from its group while each stripe it has data in keeps `data`
+  // fragments: members whose agent holds their ranks' data, or whose parity
+  // rows are complete, at the version.
+  bool erasure() const { return o_.erasure_data > 0; }
+  int SlotOfRank(int rank) const;
+  void OnParityHeld(AgentInfo& a, const ParityHeldMsg& m, Time now);
+  bool ParityComplete(uint64_t version) const;
+  bool DataAt(int slot, uint64_t version) const;    // its agent is alive and holds its ranks
+  bool ParityAt(int slot, uint64_t version) const;  // its agent is alive with its rows complete
+  // Fragments of `stripe` of `group` there at `version`, `data` needed.
+  int StripeFragments(int group, int stripe, uint64_t version) const;
+  bool Rebuildable(int slot, uint64_t version) const;
+  // More losses the group survives at `version`: the fewest spare
+  // fragments of its stripes (negative: a lost node cannot be rebuilt).
+  int GroupMargin(int group, uint64_t version) const;
+  // A restore plan for `slot` that has ranks with no holder: its group.
+  void ErasurePlan(int slot, PullMsg* p) const;
+  void ErasureMembership(const AgentInfo& a, MembershipMsg* m, const std::function<void(const AgentInfo*)>& add);
 
   Options o_;
   Outbox* out_;
   Time now_{};                               // the time of the call being handled (messages sent are stamped with it)
   std::vector<int> first_ranks_;             // slot -> its first rank; [slots]: one past the last
   std::vector<std::vector<int>> placement_;  // slot -> holder slots
-  std::vector<std::vector<int32_t>> held_slots_;  // slot -> the slots it holds copies of (placement_ inverted)
+  std::vector<std::vector<int32_t>> held_slots_;      // slot -> the slots it holds copies of (placement_ inverted)
+  std::vector<std::vector<int>> groups_;              // erasure group -> its slots, by member
+  std::vector<std::pair<int, int>> group_of_;         // slot -> (group, member)
+  std::vector<Stripe> stripes_;                       // StripeLayout(data, parity): members, not slots
+  std::map<uint64_t, std::set<PeerId>> parity_held_;  // version -> agents whose rows are complete there
   std::map<PeerId, AgentInfo> agents_;
   std::vector<std::optional<PeerId>> slots_;  // slot -> agent
   Phase phase_ = Phase::kForming;

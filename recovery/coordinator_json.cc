@@ -24,6 +24,12 @@ nlohmann::json StatusJson(const CoordinatorView& v) {
   j["spares"] = json::array();
   for (const auto& s : v.spares) j["spares"].push_back({{"agent", s.agent}, {"address", s.address}});
   if (v.committed) j["committed_copies"] = v.committed_copies;
+  if (v.erasure_data > 0) {
+    json e = {{"data", v.erasure_data}, {"parity", v.erasure_parity}, {"groups", json::array()}};
+    for (const auto& g : v.groups)
+      e["groups"].push_back({{"nodes", g.nodes}, {"survives", g.survives ? json(*g.survives) : json(nullptr)}});
+    j["erasure"] = e;
+  }
   j["commits"] = v.commits;
   j["held_reports"] = v.held_reports;
   j["last_commit_lag_ms"] = v.last_commit_lag_ms ? json(*v.last_commit_lag_ms) : json(nullptr);

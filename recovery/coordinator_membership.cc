@@ -104,6 +104,7 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
         p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
       if (disk_restore_) p = DiskPull(m.slot);
+      ErasurePlan(m.slot, &p);
       BroadcastMembership();
       Send(from, p);  // it answers kReady, even with nothing to pull
     }
@@ -153,6 +154,7 @@ void Coordinator::AssignReplacements(Time now) {
         if (!h.empty()) std::rotate(h.begin(), h.begin() + (rank % static_cast<int>(h.size())), h.end());
         if (committed_) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
+      ErasurePlan(static_cast<int>(s), &p);
       Send(spare->id, p);  // answered by kReady
     }
   }
@@ -192,6 +194,7 @@ void Coordinator::BroadcastMembership() {
       m.held_slots = held_slots_[static_cast<size_t>(a.slot)];
       for (int32_t s : m.held_slots) add(SlotAgent(s));
     }
+    ErasureMembership(a, &m, add);
     Deliver(id, MembershipMsg::kType, Encode(m));
   }
 }

@@ -19,10 +19,13 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   restarts_++;
   epoch_++;
   halt_epoch_ = epoch_;
-  if (committed_)
+  if (committed_) {
     held_.erase(held_.upper_bound(*committed_), held_.end());
-  else
+    parity_held_.erase(parity_held_.upper_bound(*committed_), parity_held_.end());
+  } else {
     held_.clear();
+    parity_held_.clear();
+  }
   filled_.clear();  // the new epoch's reports count again
   target_.reset();
   ahead_ = false;
@@ -55,6 +58,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
     }
     if (p.ranks.empty()) continue;
+    ErasurePlan(a.slot, &p);
     if (!pulls) BroadcastMembership();
     pulls = true;
     a.ready = false;
@@ -169,7 +173,7 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
   if (!committed_) return true;
   std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
   for (int rank = FirstRank(0); rank < EndRank(); ++rank) {
-    if (HoldersAlive(rank, *committed_).empty()) uncovered.push_back(rank);
+    if (!Covered(rank, *committed_)) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
   if (o_.scan_disk && !disk_scan_) {
@@ -189,8 +193,10 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     return true;
   }
   const std::string lost = "ranks " + Join(uncovered) + " have no complete copy of committed version " +
-                           std::to_string(*committed_) +
-                           " on any live node (cluster.replicas: " + std::to_string(o_.replicas);
+                           std::to_string(*committed_) + " on any live node (" +
+                           (erasure() ? "cluster.redundancy erasure: data " + std::to_string(o_.erasure_data) +
+                                            ", parity " + std::to_string(o_.erasure_parity) + " per group"
+                                      : "cluster.replicas: " + std::to_string(o_.replicas));
   auto why = dropped_why_.find(uncovered.front());
   if (why != dropped_why_.end()) {
     // A copy corrupted in shared memory was the last: name it.
@@ -225,6 +231,7 @@ void Coordinator::Dropped(AgentInfo& a, const DroppedMsg& m, Time now) {
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
   }
   if (p.ranks.empty() || !CheckCoverage("")) return;
+  ErasurePlan(a.slot, &p);
   if (disk_restore_) {  // no live copy left: every node goes back to the disk version
     for (auto& [id, x] : agents_) {
       if (!x.alive || x.slot < 0) continue;

@@ -81,6 +81,11 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
       if (decoded(&m)) Dropped(a, m, now);
       return;
     }
+    case ClusterMsg::kParityHeld: {
+      ParityHeldMsg m;
+      if (decoded(&m)) OnParityHeld(a, m, now);
+      return;
+    }
     case ClusterMsg::kMissing: {
       MissingMsg m;
       if (decoded(&m)) Missing(a, m.epoch, m.items, now);
@@ -158,6 +163,7 @@ void Coordinator::OnPullFailed(AgentInfo& a, const PullFailedMsg& m, Time now) {
   PullMsg p{epoch_, *committed_, {}};
   auto h = HoldersAlive(m.rank, *committed_);
   p.ranks.push_back({m.rank, std::vector<uint32_t>(h.begin(), h.end())});
+  ErasurePlan(a.slot, &p);
   a.ready = false;
   Send(a.id, p);
 }

@@ -86,6 +86,13 @@ CoordinatorView Coordinator::View() const {
       }
     }
   }
+  v.erasure_data = o_.erasure_data;
+  v.erasure_parity = o_.erasure_parity;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    CoordinatorView::Group x{groups_[g], std::nullopt};
+    if (committed_) x.survives = GroupMargin(static_cast<int>(g), *committed_);
+    v.groups.push_back(std::move(x));
+  }
   v.commits = commits_;
   v.held_reports = held_reports_;
   v.last_commit_lag_ms = last_commit_lag_ms_;

@@ -40,6 +40,16 @@ struct CoordinatorView {
   // Live copies of the committed version per rank (its own node included):
   // 1 + replicas when the redundancy is whole. Empty with no committed version.
   std::vector<int> committed_copies;
+  // Erasure coding (data 0: none): per group, its slots and how many more
+  // node losses it survives at the committed version (none: nothing
+  // committed; negative: a lost node cannot be rebuilt).
+  int erasure_data = 0;
+  int erasure_parity = 0;
+  struct Group {
+    std::vector<int> nodes;
+    std::optional<int> survives;
+  };
+  std::vector<Group> groups;
   // Commits since the job began, the held reports they took (messages),
   // and the last commit's lag: from the report that made every rank's save
   // of the version known to its commit (the copies' time, not the ranks'

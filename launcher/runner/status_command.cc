@@ -134,11 +134,29 @@ void PrintNodes(const json& st) {
   for (const auto& line : restarts_done) std::printf("%s\n", line.c_str());
 }
 
+// Per group: how many more node losses its committed version survives.
+void PrintErasure(const json& e) {
+  const int parity = e["parity"].get<int>();
+  std::printf("redundancy: erasure code, data %d + parity %d per group\n", e["data"].get<int>(), parity);
+  for (const auto& g : e["groups"]) {
+    std::string nodes;
+    for (const auto& n : g["nodes"]) nodes += (nodes.empty() ? "" : ", ") + std::to_string(n.get<int>());
+    const int survives = g["survives"].is_null() ? parity : g["survives"].get<int>();
+    std::string what = "LOST: a lost node cannot be rebuilt (more losses than the parity)";
+    if (survives >= 0) {
+      what = "survives " + std::to_string(survives) + " more node loss" + (survives == 1 ? "" : "es");
+      if (survives < parity) what += " (DEGRADED until the next commit)";
+    }
+    std::printf("  group of nodes %s: %s\n", nodes.c_str(), what.c_str());
+  }
+}
+
 void PrintRedundancy(const json& st) {
   if (!st.contains("committed_copies")) {
     std::printf("redundancy: nothing committed yet\n");
     return;
   }
+  if (st.contains("erasure")) return PrintErasure(st["erasure"]);
   const int want = 1 + st["replicas"].get<int>();
   std::string short_ranks;
   int min_copies = want;

@@ -3,9 +3,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -44,15 +46,110 @@ Status Error(const SourceLoc& loc, const std::string& field, const std::string& 
   return Status::InvalidArgument(FormatLoc(loc, field) + ": " + msg);
 }
 
+// A nested map's entries (cluster.redundancy's), by key name.
+struct Entry {
+  YAML::Node value;
+  SourceLoc loc;  // the key's
+};
+using Entries = std::map<std::string, Entry>;
+
+// Reads `map` under `field`: each key one of `known`, once.
+Status ReadEntries(const std::string& file, const std::string& field, const YAML::Node& map,
+                   const std::vector<std::string>& known, Entries* out) {
+  std::string list;
+  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  for (const auto& kv : map) {
+    SourceLoc loc = LocOf(file, kv.first.Mark());
+    if (!kv.first.IsScalar()) return Error(loc, field, "expected plain key names, got " + Describe(kv.first));
+    const std::string& name = kv.first.Scalar();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      return Error(loc, field + "." + name, "unknown key (known: " + list + ")");
+    }
+    if (!out->emplace(name, Entry{kv.second, loc}).second) return Error(loc, field + "." + name, "duplicate key");
+  }
+  return Status::Ok();
+}
+
+Status ReadInt(const Entry& e, const std::string& field, int lo, int hi, const std::string& want, int* out) {
+  int v = 0;
+  if (!e.value.IsScalar() || !ParseInt(e.value.Scalar(), "", &v).ok() || v < lo || v > hi) {
+    return Error(e.loc, field, "expected " + want + ", got " + Describe(e.value));
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+Status ParseErasure(const std::string& file, const Entry& e, ClusterConfig* k) {
+  const std::string field = "cluster.redundancy.erasure";
+  if (!e.value.IsMap()) return Error(e.loc, field, "expected a map {data: D, parity: P}, got " + Describe(e.value));
+  Entries f;
+  FTRUN_RETURN_IF_ERROR(ReadEntries(file, field, e.value, {"data", "parity"}, &f));
+  for (const char* need : {"data", "parity"}) {
+    if (f.count(need) == 0) {
+      return Error(e.loc, field,
+                   std::string("expected data and parity, like {data: 4, parity: 2}; ") + need + " is missing");
+    }
+  }
+  // The bounds are the Reed-Solomon code's (ErasureConfig, plugin/erasure/reed_solomon.h).
+  ErasureConfig code;
+  FTRUN_RETURN_IF_ERROR(ReadInt(
+      f.at("data"), field + ".data", 1, ErasureConfig::kMaxData,
+      "an integer from 1 to " + std::to_string(ErasureConfig::kMaxData) + " (the data nodes of a group)", &code.data));
+  FTRUN_RETURN_IF_ERROR(ReadInt(f.at("parity"), field + ".parity", 1, ErasureConfig::kMaxParity,
+                                "an integer from 1 to " + std::to_string(ErasureConfig::kMaxParity) +
+                                    " (the parity nodes of a group: how many it can lose)",
+                                &code.parity));
+  k->erasure = code;
+  k->replicas = 0;  // the code replaces the copies
+  return Status::Ok();
+}
+
+// cluster.redundancy, the one map-valued key: {erasure: {data: D, parity:
+// P}} or {replicas: K}.
+Status ParseRedundancy(const std::string& file, const SourceLoc& loc, const YAML::Node& v, ClusterConfig* k) {
+  const std::string field = "cluster.redundancy";
+  if (!v.IsMap()) {
+    return Error(loc, field,
+                 std::string("expected ") + FindKey("cluster", "redundancy")->what + ", got " + Describe(v));
+  }
+  Entries kinds;
+  FTRUN_RETURN_IF_ERROR(ReadEntries(file, field, v, {"erasure", "replicas"}, &kinds));
+  if (kinds.size() != 1) {
+    return Error(loc, field,
+                 std::string("expected exactly one of erasure: {data: D, parity: P} or replicas: K, got ") +
+                     (kinds.empty() ? "neither" : "both"));
+  }
+  k->redundancy_loc = loc;
+  if (kinds.count("erasure")) return ParseErasure(file, kinds.at("erasure"), k);
+  k->erasure = ErasureConfig{};
+  return ReadInt(kinds.at("replicas"), field + ".replicas", 0, INT_MAX, "an integer >= 0", &k->replicas);
+}
+
+// cluster.replicas and cluster.redundancy say one thing two ways: a file
+// sets one, else which one wins would hang on the order of its keys.
+Status CheckOneRedundancy(const std::map<std::string, int>& lines, const SourceLoc& loc, const std::string& name) {
+  const char* other = name == "replicas" ? "redundancy" : name == "redundancy" ? "replicas" : nullptr;
+  auto it = other != nullptr ? lines.find(other) : lines.end();
+  if (it == lines.end()) return Status::Ok();
+  return Error(loc, "cluster." + name,
+               "set together with cluster." + std::string(other) + " (line " + std::to_string(it->second) +
+                   "); keep one (cluster.redundancy: {replicas: K} is cluster.replicas: K)");
+}
+
 Status ParseSection(const std::string& file, const std::string& section, const YAML::Node& map, Config* c) {
-  std::set<std::string> seen;
+  std::map<std::string, int> seen;  // key -> its line
   for (const auto& kv : map) {
     SourceLoc loc = LocOf(file, kv.first.Mark());
     if (!kv.first.IsScalar()) return Error(loc, section, "expected plain key names, got " + Describe(kv.first));
     std::string field = section + "." + kv.first.Scalar();
     const Key* key = FindKey(section, kv.first.Scalar());
     if (key == nullptr) return Error(loc, field, "unknown key (known: " + KnownKeys(section) + ")");
-    if (!seen.insert(key->name).second) return Error(loc, field, "duplicate key");
+    if (!seen.emplace(key->name, loc.line).second) return Error(loc, field, "duplicate key");
+    if (section == "cluster") FTRUN_RETURN_IF_ERROR(CheckOneRedundancy(seen, loc, key->name));
+    if (key->set == nullptr) {
+      FTRUN_RETURN_IF_ERROR(ParseRedundancy(file, loc, kv.second, &c->cluster));
+      continue;
+    }
     if (!kv.second.IsScalar()) {
       return Error(loc, field, std::string("expected ") + key->what + ", got " + Describe(kv.second));
     }
@@ -64,6 +161,7 @@ Status ParseSection(const std::string& file, const std::string& section, const Y
     }
     if (field == "store.memory_budget") c->store.memory_budget_loc = loc;
     if (field == "persist.dir") c->persist.dir_loc = loc;
+    if (field == "cluster.replicas") c->cluster.redundancy_loc = loc;
   }
   return Status::Ok();
 }
@@ -104,6 +202,56 @@ Status ParseDocument(const std::string& file, const std::string& yaml_text, Conf
   return Status::Ok();
 }
 
+// Why `nodes` cannot form erasure groups of data + parity, "" when they can:
+// recovery/placement.cc's ErasureGroupError in the same words, so that the
+// runner's check and placement's read alike (ftrun_core cannot call it).
+std::string ErasureGroupProblem(int nodes, int data, int parity) {
+  const int size = data + parity;
+  if (size <= 0 || nodes % size == 0) return "";
+  const std::string head = "an erasure code of " + std::to_string(data) + " data + " + std::to_string(parity) +
+                           " parity needs the nodes in groups of " + std::to_string(size) + "; the job has " +
+                           std::to_string(nodes) + " nodes";
+  if (nodes < size) return head + " (use " + std::to_string(size) + ", or another code)";
+  return head + " (" + std::to_string(nodes % size) + " left over: use " + std::to_string(nodes - nodes % size) +
+         " or " + std::to_string(nodes - nodes % size + size) + ", or another code)";
+}
+
+// 2 x ranks x snapshot x num / den bytes, rounded up; UINT64_MAX when it
+// overflows.
+uint64_t Need(const Config& c, uint64_t num, uint64_t den) {
+  const uint64_t per_byte = 2ull * static_cast<uint64_t>(c.agent.ranks_per_node) * num;
+  if (per_byte == 0) return 0;
+  if (c.store.snapshot_bytes > (UINT64_MAX - den) / per_byte) return UINT64_MAX;
+  return (per_byte * c.store.snapshot_bytes + den - 1) / den;
+}
+
+// A node keeps its ranks' snapshots and the redundancy it holds for others,
+// each plus one in flight: 1 + replicas full copies, or with erasure its
+// parity slices, parity/data of its own state.
+Status CheckClusterBudget(const Config& c) {
+  const StoreConfig& s = c.store;
+  const ClusterConfig& k = c.cluster;
+  const std::string ranks = std::to_string(c.agent.ranks_per_node);
+  if (s.snapshot_bytes == 0) return Status::Ok();
+  if (!k.erasure.enabled()) {
+    if (s.memory_budget >= Need(c, 1 + static_cast<uint64_t>(k.replicas), 1)) return Status::Ok();
+    return Error(s.memory_budget_loc, "store.memory_budget",
+                 FormatSize(s.memory_budget) + " cannot hold this node's snapshots and " + std::to_string(k.replicas) +
+                     " other nodes' copies, each plus one in flight (2 x " + ranks + " ranks x " +
+                     std::to_string(1 + k.replicas) + " copies x " + FormatSize(s.snapshot_bytes) +
+                     "); raise it or lower cluster.replicas");
+  }
+  const int d = k.erasure.data, p = k.erasure.parity;
+  const uint64_t need = Need(c, static_cast<uint64_t>(d + p), static_cast<uint64_t>(d));
+  if (s.memory_budget >= need) return Status::Ok();
+  const std::string ratio = std::to_string(p) + "/" + std::to_string(d);
+  return Error(s.memory_budget_loc, "store.memory_budget",
+               FormatSize(s.memory_budget) + " cannot hold this node's snapshots and its erasure parity " + ratio +
+                   " of them, each plus one in flight (2 x " + ranks + " ranks x (1 + erasure parity " + ratio +
+                   ") x " + FormatSize(s.snapshot_bytes) + " = " + FormatSize(need) +
+                   "); raise it or use less parity in cluster.redundancy");
+}
+
 }  // namespace
 
 std::string FormatLoc(const SourceLoc& loc, const std::string& field) {
@@ -124,6 +272,7 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
   c.source = source_name.empty() ? "<input>" : source_name;
   c.store.memory_budget_loc = SourceLoc{c.source, 0, 0};
   c.persist.dir_loc = SourceLoc{c.source, 0, 0};
+  c.cluster.redundancy_loc = SourceLoc{c.source, 0, 0};
   Status st;
   try {
     st = ParseDocument(c.source, yaml_text, &c);
@@ -184,23 +333,17 @@ Status ValidateConfig(const Config& c) {
 }
 
 Status ValidateClusterConfig(const Config& c, int num_nodes) {
-  SourceLoc no_line{c.source, 0, 0};
-  if (c.cluster.replicas >= num_nodes && num_nodes > 1) {
-    return Error(no_line, "cluster.replicas",
-                 "expected fewer copies than nodes: " + std::to_string(c.cluster.replicas) +
-                     " replicas need at least " + std::to_string(c.cluster.replicas + 1) + " nodes, the job has " +
-                     std::to_string(num_nodes));
+  const ClusterConfig& k = c.cluster;
+  if (num_nodes > 1 && k.replicas >= num_nodes) {
+    return Error(k.redundancy_loc, "cluster.replicas",
+                 "expected fewer copies than nodes: " + std::to_string(k.replicas) + " replicas need at least " +
+                     std::to_string(k.replicas + 1) + " nodes, the job has " + std::to_string(num_nodes));
   }
-  const StoreConfig& s = c.store;
-  uint64_t copies =
-      2ull * static_cast<uint64_t>(c.agent.ranks_per_node) * (1 + static_cast<uint64_t>(c.cluster.replicas));
-  if (num_nodes > 1 && s.snapshot_bytes > 0 && s.memory_budget / copies < s.snapshot_bytes) {
-    return Error(s.memory_budget_loc, "store.memory_budget",
-                 FormatSize(s.memory_budget) + " cannot hold this node's snapshots and " +
-                     std::to_string(c.cluster.replicas) + " other nodes' copies, each plus one in flight (2 x " +
-                     std::to_string(c.agent.ranks_per_node) + " ranks x " + std::to_string(1 + c.cluster.replicas) +
-                     " copies x " + FormatSize(s.snapshot_bytes) + "); raise it or lower cluster.replicas");
+  if (num_nodes > 1 && k.erasure.enabled()) {
+    std::string why = ErasureGroupProblem(num_nodes, k.erasure.data, k.erasure.parity);
+    if (!why.empty()) return Error(k.redundancy_loc, "cluster.redundancy", why);
   }
+  if (num_nodes > 1) FTRUN_RETURN_IF_ERROR(CheckClusterBudget(c));
   if (num_nodes > 1 && !c.persist.dir.empty() && c.persist.every_versions == 0) {
     return Error(c.persist.dir_loc, "persist.every_versions",
                  "a job of " + std::to_string(num_nodes) +

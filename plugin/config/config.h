@@ -5,7 +5,8 @@
 //   job:   { id, max_restarts, hang_timeout, stop_grace }
 //   store: { memory_budget, chunk_size, snapshot_bytes, prefault }
 //   agent: { run_dir, log_level, ranks_per_node }
-//   cluster: { replicas, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout, copy_timeout }
+//   cluster: { replicas, redundancy, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout,
+//              copy_timeout }
 //   persist: { dir, every_versions, every_seconds, keep, rate_limit, direct_io, drain_timeout }
 //   restart: { warm_standbys, abort_timeout }
 // Missing keys and sections take the defaults below; unknown keys, wrong node
@@ -64,9 +65,27 @@ struct AgentConfig {
   int ranks_per_node = 1;                 // agent.ranks_per_node, >= 1 (the CLI may override)
 };
 
+// cluster.redundancy: {erasure: {data: D, parity: P}}: a Reed-Solomon code
+// over groups of data + parity nodes (plugin/erasure/). Each node holds
+// parity worth parity/data of its own state instead of full copies, and a
+// group survives `parity` lost nodes.
+struct ErasureConfig {
+  // ReedSolomon::kMaxData and kMaxParity (plugin/erasure/reed_solomon.h),
+  // repeated: the config library does not depend on the erasure library.
+  static constexpr int kMaxData = 32;
+  static constexpr int kMaxParity = 8;
+  int data = 0;    // 1..kMaxData when on; 0 = off
+  int parity = 0;  // 1..kMaxParity when on
+  bool enabled() const { return data > 0; }
+};
+
 // Multi-node jobs (read by the runner's coordinator and every agent).
 struct ClusterConfig {
-  int replicas = 1;                                    // cluster.replicas: copies on other nodes, >= 0
+  // cluster.replicas, or cluster.redundancy: {replicas: K}: full copies on
+  // other nodes, >= 0; 0 with erasure (the code replaces the copies).
+  int replicas = 1;
+  ErasureConfig erasure;                               // cluster.redundancy: {erasure: ...}; off by default
+  SourceLoc redundancy_loc;                            // where cluster.redundancy (or cluster.replicas) was set
   int spares = 0;                                      // cluster.spares: agents without ranks, >= 0
   std::chrono::milliseconds heartbeat_interval{200};   // cluster.heartbeat_interval, > 0
   int heartbeat_misses = 10;                           // cluster.heartbeat_misses, >= 1
@@ -161,8 +180,10 @@ Config DefaultConfig();
 // after overriding fields, e.g. ranks_per_node from the command line.
 Status ValidateConfig(const Config& config);
 
-// The rules of a multi-node job: fewer replicas than nodes, and a budget
-// that holds the node's own snapshots and the copies it keeps for others.
+// The rules of a multi-node job: fewer replicas than nodes, or with erasure
+// a node count that is a multiple of data + parity; and a budget that holds
+// the node's own snapshots and the copies (or parity) it keeps for others.
+// With one node the redundancy is not checked: there is no peer.
 Status ValidateClusterConfig(const Config& config, int num_nodes);
 
 // Advice on a valid config that will cost a big job (empty when none): at

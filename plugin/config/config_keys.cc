@@ -16,13 +16,6 @@ namespace config_keys {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
-namespace {
-
-constexpr uint64_t kMinChunk = 64ull << 10;
-constexpr uint64_t kMaxChunk = kMaxChunkSize;
-constexpr size_t kMaxJobIdLength = 64;
-constexpr uint64_t kMinRateLimit = 1ull << 20;
-
 Status ParseInt(const std::string& text, const char* what, int* out) {
   errno = 0;
   char* end = nullptr;
@@ -35,6 +28,13 @@ Status ParseInt(const std::string& text, const char* what, int* out) {
   *out = static_cast<int>(v);
   return Status::Ok();
 }
+
+namespace {
+
+constexpr uint64_t kMinChunk = 64ull << 10;
+constexpr uint64_t kMaxChunk = kMaxChunkSize;
+constexpr size_t kMaxJobIdLength = 64;
+constexpr uint64_t kMinRateLimit = 1ull << 20;
 
 Status ParseBool(const std::string& text, bool* out) {
   static const char* const kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
@@ -100,6 +100,27 @@ std::string JoinEndpoints(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& e : v) out += (out.empty() ? "" : ",") + e;
   return out;
+}
+
+static_assert(ErasureConfig::kMaxData == 32 && ErasureConfig::kMaxParity == 8, "the bounds in these messages");
+
+// cluster.redundancy as ValidateConfig checks it after the command line: an
+// erasure code within ReedSolomon's bounds that replaces the copies, or none
+// (then cluster.replicas' own check applies).
+const char* RedundancyExpected(const ClusterConfig& k) {
+  const ErasureConfig& e = k.erasure;
+  if (e.data == 0 && e.parity == 0) return nullptr;
+  if (e.data < 1 || e.data > ErasureConfig::kMaxData || e.parity < 1 || e.parity > ErasureConfig::kMaxParity) {
+    return "erasure data from 1 to 32 and parity from 1 to 8";
+  }
+  return k.replicas == 0 ? nullptr : "erasure with cluster.replicas 0 (the code replaces the copies)";
+}
+
+std::string ShowRedundancy(const ClusterConfig& k) {
+  const ErasureConfig& e = k.erasure;
+  if (e.data == 0 && e.parity == 0) return "{replicas: " + std::to_string(k.replicas) + "}";
+  std::string out = "{erasure: {data: " + std::to_string(e.data) + ", parity: " + std::to_string(e.parity) + "}";
+  return k.replicas == 0 ? out + "}" : out + ", replicas: " + std::to_string(k.replicas) + "}";
 }
 
 std::string Bytes(uint64_t b) { return std::to_string(b) + " bytes"; }
@@ -169,6 +190,9 @@ const Key kTable[] = {
      [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->cluster.replicas); },
      [](const Config& c) -> const char* { return c.cluster.replicas >= 0 ? nullptr : "an integer >= 0"; },
      [](const Config& c) { return std::to_string(c.cluster.replicas); }},
+    {"cluster", "redundancy", "a map: {erasure: {data: D, parity: P}} or {replicas: K}", nullptr,
+     [](const Config& c) { return RedundancyExpected(c.cluster); },
+     [](const Config& c) { return ShowRedundancy(c.cluster); }},
     {"cluster", "spares", "an integer >= 0",
      [](const std::string& t, Config* c) { return ParseInt(t, "an integer >= 0", &c->cluster.spares); },
      [](const Config& c) -> const char* { return c.cluster.spares >= 0 ? nullptr : "an integer >= 0"; },

@@ -12,9 +12,11 @@ namespace ftrun {
 namespace config_keys {
 
 // One known key. `set` parses the scalar into the field (its error says what
-// was expected); `check` (optional) returns nullptr when the field's value is
-// in range, else what was expected; `show` prints the value for
-// ValidateConfig, which has no text to quote.
+// was expected); it is nullptr for the one map-valued key,
+// cluster.redundancy, which config.cc reads itself. `check` (optional)
+// returns nullptr when the field's value is in range, else what was
+// expected; `show` prints the value for ValidateConfig, which has no text to
+// quote.
 struct Key {
   const char* section;
   const char* name;
@@ -37,6 +39,8 @@ bool IsSection(const std::string& name);
 std::string SectionList();
 std::string KnownKeys(const std::string& section);
 std::string Quote(const std::string& s);
+// A decimal int, the whole text; else "expected <what>, got '<text>'".
+Status ParseInt(const std::string& text, const char* what, int* out);
 
 }  // namespace config_keys
 }  // namespace ftrun

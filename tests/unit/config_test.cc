@@ -110,6 +110,9 @@ TEST_CASE("configs/default.yaml matches DefaultConfig", "[config]") {
   CHECK(c.coordinator.etcd_endpoints == d.coordinator.etcd_endpoints);
   CHECK(c.coordinator.etcd_prefix == d.coordinator.etcd_prefix);
   CHECK(c.coordinator.etcd_lease_ttl == d.coordinator.etcd_lease_ttl);
+  CHECK(c.cluster.replicas == d.cluster.replicas);
+  CHECK(c.cluster.erasure.data == d.cluster.erasure.data);
+  CHECK(c.cluster.erasure.parity == d.cluster.erasure.parity);
   CHECK(c.store.memory_budget_loc.file == path);
   CHECK(c.store.memory_budget_loc.line == 11);
   CHECK(c.store.memory_budget_loc.column == 3);
