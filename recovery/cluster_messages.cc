@@ -271,6 +271,14 @@ std::string ClusterMsgName(uint16_t type) {
       return "parity-refused";
     case ClusterMsg::kParityApplied:
       return "parity-applied";
+    case ClusterMsg::kGroupManifests:
+      return "group-manifests";
+    case ClusterMsg::kFragmentRequest:
+      return "fragment-request";
+    case ClusterMsg::kFragmentRefused:
+      return "fragment-refused";
+    case ClusterMsg::kFragmentManifests:
+      return "fragment-manifests";
   }
   return "message " + std::to_string(type);
 }

@@ -68,10 +68,14 @@ enum class ClusterMsg : uint16_t {
   kPullRequest,  // xfer, epoch, rank, version: "offer me this (rank, version)"
   kAbort,        // xfer, message: the source gave up a copy it offered (e.g. a chunk corrupted at the source)
   // agent <-> agent, erasure coding (plugin/erasure/parity_messages.h)
-  kParityOffer = 80,  // ParityOfferMsg: deltas of one stripe's fragment for one version
-  kParityWant,        // xfer, tag: the receive is posted
-  kParityRefused,     // xfer, need_full, message
-  kParityApplied,     // xfer: the deltas are in the holder's row
+  kParityOffer = 80,   // ParityOfferMsg: deltas of one stripe's fragment for one version
+  kParityWant,         // xfer, tag: the receive is posted
+  kParityRefused,      // xfer, need_full, message
+  kParityApplied,      // xfer: the deltas are in the holder's row
+  kGroupManifests,     // GroupManifestsMsg: a member's manifests of a version, to its group
+  kFragmentRequest,    // FragmentRequestMsg: a rebuild asks a survivor for a fragment (the receive posted)
+  kFragmentRefused,    // xfer, message
+  kFragmentManifests,  // xfer, manifests: a lost member's, for its rebuild
 };
 
 using RankVersion = std::pair<int32_t, uint64_t>;

@@ -65,6 +65,15 @@ class GroupCode {
   // each delta it receives.
   void ApplyDelta(const Place& at, int parity_row, const uint8_t* delta, size_t len, uint8_t* out) const;
 
+  // One fragment of a stripe, `lost`, from exactly data() others (`have`:
+  // their numbers, bufs: their bytes), `len` bytes of each: what a
+  // replacement decodes slice by slice (ReedSolomon::Decode).
+  Status DecodeFragment(size_t len, const std::vector<int>& have, const uint8_t* const* bufs, int lost,
+                        uint8_t* out) const {
+    uint8_t* outs[] = {out};
+    return rs_->Decode(len, have, bufs, {lost}, outs);
+  }
+
   // Rebuilds the `lost` members (at most parity() of them) from the others:
   // shards[m] and held[m][i] (its parity slices) for every member not lost.
   // Writes each lost member's shard into shard_out[l] (data() * slice bytes:

@@ -105,6 +105,15 @@ Status ParityExchange::Contribute(uint64_t version, std::optional<uint64_t> base
     }
   }
   c.unfinished = static_cast<int>(c.jobs.size());
+  // The manifests go first, to every member: a rebuild of this node needs
+  // them, and the deltas behind them on each connection.
+  GroupManifestsMsg gm{c.epoch, version, {}};
+  for (int r : ranks) gm.manifests.push_back(*store_->Find(r, version));
+  const std::string payload = Encode(gm);
+  for (size_t m = 0; m < members_.size(); ++m) {
+    if (static_cast<int>(m) != self_ && members_[m] != kNoAgent)
+      t_->Send(members_[m], T(ClusterMsg::kGroupManifests), payload);
+  }
   c.pinned.push_back(version);
   if (base) c.pinned.push_back(*base);
   for (uint64_t v : c.pinned) store_->Pin(v);
@@ -309,6 +318,28 @@ void ParityExchange::Finish(uint64_t version) {
   for (uint64_t v : it->second.pinned) store_->Unpin(v);
   contributions_.erase(it);
   if (on_contributed) on_contributed(version);
+}
+
+void ParityExchange::Committed(uint64_t version) {
+  if (rows_) rows_->Committed(version);
+  manifests_.erase(manifests_.begin(), manifests_.lower_bound(version));
+}
+
+void ParityExchange::DiscardAbove(std::optional<uint64_t> version) {
+  if (rows_) rows_->DiscardAbove(version);
+  manifests_.erase(version ? manifests_.upper_bound(*version) : manifests_.begin(), manifests_.end());
+}
+
+const std::vector<Manifest>* ParityExchange::Manifests(uint64_t version, int member) const {
+  auto v = manifests_.find(version);
+  if (v == manifests_.end()) return nullptr;
+  auto m = v->second.find(member);
+  return m == v->second.end() ? nullptr : &m->second;
+}
+
+int ParityExchange::MemberOf(PeerId peer) const {
+  auto it = std::find(members_.begin(), members_.end(), peer);
+  return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
 }
 
 void ParityExchange::PeerDown(PeerId peer) {

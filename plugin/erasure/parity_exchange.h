@@ -69,6 +69,20 @@ class ParityExchange {
   bool BulkDone(uint64_t token, const Status& status);
   void PeerDown(PeerId peer);
 
+  // The job committed `version`: older parity and manifests go. Or went
+  // back to `version` (nullopt: nothing): what lies above it goes.
+  void Committed(uint64_t version);
+  void DiscardAbove(std::optional<uint64_t> version);
+  // Member `member`'s manifests of `version` as it sent them with its
+  // deltas (nullptr: none here).
+  const std::vector<Manifest>* Manifests(uint64_t version, int member) const;
+  const GroupCode& code() const { return *code_; }
+  const std::vector<PeerId>& members() const { return members_; }
+  int self() const { return self_; }
+  uint64_t epoch() const { return epoch_; }
+  // The member `peer` is in this node's group, or -1.
+  int MemberOf(PeerId peer) const;
+
   // The parity this member holds (SetGroup first: a new place in the group
   // starts with none).
   ParityRows& rows() { return *rows_; }
@@ -143,6 +157,7 @@ class ParityExchange {
     std::vector<uint8_t> bytes;
   };
   void Offer(PeerId from, ParityOfferMsg m);
+  void GroupManifests(PeerId from, GroupManifestsMsg m);
   Status CheckOffer(PeerId from, const ParityOfferMsg& m) const;
   void Land(PeerId from, In& in);
   void Reply(PeerId to, uint64_t xfer, const Status& refused, bool need_full = false);
@@ -160,6 +175,10 @@ class ParityExchange {
   std::map<uint64_t, Sent> sent_;                   // xfer -> an offer of ours not yet answered
   std::map<uint64_t, uint64_t> send_tokens_;        // token -> xfer
   std::map<uint64_t, std::pair<PeerId, In>> in_;    // receive token -> an offer being received
+  // version -> member -> its manifests (the versions above the committed
+  // one, at most kMaxManifestVersions of them, and that one).
+  static constexpr size_t kMaxManifestVersions = 8;
+  std::map<uint64_t, std::map<int, std::vector<Manifest>>> manifests_;
   Stats stats_;
 };
 

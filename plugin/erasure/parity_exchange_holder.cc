@@ -28,6 +28,11 @@ bool ParityExchange::Handle(PeerId from, uint16_t type, const std::string& paylo
       if (decoded(&m)) Offer(from, std::move(m));
       return true;
     }
+    case ClusterMsg::kGroupManifests: {
+      GroupManifestsMsg m;
+      if (decoded(&m)) GroupManifests(from, std::move(m));
+      return true;
+    }
     case ClusterMsg::kParityWant: {
       ParityWantMsg m;
       if (decoded(&m)) Want(from, m);
@@ -95,6 +100,27 @@ void ParityExchange::Offer(PeerId from, ParityOfferMsg m) {
   slot = {from, std::move(in)};
   t_->PostRecv(from, tag, slot.second.bytes.data(), bytes, tag);
   t_->Send(from, T(ClusterMsg::kParityWant), Encode(ParityWantMsg{xfer, tag}));
+}
+
+// Kept for a rebuild of the sender: its manifests of a version, if it is a
+// member of this group and they are its version's (the sender's own ranks
+// are not checked here: a rebuild checks them against its plan).
+void ParityExchange::GroupManifests(PeerId from, GroupManifestsMsg m) {
+  const int member = MemberOf(from);
+  if (member < 0 || member == self_ || m.epoch < epoch_) {
+    FTRUN_LOG_WARN("manifests from agent {} ignored: {}", from,
+                   member < 0 ? "not a member of this node's group" : "an old epoch's");
+    return;
+  }
+  for (const Manifest& x : m.manifests) {
+    if (x.version != m.version) {
+      FTRUN_LOG_WARN("manifests from agent {} ignored: rank {}'s is version {}, not {}", from, x.rank, x.version,
+                     m.version);
+      return;
+    }
+  }
+  manifests_[m.version][member] = std::move(m.manifests);
+  while (manifests_.size() > kMaxManifestVersions) manifests_.erase(std::next(manifests_.begin()));
 }
 
 void ParityExchange::Land(PeerId from, In& in) {

@@ -1,5 +1,7 @@
 #include "plugin/erasure/parity_messages.h"
 
+#include "plugin/erasure/parity_rows.h"
+
 namespace ftrun {
 
 uint64_t ParityOfferMsg::bytes() const {
@@ -95,6 +97,108 @@ Status Decode(const std::string& payload, ParityAppliedMsg* m) {
   ByteReader r(payload);
   m->xfer = r.Get<uint64_t>();
   return CheckRead(r, ParityAppliedMsg::kType, payload.size());
+}
+
+}  // namespace ftrun
+
+namespace ftrun {
+namespace {
+
+// At most this many manifests in one message (a node's ranks).
+constexpr uint32_t kMaxManifests = 4096;
+
+void PutManifests(const std::vector<Manifest>& v, ByteWriter* w) {
+  w->Put<uint32_t>(static_cast<uint32_t>(v.size()));
+  for (const Manifest& m : v) EncodeManifest(m, w);
+}
+
+Status GetManifests(ByteReader* r, const std::string& what, std::vector<Manifest>* out) {
+  const uint32_t n = r->GetCount(8);
+  if (n > kMaxManifests) return Status::Corruption(what + ": " + std::to_string(n) + " manifests");
+  out->resize(n);
+  for (Manifest& m : *out) {
+    if (!r->ok()) break;
+    FTRUN_RETURN_IF_ERROR(DecodeManifest(r, what, &m));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string Encode(const GroupManifestsMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.epoch);
+  w.Put<uint64_t>(m.version);
+  PutManifests(m.manifests, &w);
+  return w.Take();
+}
+
+Status Decode(const std::string& payload, GroupManifestsMsg* m) {
+  ByteReader r(payload);
+  m->epoch = r.Get<uint64_t>();
+  m->version = r.Get<uint64_t>();
+  FTRUN_RETURN_IF_ERROR(GetManifests(&r, "group manifests", &m->manifests));
+  return CheckRead(r, GroupManifestsMsg::kType, payload.size());
+}
+
+std::string Encode(const FragmentRequestMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.xfer);
+  w.Put<uint64_t>(m.epoch);
+  w.Put<uint64_t>(m.version);
+  w.Put<uint8_t>(m.kind);
+  w.Put<int32_t>(m.index);
+  w.Put<uint64_t>(m.offset);
+  w.Put<uint64_t>(m.length);
+  w.Put<uint64_t>(m.tag);
+  return w.Take();
+}
+
+Status Decode(const std::string& payload, FragmentRequestMsg* m) {
+  ByteReader r(payload);
+  m->xfer = r.Get<uint64_t>();
+  m->epoch = r.Get<uint64_t>();
+  m->version = r.Get<uint64_t>();
+  m->kind = r.Get<uint8_t>();
+  m->index = r.Get<int32_t>();
+  m->offset = r.Get<uint64_t>();
+  m->length = r.Get<uint64_t>();
+  m->tag = r.Get<uint64_t>();
+  if (r.ok() && (m->kind > FragmentRequestMsg::kManifests || m->index < 0 || m->length > ParityRows::kMaxRowBytes ||
+                 m->offset > ParityRows::kMaxRowBytes)) {
+    return Status::Corruption("fragment request " + std::to_string(m->xfer) + ": kind " + std::to_string(m->kind) +
+                              ", index " + std::to_string(m->index) + ", " + std::to_string(m->length) + " bytes at " +
+                              std::to_string(m->offset) + " out of range");
+  }
+  return CheckRead(r, FragmentRequestMsg::kType, payload.size());
+}
+
+std::string Encode(const FragmentRefusedMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.xfer);
+  w.PutString(m.message);
+  return w.Take();
+}
+
+Status Decode(const std::string& payload, FragmentRefusedMsg* m) {
+  ByteReader r(payload);
+  m->xfer = r.Get<uint64_t>();
+  m->message = r.GetString();
+  return CheckRead(r, FragmentRefusedMsg::kType, payload.size());
+}
+
+std::string Encode(const FragmentManifestsMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.xfer);
+  PutManifests(m.manifests, &w);
+  return w.Take();
+}
+
+Status Decode(const std::string& payload, FragmentManifestsMsg* m) {
+  ByteReader r(payload);
+  m->xfer = r.Get<uint64_t>();
+  FTRUN_RETURN_IF_ERROR(GetManifests(&r, "fragment manifests", &m->manifests));
+  return CheckRead(r, FragmentManifestsMsg::kType, payload.size());
 }
 
 }  // namespace ftrun

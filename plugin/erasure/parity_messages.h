@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ftrun/status.h"
+#include "plugin/store/manifest.h"
 #include "recovery/cluster_messages.h"
 
 namespace ftrun {
@@ -56,7 +57,54 @@ struct ParityAppliedMsg {
   uint64_t xfer = 0;
 };
 
+// A member's manifests of `version` (its ranks'), sent to every other member
+// of its group with its parity deltas: a rebuild of that member needs its
+// layout and every chunk's hash.
+struct GroupManifestsMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kGroupManifests;
+  uint64_t epoch = 0;
+  uint64_t version = 0;
+  std::vector<Manifest> manifests;
+};
+
+// A rebuild asks a survivor for `length` bytes from `offset` of one of its
+// fragments of `version` (its data slice `index`, or its parity row in slot
+// `index`), into the receive it posted under `tag`; or (kManifests) for
+// member `index`'s manifests, answered with kFragmentManifests.
+struct FragmentRequestMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kFragmentRequest;
+  enum Kind : uint8_t { kData = 0, kParity = 1, kManifests = 2 };
+  uint64_t xfer = 0;
+  uint64_t epoch = 0;
+  uint64_t version = 0;
+  uint8_t kind = kData;
+  int32_t index = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t tag = 0;
+};
+
+struct FragmentRefusedMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kFragmentRefused;
+  uint64_t xfer = 0;
+  std::string message;
+};
+
+struct FragmentManifestsMsg {
+  static constexpr ClusterMsg kType = ClusterMsg::kFragmentManifests;
+  uint64_t xfer = 0;
+  std::vector<Manifest> manifests;
+};
+
 std::string Encode(const ParityOfferMsg& m);
+std::string Encode(const GroupManifestsMsg& m);
+std::string Encode(const FragmentRequestMsg& m);
+std::string Encode(const FragmentRefusedMsg& m);
+std::string Encode(const FragmentManifestsMsg& m);
+Status Decode(const std::string& payload, GroupManifestsMsg* m);
+Status Decode(const std::string& payload, FragmentRequestMsg* m);
+Status Decode(const std::string& payload, FragmentRefusedMsg* m);
+Status Decode(const std::string& payload, FragmentManifestsMsg* m);
 std::string Encode(const ParityWantMsg& m);
 std::string Encode(const ParityRefusedMsg& m);
 std::string Encode(const ParityAppliedMsg& m);

@@ -42,6 +42,7 @@ struct FakeNet {
 class FakeTransport : public Transport {
  public:
   FakeTransport(FakeNet* net, PeerId self) : net_(net), self_(self) {}
+  PeerId self() const { return self_; }
   std::string address() const override { return "fake"; }
   void Connect(PeerId, const std::string&) override {}
   void Disconnect(PeerId peer) override { net_->disconnects.push_back({self_, peer}); }
