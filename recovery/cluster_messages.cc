@@ -279,6 +279,10 @@ std::string ClusterMsgName(uint16_t type) {
       return "fragment-refused";
     case ClusterMsg::kFragmentManifests:
       return "fragment-manifests";
+    case ClusterMsg::kFragmentReady:
+      return "fragment-ready";
+    case ClusterMsg::kFragmentGo:
+      return "fragment-go";
   }
   return "message " + std::to_string(type);
 }

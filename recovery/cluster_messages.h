@@ -76,6 +76,8 @@ enum class ClusterMsg : uint16_t {
   kFragmentRequest,    // FragmentRequestMsg: a rebuild asks a survivor for a fragment (the receive posted)
   kFragmentRefused,    // xfer, message
   kFragmentManifests,  // xfer, manifests: a lost member's, for its rebuild
+  kFragmentReady,      // xfer: the survivor has the bytes staged: post the receive
+  kFragmentGo,         // xfer: the receive is posted: send
 };
 
 using RankVersion = std::pair<int32_t, uint64_t>;

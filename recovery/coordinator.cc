@@ -160,6 +160,7 @@ void Coordinator::MaybeCommit(Time now) {
   parity_held_.erase(parity_held_.begin(), parity_held_.lower_bound(*newest));
   missing_.clear();
   dropped_why_.clear();
+  rebuild_failed_.clear();
   FTRUN_LOG_DEBUG("version {} committed", *newest);
   if (void_above_ && *newest > *void_above_) {
     // The job has a newer version than the one it went back to: the old

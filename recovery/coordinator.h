@@ -214,11 +214,12 @@ class Coordinator {
   Time now_{};                               // the time of the call being handled (messages sent are stamped with it)
   std::vector<int> first_ranks_;             // slot -> its first rank; [slots]: one past the last
   std::vector<std::vector<int>> placement_;  // slot -> holder slots
-  std::vector<std::vector<int32_t>> held_slots_;      // slot -> the slots it holds copies of (placement_ inverted)
-  std::vector<std::vector<int>> groups_;              // erasure group -> its slots, by member
-  std::vector<std::pair<int, int>> group_of_;         // slot -> (group, member)
-  std::vector<Stripe> stripes_;                       // StripeLayout(data, parity): members, not slots
-  std::map<uint64_t, std::set<PeerId>> parity_held_;  // version -> agents whose rows are complete there
+  std::vector<std::vector<int32_t>> held_slots_;       // slot -> the slots it holds copies of (placement_ inverted)
+  std::vector<std::vector<int>> groups_;               // erasure group -> its slots, by member
+  std::vector<std::pair<int, int>> group_of_;          // slot -> (group, member)
+  std::vector<Stripe> stripes_;                        // StripeLayout(data, parity): members, not slots
+  std::map<uint64_t, std::set<PeerId>> parity_held_;   // version -> agents whose rows are complete there
+  std::set<std::pair<int, uint64_t>> rebuild_failed_;  // (slot, version) a replacement could not rebuild
   std::map<PeerId, AgentInfo> agents_;
   std::vector<std::optional<PeerId>> slots_;  // slot -> agent
   Phase phase_ = Phase::kForming;

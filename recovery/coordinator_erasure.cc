@@ -59,7 +59,7 @@ int Coordinator::StripeFragments(int group, int stripe, uint64_t version) const 
 }
 
 bool Coordinator::Rebuildable(int slot, uint64_t version) const {
-  if (!erasure()) return false;
+  if (!erasure() || rebuild_failed_.count({slot, version})) return false;
   const auto [group, member] = group_of_[static_cast<size_t>(slot)];
   for (size_t j = 0; j < stripes_.size(); ++j) {
     const auto& data = stripes_[j].data;

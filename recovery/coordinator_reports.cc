@@ -155,6 +155,9 @@ void Coordinator::OnPullFailed(AgentInfo& a, const PullFailedMsg& m, Time now) {
   // Every holder it was given failed it: those copies do not count.
   auto v = held_.find(m.version);
   if (v != held_.end()) v->second.erase(m.rank);
+  // A rebuild from the erasure group failed (every choice of fragments): the
+  // node counts as lost beyond the code, so the disk decides, or the job stops.
+  if (erasure() && a.slot >= 0) rebuild_failed_.insert({a.slot, m.version});
   if (phase_ != Phase::kRecovering) return;
   if (!CheckCoverage(" (last error pulling rank " + std::to_string(m.rank) + ": " + m.message + ")")) return;
   if (disk_restore_) return PullAllFromDisk(now);  // no live copy left, but the disk has a version

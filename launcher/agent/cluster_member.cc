@@ -54,7 +54,15 @@ Status ClusterMember::SetupRemote() {
   auto round_failed = [this](uint64_t version) { Report(RoundFailedMsg{epoch_, version}); };
   replicator_->on_copy_failed = [round_failed](int, uint64_t version, const Status&) { round_failed(version); };
   round_ = std::make_unique<CommitRound>(
-      store_, [this](int rank, uint64_t version) { replicator_->Saved(rank, version); }, round_failed);
+      store_,
+      [this](int rank, uint64_t version) {
+        if (erasure_->enabled())
+          erasure_->Saved(rank, version);
+        else
+          replicator_->Saved(rank, version);
+      },
+      round_failed);
+  SetupErasure();
   // A chunk it was to send is corrupted in our shared memory: as a rank's
   // report, settled at once.
   replicator_->on_corrupt = [this](int rank, uint64_t version, const ChunkRef& c) {
@@ -90,6 +98,23 @@ Status ClusterMember::SetupRemote() {
   return Status::Ok();
 }
 
+void ClusterMember::SetupErasure() {
+  erasure_ = std::make_unique<ErasureMember>(
+      transport_.get(), store_, arena_base_, peers_.get(), ranks_, [this] { return retention_->committed(); }, clock_);
+  erasure_->on_parity_held = [this](uint64_t version) { Report(ParityHeldMsg{epoch_, version}); };
+  erasure_->on_round_failed = [this](uint64_t version) { Report(RoundFailedMsg{epoch_, version}); };
+  erasure_->on_rebuilt = [this](uint64_t epoch, uint64_t version, const std::vector<int>& ranks) {
+    if (epoch != epoch_) return;
+    HeldMsg held{epoch, {}};
+    for (int r : ranks) held.items.push_back({r, version});
+    Report(held);
+    if (pulls_->idle()) Report(ReadyMsg{epoch});
+  };
+  erasure_->on_rebuild_failed = [this](const PullFailedMsg& m) {
+    if (m.epoch == epoch_) Report(m);
+  };
+}
+
 void ClusterMember::Register() {
   RegisterMsg m = orders_->Registration();
   if (transport_) m.address = transport_->address();
@@ -112,6 +137,7 @@ void ClusterMember::Events(const std::function<bool()>& done) {
         } else {
           FTRUN_LOG_WARN("agent {} down: {}", e.peer, e.status.message());
           replicator_->PeerDown(e.peer);
+          erasure_->PeerDown(e.peer);
         }
         break;
       case TransportEvent::Kind::kMessage:
@@ -120,12 +146,12 @@ void ClusterMember::Events(const std::function<bool()>& done) {
           link_->Heard();
           OnOrder(e.type, e.payload);
           orders_->Heard(now);
-        } else if (!replicator_->Handle(e.peer, e.type, e.payload)) {
+        } else if (!erasure_->Handle(e.peer, e.type, e.payload) && !replicator_->Handle(e.peer, e.type, e.payload)) {
           FTRUN_LOG_WARN("agent {} sent an unexpected {}", e.peer, ClusterMsgName(e.type));
         }
         break;
       case TransportEvent::Kind::kBulkDone:
-        replicator_->BulkDone(e.token, e.status);
+        if (!erasure_->BulkDone(e.token, e.status)) replicator_->BulkDone(e.token, e.status);
         break;
     }
     if (done()) return;
@@ -141,6 +167,7 @@ void ClusterMember::Tick(Clock::Time now) {
   if (local_) return local_->Tick(now);
   pulls_->Tick(now);       // a plan that never ends is the coordinator's to decide
   replicator_->Tick(now);  // cancels copies that stalled (cluster.copy_timeout)
+  erasure_->Tick(now);
   if (watch_) {
     watch_->Connected(link_->up());
     if (auto l = watch_->Newer(term_)) {
@@ -199,6 +226,7 @@ void ClusterMember::JoinEpoch(uint64_t epoch) {
   if (epoch > epoch_) FlushHeld();  // (the old epoch's: the coordinator ignores them)
   epoch_ = std::max(epoch_, epoch);
   if (replicator_) replicator_->SetEpoch(epoch_);
+  if (erasure_) erasure_->SetEpoch(epoch_);
 }
 
 void ClusterMember::EndRound() {

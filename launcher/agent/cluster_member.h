@@ -23,6 +23,7 @@
 #include "launcher/agent/agent_view.h"
 #include "launcher/agent/commit_round.h"
 #include "launcher/agent/coordinator_link.h"
+#include "launcher/agent/erasure_member.h"
 #include "launcher/agent/leader_watch.h"
 #include "launcher/agent/local_coordinator.h"
 #include "launcher/agent/peer_addresses.h"
@@ -121,6 +122,7 @@ class ClusterMember {
   void OnOrder(uint16_t type, const std::string& payload);
   void Membership(const MembershipMsg& m);
   void Pull(const PullMsg& m);
+  void SetupErasure();
   void Replicate(const ReplicateMsg& m);
 
   bool Current(std::string* payload);
@@ -144,9 +146,10 @@ class ClusterMember {
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<ShardPulls> pulls_;
   std::unique_ptr<CommitRound> round_;
-  std::unique_ptr<LeaderWatch> watch_;  // etcd: who leads
-  int64_t term_ = 0;                    // the newest coordinator term seen (etcd or an order)
-  int64_t dropped_term_ = -1;           // the last deposed term whose order was dropped (logged once)
+  std::unique_ptr<ErasureMember> erasure_;  // cluster.redundancy erasure: parity instead of copies
+  std::unique_ptr<LeaderWatch> watch_;      // etcd: who leads
+  int64_t term_ = 0;                        // the newest coordinator term seen (etcd or an order)
+  int64_t dropped_term_ = -1;               // the last deposed term whose order was dropped (logged once)
 };
 
 }  // namespace ftrun

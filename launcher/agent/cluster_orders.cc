@@ -31,6 +31,7 @@ void ClusterMember::OnOrder(uint16_t type, const std::string& payload) {
       return on(HaltMsg{}, [&](const HaltMsg& m) {
         JoinEpoch(m.epoch);
         EndRound();  // the stopped generation's round is over
+        if (erasure_) erasure_->Halted();
         orders_->Halt(m.epoch);
       });
     case ClusterMsg::kDropAbove:
@@ -38,7 +39,10 @@ void ClusterMember::OnOrder(uint16_t type, const std::string& payload) {
     case ClusterMsg::kReplicate:
       return on(ReplicateMsg{}, [&](const ReplicateMsg& m) { Replicate(m); });
     case ClusterMsg::kCommit:
-      return on(CommitMsg{}, [&](const CommitMsg& m) { orders_->Commit(m); });
+      return on(CommitMsg{}, [&](const CommitMsg& m) {
+        orders_->Commit(m);
+        if (erasure_) erasure_->Committed(m.version);
+      });
     case ClusterMsg::kStop:
       return on(StopMsg{}, [&](const StopMsg& m) { orders_->Ended(m.code, m.message, false); });
     case ClusterMsg::kFenced:
@@ -52,6 +56,7 @@ void ClusterMember::Membership(const MembershipMsg& m) {
   if (!replicator_) return;  // one node: nobody to copy to
   peers_->Set(m);
   peers_->Connect(m.my_holders);
+  erasure_->Membership(m);
   replicator_->SetHolders(m.my_holders);
   replicator_->SetRoles(PeerRoles(m));
   orders_->Changed();
@@ -78,9 +83,14 @@ void ClusterMember::Pull(const PullMsg& m) {
     // a halt before the start must not drop it as uncommitted.
     orders_->Committed(m.version);
   }
+  std::vector<int> rebuild;  // ranks with no copy left: from the erasure group
   for (const auto& [rank, holders] : m.ranks) {
     if (store_->Find(rank, m.version)) {  // already here (an earlier pull finished)
       Report(HeldMsg{m.epoch, {{rank, m.version}}});
+      continue;
+    }
+    if (holders.empty() && !m.group.empty() && erasure_) {
+      rebuild.push_back(rank);
       continue;
     }
     if (holders.empty() || !pulls_) {  // (a one-node job has no holders)
@@ -89,6 +99,7 @@ void ClusterMember::Pull(const PullMsg& m) {
     }
     pulls_->Add(rank, m.version, holders);
   }
+  if (!rebuild.empty()) return erasure_->Rebuild(m, std::move(rebuild));  // it says ready
   if (pulls_)
     pulls_->Planned();
   else

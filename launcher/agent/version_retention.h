@@ -39,6 +39,7 @@ class VersionRetention {
   VersionRetention(SnapshotStore* store, const CommitTracker* tracker) : store_(store), tracker_(tracker) {}
 
   void Committed(uint64_t version);
+  std::optional<uint64_t> committed() const { return tracker_->last_committed(); }
   void Halted();
   void StartsFrom(std::optional<uint64_t> version);
   // A restore of `version` from disk failed: what was read of it goes.

@@ -80,9 +80,10 @@ Status Runner::Setup() {
   FTRUN_RETURN_IF_ERROR(ValidateClusterConfig(config_, static_cast<int>(nodes_.size())));
   if (std::string advice = ClusterConfigAdvice(config_, static_cast<int>(nodes_.size())); !advice.empty())
     FTRUN_LOG_WARN("{}", advice);
-  if (nodes_.size() == 1 && config_.cluster.replicas > 0) {
-    FTRUN_LOG_INFO("one node: no peer to copy snapshots to (cluster.replicas ignored)");
+  if (nodes_.size() == 1 && (config_.cluster.replicas > 0 || config_.cluster.erasure.enabled())) {
+    FTRUN_LOG_INFO("one node: no peer to copy snapshots to (cluster.redundancy ignored)");
     config_.cluster.replicas = 0;
+    config_.cluster.erasure = {};
   }
 
   job_id_ = config_.job.id;
@@ -154,6 +155,8 @@ Status Runner::Setup() {
     co.racks.push_back(n.rack);
   }
   co.replicas = config_.cluster.replicas;
+  co.erasure_data = config_.cluster.erasure.data;
+  co.erasure_parity = config_.cluster.erasure.parity;
   co.heartbeat_interval = config_.cluster.heartbeat_interval;
   co.heartbeat_misses = config_.cluster.heartbeat_misses;
   co.lost_node_timeout = config_.cluster.lost_node_timeout;
@@ -192,8 +195,12 @@ Status Runner::Setup() {
 
   FTRUN_RETURN_IF_ERROR(loop_.Add(transport_->event_fd(), kTransportTag));
   if (disk_worker_.event_fd() >= 0) FTRUN_RETURN_IF_ERROR(loop_.Add(disk_worker_.event_fd(), kDiskTag));
-  FTRUN_LOG_INFO("job {}: {} nodes + {} spares, {} ranks, replicas {}; coordinator at {}", job_id_, nodes_.size(),
-                 spares_, TotalSlots(nodes_), config_.cluster.replicas, transport_->address());
+  const ErasureConfig& ec = config_.cluster.erasure;
+  FTRUN_LOG_INFO("job {}: {} nodes + {} spares, {} ranks, {}; coordinator at {}", job_id_, nodes_.size(), spares_,
+                 TotalSlots(nodes_),
+                 ec.enabled() ? "erasure code " + std::to_string(ec.data) + "+" + std::to_string(ec.parity)
+                              : "replicas " + std::to_string(config_.cluster.replicas),
+                 transport_->address());
   if (!o_.attach_job.empty()) return AdoptAgents(before.dump());
   {
     nlohmann::json r;  // what `ftrun --attach` needs to take the job over

@@ -63,9 +63,14 @@ void ErasureRebuild::Begin(uint64_t epoch, uint64_t version, std::vector<int> ra
 }
 
 void ErasureRebuild::Cancel() {
-  for (auto& [xfer, ask] : asks_) {
-    if (!ask.manifests && !ask.dead) t_->CancelRecv(xfer);
-    ask.dead = true;  // its buffer stays until the receive ends
+  for (auto it = asks_.begin(); it != asks_.end();) {
+    if (!it->second.posted) {
+      it = asks_.erase(it);  // nothing of ours refers to its buffer
+      continue;
+    }
+    if (!it->second.dead) t_->CancelRecv(it->first);
+    it->second.dead = true;  // its buffer stays until the receive ends
+    ++it;
   }
   active_ = false;
   slices_.clear();
@@ -82,7 +87,7 @@ void ErasureRebuild::AskManifests() {
   const int m = manifest_sources_.front();
   manifest_sources_.erase(manifest_sources_.begin());
   const uint64_t xfer = kIdBit | next_id_++;
-  asks_[xfer] = {0, Source(m), nullptr, true, false};
+  asks_[xfer] = {0, Source(m), nullptr, true, false, false};
   connect_(Source(m));
   FragmentRequestMsg r;
   r.xfer = xfer;
@@ -115,6 +120,17 @@ bool ErasureRebuild::Handle(PeerId from, uint16_t type, const std::string& paylo
       }
       manifests_ = std::move(m.manifests);
       Plan();
+      return true;
+    }
+    case ClusterMsg::kFragmentReady: {
+      FragmentReadyMsg m;
+      if (!ftrun::Decode(payload, &m).ok()) return true;
+      auto it = asks_.find(m.xfer);
+      if (it == asks_.end() || it->second.peer != from || it->second.manifests || it->second.posted) return true;
+      Ask& ask = it->second;
+      ask.posted = true;
+      t_->PostRecv(from, m.xfer, ask.buf->data(), ask.buf->size(), m.xfer);
+      t_->Send(from, T(ClusterMsg::kFragmentGo), Encode(FragmentGoMsg{m.xfer}));
       return true;
     }
     case ClusterMsg::kFragmentRefused: {
@@ -182,9 +198,8 @@ void ErasureRebuild::Fetch(size_t t) {
     const uint64_t xfer = kIdBit | next_id_++;
     auto buf = std::make_shared<std::vector<uint8_t>>(slice_len_);
     s.bufs.push_back(buf);
-    asks_[xfer] = {t, peer, buf, false, false, f};
+    asks_[xfer] = {t, peer, buf, false, false, false, f};
     connect_(peer);
-    t_->PostRecv(peer, xfer, buf->data(), buf->size(), xfer);
     FragmentRequestMsg r;
     r.xfer = xfer;
     r.epoch = epoch_;
@@ -198,10 +213,17 @@ void ErasureRebuild::Fetch(size_t t) {
 }
 
 void ErasureRebuild::AbandonAsks(size_t t) {
-  for (auto& [xfer, ask] : asks_) {
-    if (ask.manifests || ask.dead || ask.slice != t) continue;
-    ask.dead = true;
-    t_->CancelRecv(xfer);
+  for (auto it = asks_.begin(); it != asks_.end();) {
+    Ask& ask = it->second;
+    if (ask.manifests || ask.dead || ask.slice != t) {
+      ++it;
+    } else if (!ask.posted) {
+      it = asks_.erase(it);
+    } else {
+      ask.dead = true;
+      t_->CancelRecv(it->first);
+      ++it;
+    }
   }
 }
 
@@ -235,7 +257,7 @@ void ErasureRebuild::PeerDown(PeerId peer) {
     if (ask.peer != peer || ask.dead) continue;
     if (ask.manifests) {
       manifests = true;
-      ask.dead = true;
+      ask.dead = true;  // (its answer, if one comes, is ignored)
     } else {
       hit.insert(ask.slice);
     }

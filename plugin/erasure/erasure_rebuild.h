@@ -106,7 +106,8 @@ class ErasureRebuild {
     PeerId peer = 0;
     std::shared_ptr<std::vector<uint8_t>> buf;  // a fragment's: where its bytes land
     bool manifests = false;
-    bool dead = false;  // abandoned: forgotten once its receive ends
+    bool dead = false;    // abandoned: forgotten once its receive ends (or at once, not posted)
+    bool posted = false;  // its receive is posted (kFragmentReady came)
     int fragment = -1;
   };
   std::map<uint64_t, Ask> asks_;  // xfer (= tag = receive token) -> what it is for

@@ -19,6 +19,11 @@ FragmentServer::FragmentServer(Transport* transport, SnapshotStore* store, const
 
 bool FragmentServer::Handle(PeerId from, uint16_t type, const std::string& payload,
                             std::chrono::steady_clock::time_point now) {
+  if (static_cast<ClusterMsg>(type) == ClusterMsg::kFragmentGo) {
+    FragmentGoMsg m;
+    if (Decode(payload, &m).ok()) Go(from, m.xfer);
+    return true;
+  }
   if (static_cast<ClusterMsg>(type) != ClusterMsg::kFragmentRequest) return false;
   FragmentRequestMsg m;
   if (Status s = Decode(payload, &m); !s.ok()) {
@@ -33,7 +38,7 @@ bool FragmentServer::Handle(PeerId from, uint16_t type, const std::string& paylo
     }
     return true;
   }
-  Serve(from, m);
+  Serve(from, m, now);
   return true;
 }
 
@@ -43,7 +48,7 @@ void FragmentServer::Regrouped() {
     if (exchange_->MemberOf(p.from) < 0)
       still.push_back(std::move(p));
     else
-      Serve(p.from, p.m);
+      Serve(p.from, p.m, p.since);
   }
   parked_ = std::move(still);
 }
@@ -53,9 +58,12 @@ void FragmentServer::Tick(std::chrono::steady_clock::time_point now) {
     Refuse(parked_.front().from, parked_.front().m.xfer, "not a member of this node's erasure group");
     parked_.pop_front();
   }
+  for (auto it = staged_.begin(); it != staged_.end();) {
+    it = now - it->second.since > kPatience ? staged_.erase(it) : std::next(it);
+  }
 }
 
-void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m) {
+void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono::steady_clock::time_point now) {
   if (m.epoch < exchange_->epoch()) return Refuse(from, m.xfer, "a request of an older epoch");
   if (m.kind == FragmentRequestMsg::kManifests) {
     const std::vector<Manifest>* v = exchange_->Manifests(m.version, m.index);
@@ -76,11 +84,21 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m) {
     s = DataSlice(m, &bytes);
   }
   if (!s.ok()) return Refuse(from, m.xfer, s.message());
+  if (staged_.size() >= kMaxParked) return Refuse(from, m.xfer, "too many fragments staged here; ask again");
+  staged_[{from, m.xfer}] = {std::move(bytes), m.tag, now};
+  t_->Send(from, static_cast<uint16_t>(ClusterMsg::kFragmentReady), Encode(FragmentReadyMsg{m.xfer}));
+}
+
+void FragmentServer::Go(PeerId from, uint64_t xfer) {
+  auto it = staged_.find({from, xfer});
+  if (it == staged_.end()) return;
   const uint64_t token = kTokenBit | next_token_++;
   auto& kept = sending_[token];
-  kept = std::move(bytes);
+  kept = std::move(it->second.bytes);
+  const uint64_t tag = it->second.tag;
+  staged_.erase(it);
   bytes_served_ += kept.size();
-  t_->SendBulk(from, m.tag, kept.data(), kept.size(), token);
+  t_->SendBulk(from, tag, kept.data(), kept.size(), token);
 }
 
 // Bytes [offset, offset + length) of slice m.index of this node's shard at

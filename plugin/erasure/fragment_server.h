@@ -9,7 +9,9 @@
 //
 // A request from an agent the membership does not name in this node's
 // group (yet: the coordinator's new membership may still be on its way) is
-// parked up to kPatience, then refused.
+// parked up to kPatience, then refused. Staged bytes whose requester never
+// says go are dropped after kPatience too, and at most kMaxParked are
+// staged at once.
 //
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
@@ -49,7 +51,8 @@ class FragmentServer {
     FragmentRequestMsg m;
     std::chrono::steady_clock::time_point since;
   };
-  void Serve(PeerId from, const FragmentRequestMsg& m);
+  void Serve(PeerId from, const FragmentRequestMsg& m, std::chrono::steady_clock::time_point now);
+  void Go(PeerId from, uint64_t xfer);
   Status DataSlice(const FragmentRequestMsg& m, std::vector<uint8_t>* out) const;
   void Refuse(PeerId to, uint64_t xfer, const std::string& why);
 
@@ -60,7 +63,13 @@ class FragmentServer {
   std::function<std::vector<int>()> ranks_;
   std::deque<Parked> parked_;
   uint64_t next_token_ = 1;
-  std::map<uint64_t, std::vector<uint8_t>> sending_;  // token -> the bytes until the send ends
+  struct Staged {
+    std::vector<uint8_t> bytes;
+    uint64_t tag;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<std::pair<PeerId, uint64_t>, Staged> staged_;  // (requester, xfer) -> awaiting its go
+  std::map<uint64_t, std::vector<uint8_t>> sending_;      // token -> the bytes until the send ends
   uint64_t bytes_served_ = 0;
 };
 

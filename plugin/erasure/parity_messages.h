@@ -69,8 +69,11 @@ struct GroupManifestsMsg {
 
 // A rebuild asks a survivor for `length` bytes from `offset` of one of its
 // fragments of `version` (its data slice `index`, or its parity row in slot
-// `index`), into the receive it posted under `tag`; or (kManifests) for
-// member `index`'s manifests, answered with kFragmentManifests.
+// `index`); the survivor stages them and says so (kFragmentReady), the
+// rebuild posts its receive under `tag` and says go (kFragmentGo): a
+// receive can only be posted once the connection is up, and the survivor's
+// message proves it is. Or (kManifests) it asks for member `index`'s
+// manifests, answered with kFragmentManifests.
 struct FragmentRequestMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kFragmentRequest;
   enum Kind : uint8_t { kData = 0, kParity = 1, kManifests = 2 };
@@ -83,6 +86,27 @@ struct FragmentRequestMsg {
   uint64_t length = 0;
   uint64_t tag = 0;
 };
+
+// kFragmentReady and kFragmentGo: an xfer only.
+template <ClusterMsg T>
+struct FragmentStepMsg {
+  static constexpr ClusterMsg kType = T;
+  uint64_t xfer = 0;
+};
+using FragmentReadyMsg = FragmentStepMsg<ClusterMsg::kFragmentReady>;
+using FragmentGoMsg = FragmentStepMsg<ClusterMsg::kFragmentGo>;
+template <ClusterMsg T>
+std::string Encode(const FragmentStepMsg<T>& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.xfer);
+  return w.Take();
+}
+template <ClusterMsg T>
+Status Decode(const std::string& payload, FragmentStepMsg<T>* m) {
+  ByteReader r(payload);
+  m->xfer = r.Get<uint64_t>();
+  return CheckRead(r, T, payload.size());
+}
 
 struct FragmentRefusedMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kFragmentRefused;

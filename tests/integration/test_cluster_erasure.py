@@ -1,0 +1,91 @@
+"""Erasure-coded redundancy (cluster.redundancy erasure) with real agents,
+ranks and UCX on local nodes: whole nodes SIGKILLed at random moments (up to
+`parity` of a group at once, during the parity's encoding, or during a
+rebuild) are rebuilt on spares from their group, and every run ends with the
+digests of the failure-free run; one loss more than the parity goes to the
+persist directory with a message that names the code, or stops naming it."""
+import os
+import random
+import time
+
+import pytest
+
+from ftrun_testlib import ClusterJob, digests, golden
+
+ARGS = ["--state-bytes", "16MiB", "--tensors", "4", "--steps", "80", "--step-ms", "10", "--change-fraction", "0.3"]
+
+
+def config(data, parity, persist=None):
+    text = ("job:\n  max_restarts: 10\n  stop_grace: 2s\n"
+            "store:\n  memory_budget: 512MiB\n  chunk_size: 1MiB\n  prefault: false\n"
+            "cluster:\n  redundancy: {erasure: {data: %d, parity: %d}}\n  heartbeat_interval: 200ms\n"
+            "  heartbeat_misses: 10\n  lost_node_timeout: 30s\n" % (data, parity))
+    if persist:
+        text += "persist:\n  dir: %s\n  every_versions: 5\n" % persist
+    return text
+
+
+@pytest.fixture(scope="module")
+def rng():
+    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+    print("seed", seed, "(set FTRUN_TEST_SEED to replay)")
+    return random.Random(seed)
+
+
+def committed(st):
+    return st["phase"] == "running" and st["committed_version"] is not None
+
+
+def survives(st):
+    groups = (st.get("erasure") or {}).get("groups") or []
+    return [g["survives"] for g in groups]
+
+
+# (name, data, parity, nodes, ranks per node, spares, nodes killed at once, kills in turn)
+RUNS = [("2+1, one node, twice in turn", 2, 1, 3, 2, 2, 1, 2),
+        ("4+2, two nodes of the group at once", 4, 2, 6, 1, 2, 2, 1)]
+
+
+@pytest.mark.parametrize("name, data, parity, nodes, per_node, spares, at_once, kills", RUNS,
+                         ids=[r[0] for r in RUNS])
+def test_erasure_node_loss(check, rng, name, data, parity, nodes, per_node, spares, at_once, kills):
+    """Up to `parity` nodes of a group SIGKILLed at random moments: spares rebuild them from the survivors and
+    the job ends with the failure-free digests; status shows the groups' margin."""
+    want = golden(nodes * per_node, ARGS)
+    job = ClusterJob(nodes, per_node, ARGS, config(data, parity), spares=spares)
+    restarts, last, done = 0, -1, 0
+    for i in range(kills):
+        st = job.wait_for(lambda s: committed(s) and s["restarts"] == restarts and s["committed_version"] > last
+                          and min(survives(s) or [0]) == parity, timeout=60)
+        if st is None:
+            break
+        time.sleep(rng.uniform(0.0, 0.3))
+        victims = rng.sample(range(nodes), at_once)
+        for node in victims:
+            done += job.kill_node(node)
+        print(f"{name}: killed nodes {victims}", flush=True)
+        st = job.wait_for(lambda s: committed(s) and s["restarts"] > restarts, timeout=60)
+        if st is None:
+            break
+        restarts, last = st["restarts"], st["committed_version"]
+    rc = job.wait(timeout=180)
+    check(rc == 0, f"{name}: runner exit {rc} after {done} node kills\n{job.log[-4000:]}")
+    check(digests(job.log) == want, f"{name}: digests differ from the failure-free run")
+    check(done >= 1, f"{name}: no node was killed")
+    check("from the erasure group, every chunk checked" in job.log, f"{name}: no rebuild in the log")
+
+
+def test_erasure_losses_beyond_parity_stop_naming_the_code(check):
+    """Two nodes of a 2+1 group lost at once and no disk: the job stops with the error that names the code."""
+    long_args = [a if a != "80" else "400" for a in ARGS]
+    job = ClusterJob(3, 1, long_args, config(2, 1), spares=2)
+    st = job.wait_for(committed, timeout=60)
+    check(st is not None, "2+1 double loss: the job never committed")
+    if st:
+        time.sleep(0.2)
+        job.kill_node(0)
+        job.kill_node(2)
+    rc = job.wait(timeout=120)
+    check(rc not in (0, "timeout"), f"2+1 double loss: expected a failing exit, got {rc}\n{job.log[-3000:]}")
+    check("cluster.redundancy erasure: data 2, parity 1 per group" in job.log,
+          f"2+1 double loss: the error does not name the code\n{job.log[-3000:]}")
