@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "bench/bench_util.h"
+#include "bench/cluster_job.h"
 #include "plugin/config/units.h"
 
 namespace ftrun::bench {
@@ -53,41 +54,6 @@ double UcxPerftest(uint64_t size, int iters, const std::string& log) {
   double v[8] = {};
   for (double& x : v) in >> x;
   return v[5] * 1024.0 * 1024.0;  // "bandwidth (MB/s) overall", MB = 2^20
-}
-
-struct Job {
-  pid_t runner = 0;
-  std::string dir, status;
-};
-
-Job StartJob(const std::string& name, int nodes, int per_node, int spares, const std::string& config,
-             const std::vector<std::string>& trainer) {
-  Job j;
-  j.dir = "/tmp/ftrun-bench-" + name + "-" + std::to_string(::getpid());
-  ::mkdir(j.dir.c_str(), 0700);
-  j.status = j.dir + "/status.json";
-  std::ofstream(j.dir + "/ftrun.yaml") << config << "agent:\n  run_dir: " << j.dir << "/run\n";
-  std::vector<std::string> args = {"--num_nodes",
-                                   std::to_string(nodes),
-                                   "--num_gpus",
-                                   std::to_string(per_node),
-                                   "--spares",
-                                   std::to_string(spares),
-                                   "--config",
-                                   j.dir + "/ftrun.yaml",
-                                   "--status_file",
-                                   j.status,
-                                   "--no_python",
-                                   "--no_local_rank",
-                                   SiblingBinary("ftrun-synthetic")};
-  args.insert(args.end(), trainer.begin(), trainer.end());
-  j.runner = StartProgram(SiblingBinary("ftrun"), args, j.dir + "/out.log");
-  return j;
-}
-
-bool AgentStatus(const nlohmann::json& runner, int agent, nlohmann::json* out) {
-  if (!runner.contains("agents") || agent >= static_cast<int>(runner["agents"].size())) return false;
-  return ReadJson(runner["agents"][static_cast<size_t>(agent)]["status_file"].get<std::string>(), out);
 }
 
 }  // namespace

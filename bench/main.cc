@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
         "  restart-node    4 nodes x 2 ranks, kill a node, time until every rank completed a step\n"
         "  baseline-torch  train_gpt.py: torch.save/torch.load + relaunch vs ftrun (save, restore, recovery)\n"
         "  flush           the lazy flusher's disk rate vs fio; step time with and without it\n"
-        "  erasure         the erasure code alone: parity throughput vs ISA-L, incremental deltas, rebuild\n"
+        "  erasure         the erasure code vs ISA-L; 6 nodes with 4+2 vs replicas 2: memory, wire, rebuild\n"
         "  scale           the coordinator against N simulated agents: CPU, commit latency, silent node, orders\n"
         "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;

@@ -60,6 +60,21 @@ nlohmann::json AgentStatusJson(const AgentView& v) {
                                   {"bytes_sent", r.bytes_sent},
                                   {"seconds", r.seconds}});
     }
+    if (c.parity_bytes) {
+      json e = {{"parity_bytes", *c.parity_bytes},
+                {"parity_total_bytes", c.parity_total_bytes},
+                {"contributions", json::array()}};
+      for (const auto& r : c.parity) {
+        e["contributions"].push_back({{"version", r.version},
+                                      {"from_zeros", r.from_zeros},
+                                      {"shard_bytes", r.shard_bytes},
+                                      {"changed_bytes", r.changed_bytes},
+                                      {"full_holders", r.full_holders},
+                                      {"bytes_sent", r.bytes_sent},
+                                      {"seconds", r.seconds}});
+      }
+      j["erasure"] = e;
+    }
   }
   j["restarts"] = v.restarts;
   j["max_restarts"] = v.max_restarts;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "launcher/agent/save_stalls.h"
+#include "plugin/erasure/parity_exchange.h"
 #include "plugin/replication/replicator.h"
 #include "plugin/store/manifest.h"
 #include "plugin/store/snapshot_store.h"
@@ -35,6 +36,11 @@ struct AgentView {
     std::string address;
     TransportStats transport;
     std::deque<Replicator::Record> replication;
+    // cluster.redundancy erasure: the parity held here (bytes) and the
+    // contributions sent.
+    std::optional<uint64_t> parity_bytes;  // the newest complete version's rows
+    uint64_t parity_total_bytes = 0;       // every version's (blocks shared between them once)
+    std::deque<ParityExchange::Record> parity;
   };
   std::optional<Cluster> cluster;
 

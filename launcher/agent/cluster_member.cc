@@ -243,6 +243,12 @@ std::optional<AgentView::Cluster> ClusterMember::View() const {
   c.address = transport_->address();
   c.transport = transport_->stats();
   c.replication = replicator_->history();
+  if (const ParityExchange* x = erasure_->exchange()) {
+    const std::optional<uint64_t> v = x->rows().NewestComplete();
+    c.parity_bytes = v ? x->rows().VersionBytes(*v) : 0;
+    c.parity_total_bytes = x->rows().memory_bytes();
+    c.parity = x->history();
+  }
   return c;
 }
 

@@ -60,8 +60,8 @@ class ErasureMember {
   std::function<void(uint64_t epoch, uint64_t version, const std::vector<int>& ranks)> on_rebuilt;
   std::function<void(const PullFailedMsg&)> on_rebuild_failed;
 
-  // For the status: the parity held here, in bytes, and the group.
-  uint64_t parity_bytes() const { return exchange_ ? exchange_->rows().memory_bytes() : 0; }
+  // For the status: none until a membership names a group.
+  const ParityExchange* exchange() const { return exchange_.get(); }
 
  private:
   Transport* t_;

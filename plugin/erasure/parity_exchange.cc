@@ -94,6 +94,7 @@ Status ParityExchange::Contribute(uint64_t version, std::optional<uint64_t> base
   Contribution c;
   c.epoch = epoch_;
   c.base = base;
+  c.started = std::chrono::steady_clock::now();
   FTRUN_RETURN_IF_ERROR(Prepare(version, &c, ranks));
   // Stripe of slice t: where this member's fragment t goes; each of its rows' holders gets a job.
   const uint64_t slice = c.now->SliceLength(code_->data());
@@ -289,6 +290,8 @@ bool ParityExchange::BulkDone(uint64_t token, const Status& status) {
     if (s == sent_.end()) return true;
     if (status.ok()) {
       stats_.delta_bytes_sent += s->second.bytes->size();
+      if (auto c = contributions_.find(s->second.version); c != contributions_.end())
+        c->second.bytes_sent += s->second.bytes->size();
       s->second.bytes.reset();  // (the batch's bytes go once every holder has them)
     } else {
       const uint64_t version = s->second.version;
@@ -315,6 +318,21 @@ void ParityExchange::Fail(uint64_t version, const Status& why) {
 
 void ParityExchange::Finish(uint64_t version) {
   auto it = contributions_.find(version);
+  const Contribution& c = it->second;
+  Record rec{version,
+             !c.base,
+             c.now->size(),
+             0,
+             c.bytes_sent,
+             0,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - c.started).count()};
+  for (const auto& [key, plan] : c.plans) {
+    if (key.second) continue;  // (the plan of its base; not the whole fragments a new holder asked for)
+    for (const DeltaPiece& p : plan.pieces) rec.changed_bytes += p.length;
+  }
+  for (const Job& j : c.jobs) rec.full_holders += j.full ? 1 : 0;
+  history_.push_back(rec);
+  if (history_.size() > 32) history_.pop_front();
   for (uint64_t v : it->second.pinned) store_->Unpin(v);
   contributions_.erase(it);
   if (on_contributed) on_contributed(version);

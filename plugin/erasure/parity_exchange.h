@@ -26,7 +26,9 @@
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -102,6 +104,18 @@ class ParityExchange {
   };
   const Stats& stats() const { return stats_; }
 
+  // The last contributions that ended well (for status and benchmarks).
+  struct Record {
+    uint64_t version = 0;
+    bool from_zeros = false;     // no base: every fragment whole
+    uint64_t shard_bytes = 0;    // this node's shard
+    uint64_t changed_bytes = 0;  // of the shard, since the base
+    uint64_t bytes_sent = 0;     // deltas, to all holders
+    int full_holders = 0;        // holders that asked for whole fragments (new to their rows)
+    double seconds = 0;          // Contribute to the last holder's answer
+  };
+  const std::deque<Record>& history() const { return history_; }
+
  private:
   // Contributor side (parity_exchange.cc).
   struct Part {
@@ -132,6 +146,8 @@ class ParityExchange {
     std::map<std::pair<int, bool>, Plan> plans;  // (stripe, full) ->
     std::vector<Job> jobs;
     std::vector<uint8_t> checked;  // per chunk: its hashes verified (BatchBytes)
+    uint64_t bytes_sent = 0;
+    std::chrono::steady_clock::time_point started;
     int unfinished = 0;
   };
   struct Sent {
@@ -180,6 +196,7 @@ class ParityExchange {
   static constexpr size_t kMaxManifestVersions = 8;
   std::map<uint64_t, std::map<int, std::vector<Manifest>>> manifests_;
   Stats stats_;
+  std::deque<Record> history_;
 };
 
 }  // namespace ftrun

@@ -150,6 +150,16 @@ Status ParityRows::Read(uint64_t version, int slot, uint64_t offset, uint64_t le
   return Status::Ok();
 }
 
+uint64_t ParityRows::VersionBytes(uint64_t version) const {
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return 0;
+  uint64_t n = 0;
+  for (const Row& r : it->second.rows) {
+    for (const Block& b : r.blocks) n += b ? b->size() : 0;
+  }
+  return n;
+}
+
 uint64_t ParityRows::memory_bytes() const {
   std::unordered_set<const std::vector<uint8_t>*> seen;
   uint64_t n = 0;

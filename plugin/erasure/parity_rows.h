@@ -72,6 +72,8 @@ class ParityRows {
 
   // The distinct blocks held, in bytes (shared blocks counted once).
   uint64_t memory_bytes() const;
+  // One version's rows, in bytes (0: not held).
+  uint64_t VersionBytes(uint64_t version) const;
 
  private:
   using Block = std::shared_ptr<std::vector<uint8_t>>;
