@@ -167,7 +167,8 @@ void ErasureRebuild::Plan() {
     slices_[static_cast<size_t>(t)].fragment = p.fragment;
     pending_.push_back(static_cast<size_t>(t));
   }
-  Fetch(pending_.front());
+  in_flight_ = 0;
+  FetchMore();
 }
 
 // The next choice of `data` fragments for slice t: each from a survivor
@@ -209,6 +210,15 @@ void ErasureRebuild::Fetch(size_t t) {
     r.length = slice_len_;
     r.tag = xfer;
     t_->Send(peer, T(ClusterMsg::kFragmentRequest), Encode(r));
+  }
+}
+
+void ErasureRebuild::FetchMore() {
+  while (active_ && in_flight_ < kSlicesInFlight && !pending_.empty()) {
+    const size_t t = pending_.front();
+    pending_.erase(pending_.begin());
+    in_flight_++;
+    Fetch(t);
   }
 }
 
@@ -282,8 +292,8 @@ void ErasureRebuild::Decode(size_t t) {
   Status st = code_->DecodeFragment(slice_len_, s.chosen, in.data(), s.fragment, bytes_.data() + t * slice_len_);
   if (!st.ok()) return Fail(st);
   s.bufs.clear();
-  pending_.erase(std::find(pending_.begin(), pending_.end(), t));
-  if (!pending_.empty()) return Fetch(pending_.front());
+  in_flight_--;
+  if (!pending_.empty() || in_flight_ > 0) return FetchMore();
   Verify();
 }
 
@@ -301,7 +311,7 @@ void ErasureRebuild::Verify() {
   FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} slice(s) again from other fragments", first, bad.size());
   stats_.redecoded += static_cast<int>(bad.size());
   pending_.assign(bad.begin(), bad.end());
-  Fetch(pending_.front());
+  FetchMore();
 }
 
 void ErasureRebuild::Store() {

@@ -4,7 +4,7 @@
 // what each member still has).
 //
 // First the node's manifests (its layout and every chunk's hash), from any
-// survivor its members sent them to. Then, slice by slice, `data` fragments
+// survivor its members sent them to. Then, slice by slice (two at a time), `data` fragments
 // of the slice's stripe from as many survivors in parallel (their data
 // slices, or their parity rows), decoded with ReedSolomon into the slice.
 // Once every slice is decoded, every chunk is checked against its hash; a
@@ -99,7 +99,12 @@ class ErasureRebuild {
   uint64_t slice_len_ = 0;
   std::vector<uint8_t> bytes_;  // the node's shard, decoded
   std::vector<Slice> slices_;
-  std::vector<size_t> pending_;  // slices to fetch and decode, in turn
+  // Slices to fetch and decode, in turn, kSlicesInFlight at a time (a
+  // survivor stages the next while the last crosses and is decoded).
+  static constexpr int kSlicesInFlight = 2;
+  std::vector<size_t> pending_;
+  int in_flight_ = 0;
+  void FetchMore();
   uint64_t next_id_ = 1;
   struct Ask {
     size_t slice = 0;
