@@ -176,15 +176,18 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     if (!Covered(rank, *committed_)) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
+  const std::string redundancy = erasure() ? "cluster.redundancy erasure: data " + std::to_string(o_.erasure_data) +
+                                                 ", parity " + std::to_string(o_.erasure_parity) + " per group"
+                                           : "cluster.replicas: " + std::to_string(o_.replicas);
   if (o_.scan_disk && !disk_scan_) {
     ScanDisk(DiskNeed::kCoverage, detail);
     return false;
   }
   if (std::optional<uint64_t> d = DiskVersion()) {
     FTRUN_LOG_WARN(
-        "ranks {} have no complete copy of committed version {} on any live node{}: going back to "
+        "ranks {} have no complete copy of committed version {} on any live node ({}){}: going back to "
         "version {}, the newest complete in the persist directory ({} steps lost)",
-        Join(uncovered), *committed_, detail, *d, *committed_ - std::min(*committed_, *d));
+        Join(uncovered), *committed_, redundancy, detail, *d, *committed_ - std::min(*committed_, *d));
     committed_ = d;
     WentBackTo(*d);
     held_.clear();
@@ -193,10 +196,7 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     return true;
   }
   const std::string lost = "ranks " + Join(uncovered) + " have no complete copy of committed version " +
-                           std::to_string(*committed_) + " on any live node (" +
-                           (erasure() ? "cluster.redundancy erasure: data " + std::to_string(o_.erasure_data) +
-                                            ", parity " + std::to_string(o_.erasure_parity) + " per group"
-                                      : "cluster.replicas: " + std::to_string(o_.replicas));
+                           std::to_string(*committed_) + " on any live node (" + redundancy;
   auto why = dropped_why_.find(uncovered.front());
   if (why != dropped_why_.end()) {
     // A copy corrupted in shared memory was the last: name it.

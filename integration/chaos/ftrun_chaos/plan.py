@@ -2,7 +2,7 @@
 validated; every error names the file, the line, the field and what was
 expected (PlanError). The format is documented in configs/chaos/README.md.
 
-    cluster:  {backend: netns, nodes: 4, ranks_per_node: 2, spares: 1}
+    cluster:  {backend: netns, nodes: 4, ranks_per_node: 2, spares: 1}   # replicas: 1, or erasure: {data: 2, parity: 1}
     job:      {synthetic: {state_bytes: 4MiB, steps: 2000, step_ms: 20}, config: "cluster: {replicas: 1}\\n"}
     persist:  {size: 256MiB, every_versions: 20}
     faults:
@@ -34,7 +34,8 @@ class Plan:
         self.command = None  # any training command instead of the synthetic trainer
         self.golden = None   # that command's failure-free digests: "run" or a file of DIGEST lines
         self.config = ""     # ftrun YAML appended to what the harness writes
-        self.replicas = 1
+        self.replicas = 1    # cluster.replicas; 0 with an erasure code (as the runner's status says)
+        self.erasure = None  # {"data": D, "parity": P}: cluster.redundancy erasure instead of replicas
         self.timeout = 900.0
         self.persist_size = 0  # bytes of the tmpfs for persist.dir; 0 = no persistence
         self.persist_dir = ""  # ssh backend: persist.dir on a shared filesystem
@@ -44,6 +45,32 @@ class Plan:
         self.faults = []
         self.random = None  # dict(count, seed, kinds, gap, max_at_once, duration, start)
         self.seed = 1
+
+    def loss_groups(self):
+        """The job's nodes in the sets whose losses redundancy covers separately: with replicas, one set of
+        every node; with an erasure code, its groups as the coordinator forms them (see ring_groups)."""
+        if not self.erasure:
+            return [list(range(self.nodes))]
+        return ring_groups(self.nodes, self.erasure["data"] + self.erasure["parity"])
+
+    def losses_covered(self):
+        """Node losses at once that each of loss_groups() survives: `replicas`, or the code's parity."""
+        return self.erasure["parity"] if self.erasure else self.replicas
+
+    def redundancy(self):
+        """The redundancy in words, for logs and reports: "replicas 1" or "erasure 2+1"."""
+        if self.erasure:
+            return "erasure %d+%d" % (self.erasure["data"], self.erasure["parity"])
+        return "replicas %d" % self.replicas
+
+
+def ring_groups(nodes, size):
+    """Erasure groups as recovery/placement.cc forms them: runs of `size` nodes of the rack ring. The harness
+    names no rack (neither backend writes one), so every node is a rack of its own, and the ring lists the
+    nodes in the order of their rack keys, "slot<n>" sorted as strings: 0..9, then 10, 11 .. 19, 2, 20 ...
+    (the same as 0, 1, 2 ... up to 10 nodes). run.py compares them with the runner's status."""
+    ring = sorted(range(nodes), key=lambda n: "slot%d" % n)
+    return [ring[i:i + size] for i in range(0, nodes - size + 1, size)]
 
 
 def load(path):

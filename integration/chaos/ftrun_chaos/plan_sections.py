@@ -22,8 +22,33 @@ def _cluster(p, r):
         c.fail(c.line("nodes"), c.field("nodes"), "expected nodes + spares = %d (the hosts listed), got %d + %d" % (
             len(p.hosts), p.nodes, p.spares))
     p.ranks_per_node = c.int("ranks_per_node", 2, 1, 64)
-    p.replicas = c.int("replicas", 1, 1, p.nodes - 1)
+    if c.has("erasure"):
+        _erasure(p, c)
+    else:
+        p.replicas = c.int("replicas", 1, 1, p.nodes - 1)
     c.done()
+
+
+def _erasure(p, c):
+    """cluster.erasure: {data: D, parity: P}, the job's cluster.redundancy instead of replicas (with the
+    bounds and the group rule of the ftrun config, configs/schema.md)."""
+    if c.has("replicas"):
+        c.fail(c.line("erasure"), c.field("erasure"), "give either 'replicas' or 'erasure', not both")
+    e = c.sub("erasure")
+    for key in ("data", "parity"):
+        if not e.has(key):
+            e.fail(e.node.line, e.field(key), "missing (expected an integer in %s)" % (
+                "1..32, the data nodes of a group" if key == "data" else "1..8, the node losses a group survives"))
+    data, parity = e.int("data", None, 1, 32), e.int("parity", None, 1, 8)
+    e.done()
+    size = data + parity
+    if p.nodes % size:
+        below = p.nodes - p.nodes % size
+        c.fail(c.line("erasure"), c.field("erasure"), "an erasure code of %d data + %d parity needs the nodes in "
+               "groups of %d, got %d nodes (use %s, or another code)" % (
+                   data, parity, size, p.nodes, "%d or %d" % (below, below + size) if below else str(size)))
+    p.erasure = {"data": data, "parity": parity}
+    p.replicas = 0
 
 
 def _ssh_cluster(p, c):

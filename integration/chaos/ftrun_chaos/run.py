@@ -75,6 +75,9 @@ def job_config(plan, workdir, run_dir, persist_dir, job_id):
            "agent": {"run_dir": run_dir, "log_level": "info"},
            "cluster": {"replicas": plan.replicas, "heartbeat_interval": "200ms", "heartbeat_misses": 10,
                        "lost_node_timeout": "60s"}}
+    if plan.erasure:  # the code instead of copies (`replicas` and `redundancy` in one file is an error)
+        del cfg["cluster"]["replicas"]
+        cfg["cluster"] = dict({"redundancy": {"erasure": dict(plan.erasure)}}, **cfg["cluster"])
     if persist_dir:
         cfg["persist"] = {"dir": persist_dir, "every_versions": plan.persist_every, "every_seconds": "0s",
                           "keep": 2, "drain_timeout": "30s"}
@@ -308,8 +311,10 @@ def _result(plan, r, golden, code, nodes, job_id, build, nranks, duration):
         V.check("every planned fault was injected", not r.not_injected,
                 "; ".join(r.not_injected[:5]) or "%d of %d" % (len(faults), planned)),
         V.check_restores(tl, nranks),
-        V.check_nothing_lost(tl, plan.replicas),
+        V.check_nothing_lost(tl, plan.replicas, _erasure_groups(plan, job)),
     ]
+    if plan.erasure:
+        checks.append(_check_groups(plan, job))
     corrupt = [f for f in faults if f.get("corrupt")]
     if corrupt:
         missed = [f for f in corrupt if not f["detected"]]
@@ -325,7 +330,9 @@ def _result(plan, r, golden, code, nodes, job_id, build, nranks, duration):
         "version": 1, "plan": plan.path, "name": plan.name, "seed": plan.seed, "verdict": "pass" if ok else "fail",
         "checks": checks,
         "cluster": {"backend": plan.backend, "nodes": plan.nodes, "spares": plan.spares,
-                    "ranks_per_node": plan.ranks_per_node, "replicas": plan.replicas, "persist_dir": nodes.persist_dir},
+                    "ranks_per_node": plan.ranks_per_node, "replicas": plan.replicas, "persist_dir": nodes.persist_dir,
+                    **({"erasure": "%d+%d in groups %s" % (plan.erasure["data"], plan.erasure["parity"],
+                                                           plan.loss_groups())} if plan.erasure else {})},
         "job": {"id": job_id, "command": plan.command or ["ftrun-synthetic"] + trainer_args(plan),
                 "exit_code": code, "steps": plan.synthetic["steps"] if plan.synthetic else None,
                 "duration_s": round(now() - t0, 3)},
@@ -333,6 +340,29 @@ def _result(plan, r, golden, code, nodes, job_id, build, nranks, duration):
         "committed": [[round(t - t0, 3), v] for t, v in tl.committed],
         "summary": V.summarize(faults, recs, planned),
     }
+
+
+def _status_groups(job):
+    """The erasure groups (lists of nodes) the runner's status shows, or None."""
+    groups = ((job.status or {}).get("erasure") or {}).get("groups")
+    return [list(g.get("nodes", [])) for g in groups] if groups else None
+
+
+def _erasure_groups(plan, job):
+    """For check_nothing_lost: with an erasure code, {"parity", "groups"}, the groups as the runner's status
+    shows them (the plan's own reckoning when the status has none); None with replicas."""
+    if not plan.erasure:
+        return None
+    return {"parity": plan.erasure["parity"], "groups": _status_groups(job) or plan.loss_groups()}
+
+
+def _check_groups(plan, job):
+    """The random schedule kept each group's losses within the parity by the groups the plan reckons
+    (plan.ring_groups): the runner's status must show the same ones."""
+    shown, want = _status_groups(job), plan.loss_groups()
+    same = shown is not None and sorted(map(sorted, shown)) == sorted(map(sorted, want))
+    return V.check("the erasure groups are the ones the schedule kept losses within", same,
+                   "groups %s%s" % (want, "" if same else ", the runner's status shows %s" % shown))
 
 
 def scaled(plan, faults=None, duration=None):

@@ -52,11 +52,15 @@ def check_restores(tl, nranks):
                  not bad, "; ".join(bad[:5]) or detail)
 
 
-def check_nothing_lost(tl, replicas):
+def check_nothing_lost(tl, replicas, erasure=None):
     """An epoch may start from an older version than one already committed only where ftrun said no live
-    node had a complete copy, after more nodes were lost than cluster.replicas covers (counted from the
-    coordinator's own "lost" lines since the newest commit the harness saw before it)."""
+    node had a complete copy, after more nodes were lost than redundancy covers (counted from the
+    coordinator's own "agent A (node N) lost" lines since the newest commit the harness saw before it):
+    with replicas, more agents than cluster.replicas; with an erasure code (erasure: {"parity": P,
+    "groups": [[node, ...], ...]}), more than P distinct nodes of one group (a node lost again, in the
+    spare that took its place, before a commit, is the same node of its group)."""
     lost, excused = [], []
+    group_of = {n: i for i, g in enumerate((erasure or {}).get("groups") or []) for n in g}
     for t, v, line in tl.announcements:
         seen = tl.committed_at(t)
         if seen is None or v >= seen:
@@ -64,12 +68,25 @@ def check_nothing_lost(tl, replicas):
         since = tl.committed_since(seen)
         lines = [l for tt, l in tl.log_lines_between(since, t)]
         said = any("have no complete copy" in l for l in lines)
-        losses = {m for l in lines for m in re.findall(r"agent (\d+) \(node \d+\) lost", l)}
+        losses = {m for l in lines for m in re.findall(r"agent (\d+) \(node (\d+)\) lost", l)}
         what = "epoch from version %d after version %d was committed" % (v, seen)
-        if said and len(losses) > replicas:
-            excused.append("%s: %d agents lost, replicas %d" % (what, len(losses), replicas))
+        if erasure:
+            per_group = {}
+            for _, node in losses:
+                per_group.setdefault(group_of.get(int(node), -1), set()).add(int(node))
+            most = max((len(n) for n in per_group.values()), default=0)
+            counted = "at most %d nodes lost in one group (%s), parity %d" % (
+                most, "; ".join("group %d: nodes %s" % (g, sorted(n)) for g, n in sorted(per_group.items())) or
+                "none", erasure["parity"])
+            beyond = most > erasure["parity"]
         else:
-            lost.append("%s (%d agents lost since, replicas %d)" % (what, len(losses), replicas))
+            agents = {a for a, _ in losses}
+            counted = "%d agents lost since, replicas %d" % (len(agents), replicas)
+            beyond = len(agents) > replicas
+        if said and beyond:
+            excused.append("%s: %s" % (what, counted))
+        else:
+            lost.append("%s (%s)" % (what, counted))
     detail = "; ".join(lost[:3]) or "%d epochs, none from a version older than the newest committed one" % len(
         tl.announcements)
     if excused and not lost:
