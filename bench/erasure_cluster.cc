@@ -31,6 +31,7 @@ struct Run {
   std::string error;
   double recovery_s = 0;       // kill to every rank's first step after the restore
   std::vector<double> memory;  // per node: 1 + parity held / own state (erasure)
+  int early_recoveries = 0;    // before the kill (a node unheard for 10 s under load)
   std::string log;
 };
 
@@ -108,17 +109,21 @@ Run RunJob(const std::string& name, const std::string& redundancy, const Erasure
     for (const auto& c : e["contributions"]) own = c["shard_bytes"].get<double>();
     if (own > 0) r.memory.push_back(1.0 + e["parity_bytes"].get<double>() / own);
   }
+  // (A recovery before the kill, a node unheard under load, is not this one.)
+  const size_t before = st["recoveries"].size();
+  r.early_recoveries = static_cast<int>(before) - 1;
   const int64_t killed = KillNode(st, 1);
   int64_t last_step = 0;
   while (Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!ReadJson(j.status, &st) || st["recoveries"].size() < 2) continue;
+    if (!ReadJson(j.status, &st) || st["recoveries"].size() <= before) continue;
     bool all = true;
     last_step = 0;
     for (const auto& n : st["nodes"]) {
       nlohmann::json a;
       if (n["agent"].is_null() || !AgentStatus(st, n["agent"], &a) || a["recoveries"].empty() ||
-          !a["recoveries"].back().contains("first_step_mono_ns") || a["epoch"] != st["epoch"]) {
+          !a["recoveries"].back().contains("first_step_mono_ns") || a["epoch"] != st["epoch"] ||
+          a["recoveries"].back()["first_step_mono_ns"].get<int64_t>() < killed) {
         all = false;
         break;
       }
@@ -172,6 +177,7 @@ int RunErasureCluster(const ErasureClusterParams& p, Result* out) {
   out->figures.push_back({"  rebuild_s (erasure)", ec.recovery_s, "s", "", true});
   out->figures.push_back({"  rebuild_s (replicas " + std::to_string(p.parity) + ")", rep.recovery_s, "s", "", true});
   out->details["cluster"] = {{"nodes", 6},
+                             {"recoveries_before_the_kill", {ec.early_recoveries, rep.early_recoveries}},
                              {"ranks_per_node", 2},
                              {"state_per_rank", p.state},
                              {"memory_over_state_per_node", ec.memory},

@@ -21,7 +21,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 for t in test_restart_random_kills test_agent_lifecycle test_c_client test_cluster_node_loss test_persist \
     test_slurm_scripts test_runner_attach test_security_dropin test_security_agent_socket test_security_agent_links \
     test_security_run_dir test_security_attach test_security_restore_eio test_security_pull_to_disk \
-    test_security_standby_files test_metrics test_etcd_failover test_etcd_tls; do
+    test_security_standby_files test_metrics test_etcd_failover test_etcd_tls test_cluster_erasure; do
   echo "== $t (ASan+UBSan)"
   rc=0
   FTRUN_BUILD_DIR="$PWD/build-asan" FTRUN_SOURCE_DIR="$PWD" \

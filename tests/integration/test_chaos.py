@@ -4,7 +4,12 @@
    every kind on 4 nodes x 2 ranks plus a spare. ftrun-chaos must exit 0 and
    its report must show every check passed, 200+ faults of 10+ kinds, and
    the three report files.
-2. A run that cannot survive must fail: two of three nodes killed at once
+2. The erasure soak (configs/chaos/erasure.yaml): node, agent and rank
+   kills, a partition, a link down, lost packets, bit flips in shared
+   memory and random ones under a 2+1 erasure code instead of replicas.
+   ftrun-chaos must exit 0, every check must pass, and nodes must have been
+   killed and recovered from (rebuilt from their group).
+3. A run that cannot survive must fail: two of three nodes killed at once
    with replicas 1 and no spare and no disk. ftrun-chaos must exit 1 and its
    report must name the failed check (the job did not complete).
 
@@ -61,6 +66,29 @@ def test_soak(check, scratch, source_dir):
               "bitflip_disk" not in kinds, "soak: the corruption check ran")
         for f in ("report.md", "timeline.png"):
             check(os.path.getsize(os.path.join(d, f)) > 1000, "soak: %s written" % f)
+
+
+def test_erasure(check, scratch, source_dir):
+    """The erasure plan passes every check under its 2+1 code: node kills injected, recoveries made, the
+    groups the runner shows those the schedule assumed."""
+    d = os.path.join(scratch("ftrun-chaos-it-"), "erasure")
+    rc, rep = chaos(os.path.join(source_dir, "configs", "chaos", "erasure.yaml"), d, timeout=600)
+    check(rc == 0, "erasure: ftrun-chaos exit %d (want 0); report in %s" % (rc, d))
+    if check(rep is not None, "erasure: report.json written"):
+        failed = [c for c in rep["checks"] if not c["ok"]]
+        check(rep["verdict"] == "pass" and not failed, "erasure: failed checks %s" % failed)
+        check("erasure" in rep["cluster"] and rep["cluster"]["replicas"] == 0,
+              "erasure: the report names the code: %s" % rep["cluster"])
+        check(any(c["name"].startswith("the erasure groups") and c["ok"] for c in rep["checks"]),
+              "erasure: the groups were checked against the runner's status")
+        kinds = rep["summary"]["by_kind"]
+        check(kinds.get("node_kill", 0) >= 1, "erasure: no node_kill injected: %s" % kinds)
+        check(rep["summary"]["recoveries"] >= 1, "erasure: %d recoveries" % rep["summary"]["recoveries"])
+    log = os.path.join(d, "out.log")
+    if os.path.exists(log):
+        with open(log) as f:
+            text = f.read()
+        check("from the erasure group, every chunk checked" in text, "erasure: no rebuild from a group in the log")
 
 
 def test_beyond_redundancy_fails(check, scratch):

@@ -18,10 +18,11 @@ KINDS = {
     "bitflip_shm": ({"read": "restart"}, False),
     "bitflip_disk": ({}, False),
 }
-# Faults that take a node (or its agent) away: at most `replicas` at once.
+# Faults that take a node (or its agent) away: at most `replicas` at once (with an erasure code, at most
+# `parity` nodes of each group).
 NODE_LOSS_KINDS = {"agent_kill", "node_kill", "link_down", "partition"}
 # Faults during which a node may be cut off (lost heartbeats): no other fault that restarts the job
-# starts while one of these lasts, and a random group counts them against `replicas`.
+# starts while one of these lasts, and a random group counts them against `replicas` (or `parity`).
 AWAY_KINDS = {"link_down", "partition", "packet_loss", "delay"}
 # Faults that make the job restart (the scheduler waits for the job to be up
 # again before the next one of these, unless the plan says otherwise).

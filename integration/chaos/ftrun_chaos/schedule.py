@@ -5,9 +5,13 @@ the same step or time fire together. Random faults come in groups of 1 to
 generator, so a seed replays the same sequence of faults.
 
 Two rules keep a run inside what ftrun promises to survive: a group never
-takes away more nodes than `cluster.replicas` covers (distinct nodes), and a
-group with a fault that restarts the job waits until the job runs again with
-a version committed after the previous such fault (its redundancy back)."""
+takes away more nodes than redundancy covers (distinct nodes), and a group
+with a fault that restarts the job waits until the job runs again with a
+version committed after the previous such fault (its redundancy back).
+Redundancy covers `cluster.replicas` nodes of the whole job, or with an
+erasure code `parity` nodes of each of its groups (counted per group: the
+plan knows the groups the coordinator forms, Plan.loss_groups; run.py checks
+them against the runner's status)."""
 from .plan import AWAY_KINDS, KINDS, NODE_LOSS_KINDS, RESTART_KINDS, Fault
 
 # The signals a random rank_kill draws from.
@@ -44,9 +48,13 @@ def random_groups(plan, rng):
     weights = [r["kinds"][k] for k in kinds]
     left = r["count"]
     first = True
+    # Copies lost at once are counted per set of nodes that redundancy covers separately: one set with
+    # replicas (the same draws as before erasure codes came), an erasure code's groups otherwise.
+    loss_groups, covered = plan.loss_groups(), plan.losses_covered()
+    group_of = {n: i for i, g in enumerate(loss_groups) for n in g}
     while left > 0:
         n = min(left, rng.randint(1, r["max_at_once"]))
-        faults, nodes_lost, nodes_used = [], 0, set()
+        faults, lost, nodes_used = [], [0] * len(loss_groups), set()
         for _ in range(n):
             for _attempt in range(20):
                 kind = rng.choices(kinds, weights)[0]
@@ -54,16 +62,18 @@ def random_groups(plan, rng):
                     continue  # alone: the runner is away while it happens
                 if any(f.kind == "coordinator_kill" for f in faults):
                     continue
-                if kind in COPY_LOSS_KINDS and nodes_lost >= plan.replicas:
+                if kind in COPY_LOSS_KINDS and all(k >= covered for k in lost):
                     continue
                 break
             else:
                 continue
-            f = _random_fault(plan, kind, rng, nodes_used)
+            full = {x for x in range(plan.nodes) if lost[group_of[x]] >= covered} if kind in COPY_LOSS_KINDS \
+                else set()
+            f = _random_fault(plan, kind, rng, nodes_used, full)
             if f is None:
                 continue
             if kind in COPY_LOSS_KINDS:
-                nodes_lost += 1
+                lost[group_of[f.node]] += 1
             faults.append(f)
         if not faults:
             continue
@@ -73,7 +83,9 @@ def random_groups(plan, rng):
         yield Group(faults, at_time=gap)
 
 
-def _random_fault(plan, kind, rng, nodes_used):
+def _random_fault(plan, kind, rng, nodes_used, full=()):
+    """One fault of `kind`; a node fault takes a node neither in nodes_used (it adds it there) nor in `full`
+    (of a group whose losses redundancy covers no more), None when no node is left."""
     params = dict(KINDS[kind][0])
     params.update(plan.random["params"].get(kind, {}))
     if "signal" in params and kind == "rank_kill" and "signal" not in plan.random["params"].get(kind, {}):
@@ -84,7 +96,7 @@ def _random_fault(plan, kind, rng, nodes_used):
     if kind in {"rank_kill", "rank_hang"}:
         rank = rng.randrange(plan.nodes * plan.ranks_per_node)
     elif kind in {"agent_kill", "node_kill", "link_down", "partition", "packet_loss", "delay", "bitflip_shm"}:
-        free = [n for n in range(plan.nodes) if n not in nodes_used]
+        free = [n for n in range(plan.nodes) if n not in nodes_used and n not in full]
         if not free:
             return None
         node = rng.choice(free)

@@ -78,13 +78,13 @@ def check_nothing_lost(tl, replicas, erasure=None):
             counted = "at most %d nodes lost in one group (%s), parity %d" % (
                 most, "; ".join("group %d: nodes %s" % (g, sorted(n)) for g, n in sorted(per_group.items())) or
                 "none", erasure["parity"])
-            beyond = most > erasure["parity"]
+            beyond, excuse = most > erasure["parity"], counted
         else:
             agents = {a for a, _ in losses}
             counted = "%d agents lost since, replicas %d" % (len(agents), replicas)
-            beyond = len(agents) > replicas
+            beyond, excuse = len(agents) > replicas, "%d agents lost, replicas %d" % (len(agents), replicas)
         if said and beyond:
-            excused.append("%s: %s" % (what, counted))
+            excused.append("%s: %s" % (what, excuse))
         else:
             lost.append("%s (%s)" % (what, counted))
     detail = "; ".join(lost[:3]) or "%d epochs, none from a version older than the newest committed one" % len(
