@@ -99,7 +99,9 @@ void ClusterMember::Pull(const PullMsg& m) {
     }
     pulls_->Add(rank, m.version, holders);
   }
-  if (!rebuild.empty()) return erasure_->Rebuild(m, std::move(rebuild));  // it says ready
+  // The node's shard is coded whole: all its ranks are rebuilt (those it
+  // still holds are kept as they are). It says ready.
+  if (!rebuild.empty()) return erasure_->Rebuild(m, ranks_());
   if (pulls_)
     pulls_->Planned();
   else

@@ -319,6 +319,10 @@ void ErasureRebuild::Store() {
   std::set<ChunkHash, bool (*)(const ChunkHash&, const ChunkHash&)> fresh(
       [](const ChunkHash& a, const ChunkHash& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
   std::vector<const NodeShard::Chunk*> written;
+  std::set<const Manifest*> kept;  // ranks this node still holds at the version
+  for (const Manifest& m : manifests_) {
+    if (store_->Find(m.rank, m.version)) kept.insert(&m);
+  }
   for (const NodeShard::Chunk& c : shard_->chunks()) {
     if (store_->ChunkOffset(c.ref->hash) || !fresh.insert(c.ref->hash).second) continue;  // by hash
     lengths.push_back(c.ref->length);
@@ -341,7 +345,7 @@ void ErasureRebuild::Store() {
   }
   Status s;
   for (const Manifest& m : manifests_) {
-    if (s.ok()) s = store_->AddManifest(kOwner, m);
+    if (s.ok() && !kept.count(&m)) s = store_->AddManifest(kOwner, m);
   }
   store_->ReleaseReservations(kOwner);
   if (!s.ok()) return Fail(s);
