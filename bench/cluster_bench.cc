@@ -173,38 +173,10 @@ int RunRestartNode(int argc, char** argv, Result* out) {
     else if (c >= *first + 4)
       break;
   }
-  int victim_agent = st["nodes"][1]["agent"];
-  nlohmann::json victim;
-  AgentStatus(st, victim_agent, &victim);
-  std::vector<pid_t> pids = {st["agents"][static_cast<size_t>(victim_agent)]["pid"].get<pid_t>()};
-  if (victim.contains("ranks")) {
-    for (const auto& r : victim["ranks"]) pids.push_back(r["pid"].get<pid_t>());
-  }
-  int64_t killed_ns = MonoNs();
-  for (pid_t p : pids) {
-    if (p > 0) ::kill(p, SIGKILL);  // never 0: that is our own process group
-  }
+  const int64_t killed_ns = KillNode(st, 1);
   // Wait until every node's ranks completed a step after the restore.
-  int64_t last_step = 0;
   nlohmann::json rec;
-  while (Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!ReadJson(j.status, &st) || st["recoveries"].size() < 2 || !st["recoveries"][1].contains("started_mono_ns"))
-      continue;
-    rec = st["recoveries"][1];
-    bool all = true;
-    last_step = 0;
-    for (const auto& n : st["nodes"]) {
-      nlohmann::json a;
-      if (n["agent"].is_null() || !AgentStatus(st, n["agent"], &a) || a["recoveries"].empty() ||
-          !a["recoveries"].back().contains("first_step_mono_ns") || a["epoch"] != st["epoch"]) {
-        all = false;
-        break;
-      }
-      last_step = std::max<int64_t>(last_step, a["recoveries"].back()["first_step_mono_ns"]);
-    }
-    if (all) break;
-  }
+  const int64_t last_step = WaitFirstSteps(j, 1, killed_ns, deadline, &rec);
   ::kill(j.runner, SIGTERM);
   WaitExit(j.runner);
   if (last_step == 0) {

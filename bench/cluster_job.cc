@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
+#include <thread>
 
 #include "bench/bench_util.h"
 
@@ -53,6 +55,31 @@ int64_t KillNode(const nlohmann::json& st, int node) {
     if (p > 0) ::kill(p, SIGKILL);  // never 0: that is our own process group
   }
   return killed;
+}
+
+int64_t WaitFirstSteps(const Job& j, size_t before, int64_t since, std::chrono::steady_clock::time_point deadline,
+                       nlohmann::json* rec) {
+  nlohmann::json st;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!ReadJson(j.status, &st) || st["recoveries"].size() <= before ||
+        !st["recoveries"][before].contains("started_mono_ns"))
+      continue;
+    *rec = st["recoveries"][before];
+    int64_t last_step = 0;
+    for (const auto& n : st["nodes"]) {
+      nlohmann::json a;
+      if (n["agent"].is_null() || !AgentStatus(st, n["agent"], &a) || a["recoveries"].empty() ||
+          !a["recoveries"].back().contains("first_step_mono_ns") || a["epoch"] != st["epoch"] ||
+          a["recoveries"].back()["first_step_mono_ns"].get<int64_t>() < since) {
+        last_step = 0;
+        break;
+      }
+      last_step = std::max<int64_t>(last_step, a["recoveries"].back()["first_step_mono_ns"]);
+    }
+    if (last_step != 0) return last_step;
+  }
+  return 0;
 }
 
 }  // namespace ftrun::bench

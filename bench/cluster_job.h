@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,5 +30,12 @@ bool AgentStatus(const nlohmann::json& runner, int agent, nlohmann::json* out);
 // status `st` names them; returns when it was killed (MonoNs), 0 if it has
 // no agent.
 int64_t KillNode(const nlohmann::json& st, int node);
+
+// Waits (until `deadline`) for the recovery after `before` recoveries of
+// the job's status to start and for every node's ranks to complete a step
+// after `since` (MonoNs) in its epoch; returns the last of those steps
+// (MonoNs; 0: not by the deadline), and that recovery's record in *rec.
+int64_t WaitFirstSteps(const Job& j, size_t before, int64_t since, std::chrono::steady_clock::time_point deadline,
+                       nlohmann::json* rec);
 
 }  // namespace ftrun::bench

@@ -113,24 +113,8 @@ Run RunJob(const std::string& name, const std::string& redundancy, const Erasure
   const size_t before = st["recoveries"].size();
   r.early_recoveries = static_cast<int>(before) - 1;
   const int64_t killed = KillNode(st, 1);
-  int64_t last_step = 0;
-  while (Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!ReadJson(j.status, &st) || st["recoveries"].size() <= before) continue;
-    bool all = true;
-    last_step = 0;
-    for (const auto& n : st["nodes"]) {
-      nlohmann::json a;
-      if (n["agent"].is_null() || !AgentStatus(st, n["agent"], &a) || a["recoveries"].empty() ||
-          !a["recoveries"].back().contains("first_step_mono_ns") || a["epoch"] != st["epoch"] ||
-          a["recoveries"].back()["first_step_mono_ns"].get<int64_t>() < killed) {
-        all = false;
-        break;
-      }
-      last_step = std::max<int64_t>(last_step, a["recoveries"].back()["first_step_mono_ns"]);
-    }
-    if (all) break;
-  }
+  nlohmann::json rec;
+  const int64_t last_step = WaitFirstSteps(j, before, killed, deadline, &rec);
   ::kill(j.runner, SIGTERM);
   WaitExit(j.runner);
   if (last_step == 0) {

@@ -44,15 +44,4 @@ std::vector<std::vector<int>> PlaceErasureGroups(const std::vector<std::string>&
   return groups;
 }
 
-std::string ErasureGroupError(int nodes, int data, int parity) {
-  const int size = data + parity;
-  if (size <= 0 || nodes % size == 0) return "";
-  const std::string head = "an erasure code of " + std::to_string(data) + " data + " + std::to_string(parity) +
-                           " parity needs the nodes in groups of " + std::to_string(size) + "; the job has " +
-                           std::to_string(nodes) + " nodes";
-  if (nodes < size) return head + " (use " + std::to_string(size) + ", or another code)";
-  return head + " (" + std::to_string(nodes % size) + " left over: use " + std::to_string(nodes - nodes % size) +
-         " or " + std::to_string(nodes - nodes % size + size) + ", or another code)";
-}
-
 }  // namespace ftrun

@@ -25,10 +25,8 @@ std::vector<int> RackRing(const std::vector<std::string>& racks);
 std::vector<std::vector<int>> PlaceReplicas(const std::vector<std::string>& racks, int k);
 
 // The erasure groups of `size` slots each (data + parity nodes): runs of the
-// ring. Requires racks.size() to be a multiple of size (ErasureGroupError).
+// ring. Requires racks.size() to be a multiple of size (ErasureGroupError,
+// plugin/config/config.h: the runner checks it at start).
 std::vector<std::vector<int>> PlaceErasureGroups(const std::vector<std::string>& racks, int size);
-
-// Why `nodes` slots cannot form groups of data + parity: "" when they can.
-std::string ErasureGroupError(int nodes, int data, int parity);
 
 }  // namespace ftrun

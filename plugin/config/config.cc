@@ -202,20 +202,6 @@ Status ParseDocument(const std::string& file, const std::string& yaml_text, Conf
   return Status::Ok();
 }
 
-// Why `nodes` cannot form erasure groups of data + parity, "" when they can:
-// recovery/placement.cc's ErasureGroupError in the same words, so that the
-// runner's check and placement's read alike (ftrun_core cannot call it).
-std::string ErasureGroupProblem(int nodes, int data, int parity) {
-  const int size = data + parity;
-  if (size <= 0 || nodes % size == 0) return "";
-  const std::string head = "an erasure code of " + std::to_string(data) + " data + " + std::to_string(parity) +
-                           " parity needs the nodes in groups of " + std::to_string(size) + "; the job has " +
-                           std::to_string(nodes) + " nodes";
-  if (nodes < size) return head + " (use " + std::to_string(size) + ", or another code)";
-  return head + " (" + std::to_string(nodes % size) + " left over: use " + std::to_string(nodes - nodes % size) +
-         " or " + std::to_string(nodes - nodes % size + size) + ", or another code)";
-}
-
 // 2 x ranks x snapshot x num / den bytes, rounded up; UINT64_MAX when it
 // overflows.
 uint64_t Need(const Config& c, uint64_t num, uint64_t den) {
@@ -253,6 +239,17 @@ Status CheckClusterBudget(const Config& c) {
 }
 
 }  // namespace
+
+std::string ErasureGroupError(int nodes, int data, int parity) {
+  const int size = data + parity;
+  if (size <= 0 || nodes % size == 0) return "";
+  const std::string head = "an erasure code of " + std::to_string(data) + " data + " + std::to_string(parity) +
+                           " parity needs the nodes in groups of " + std::to_string(size) + "; the job has " +
+                           std::to_string(nodes) + " nodes";
+  if (nodes < size) return head + " (use " + std::to_string(size) + ", or another code)";
+  return head + " (" + std::to_string(nodes % size) + " left over: use " + std::to_string(nodes - nodes % size) +
+         " or " + std::to_string(nodes - nodes % size + size) + ", or another code)";
+}
 
 std::string FormatLoc(const SourceLoc& loc, const std::string& field) {
   std::string out = loc.file.empty() ? "<default>" : loc.file;
@@ -340,7 +337,7 @@ Status ValidateClusterConfig(const Config& c, int num_nodes) {
                      std::to_string(k.replicas + 1) + " nodes, the job has " + std::to_string(num_nodes));
   }
   if (num_nodes > 1 && k.erasure.enabled()) {
-    std::string why = ErasureGroupProblem(num_nodes, k.erasure.data, k.erasure.parity);
+    std::string why = ErasureGroupError(num_nodes, k.erasure.data, k.erasure.parity);
     if (!why.empty()) return Error(k.redundancy_loc, "cluster.redundancy", why);
   }
   if (num_nodes > 1) FTRUN_RETURN_IF_ERROR(CheckClusterBudget(c));

@@ -186,6 +186,10 @@ Status ValidateConfig(const Config& config);
 // With one node the redundancy is not checked: there is no peer.
 Status ValidateClusterConfig(const Config& config, int num_nodes);
 
+// Why `nodes` nodes cannot form erasure groups of data + parity ("" when
+// they can): the one rule for the runner's check and for placement.
+std::string ErasureGroupError(int nodes, int data, int parity);
+
 // Advice on a valid config that will cost a big job (empty when none): at
 // thousands of nodes, heartbeats under 500 ms are most of the coordinator's
 // messages, and a longer interval with fewer misses keeps the same timeout.

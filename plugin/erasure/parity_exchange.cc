@@ -223,7 +223,7 @@ void ParityExchange::Pump(uint64_t version) {
           m.extents.push_back({off, p.length});
         }
       }
-      sent_[m.xfer] = {version, ji, last, std::move(bytes)};
+      sent_[m.xfer] = {version, ji, last, j.full, std::move(bytes)};
       j.next++;
       j.inflight++;
       t_->Send(j.to, T(ClusterMsg::kParityOffer), Encode(m));
@@ -242,24 +242,33 @@ void ParityExchange::Want(PeerId from, const ParityWantMsg& m) {
   t_->SendBulk(from, m.tag, s.bytes->data(), s.bytes->size(), s.token);
 }
 
-void ParityExchange::Refused(PeerId from, const ParityRefusedMsg& m) {
-  auto it = sent_.find(m.xfer);
-  if (it == sent_.end()) return;
-  const Sent s = it->second;
+ParityExchange::Job* ParityExchange::Answered(PeerId from, uint64_t xfer, Sent* out) {
+  auto it = sent_.find(xfer);
+  if (it == sent_.end()) return nullptr;
+  *out = it->second;
   sent_.erase(it);
-  auto c = contributions_.find(s.version);
-  if (c == contributions_.end() || c->second.jobs[s.job].to != from) return;
-  Job& j = c->second.jobs[s.job];
+  auto c = contributions_.find(out->version);
+  if (c == contributions_.end() || c->second.jobs[out->job].to != from) return nullptr;
+  Job& j = c->second.jobs[out->job];
   j.inflight--;
-  if (m.need_full && !j.full && c->second.base) {
+  return &j;
+}
+
+void ParityExchange::Refused(PeerId from, const ParityRefusedMsg& m) {
+  Sent s;
+  Job* j = Answered(from, m.xfer, &s);
+  if (!j) return;
+  if (m.need_full && j->full && !s.full) return Pump(s.version);  // a delta offer sent before the switch
+  const std::optional<uint64_t> base = contributions_.at(s.version).base;
+  if (m.need_full && !j->full && base) {
     // The holder has no parity of our base (a replacement): the whole
-    // fragment instead. Nothing of the delta was applied (it was the
-    // base it lacked), so the job starts over once its offers are answered.
-    j.full = true;
-    j.next = 0;
+    // fragment instead. None of the delta was applied (it was the base it
+    // lacked, and it refuses every offer from that base).
+    j->full = true;
+    j->next = 0;
     stats_.full_restarts++;
-    FTRUN_LOG_INFO("agent {} holds no parity of version {}: sending it stripe {}'s fragment whole", from,
-                   *c->second.base, j.stripe);
+    FTRUN_LOG_INFO("agent {} holds no parity of version {}: sending it stripe {}'s fragment whole", from, *base,
+                   j->stripe);
     return Pump(s.version);
   }
   Fail(s.version, Status::Unavailable("agent " + std::to_string(from) + " refused the parity of version " +
@@ -267,14 +276,11 @@ void ParityExchange::Refused(PeerId from, const ParityRefusedMsg& m) {
 }
 
 void ParityExchange::Applied(PeerId from, const ParityAppliedMsg& m) {
-  auto it = sent_.find(m.xfer);
-  if (it == sent_.end()) return;
-  const Sent s = it->second;
-  sent_.erase(it);
+  Sent s;
+  Job* jp = Answered(from, m.xfer, &s);
+  if (!jp) return;
+  Job& j = *jp;
   auto c = contributions_.find(s.version);
-  if (c == contributions_.end() || c->second.jobs[s.job].to != from) return;
-  Job& j = c->second.jobs[s.job];
-  j.inflight--;
   if (s.last) {
     j.finished = true;
     if (--c->second.unfinished == 0) return Finish(s.version);

@@ -151,9 +151,10 @@ class ParityExchange {
     int unfinished = 0;
   };
   struct Sent {
-    uint64_t version;
-    size_t job;
-    bool last;
+    uint64_t version = 0;
+    size_t job = 0;
+    bool last = false;
+    bool full = false;  // whole fragments (after the holder's need_full)
     std::shared_ptr<std::vector<uint8_t>> bytes;
     uint64_t token = 0;
   };
@@ -164,6 +165,10 @@ class ParityExchange {
   void Fail(uint64_t version, const Status& why);
   void Finish(uint64_t version);
   void Want(PeerId from, const ParityWantMsg& m);
+  // Our offer `xfer` answered by `from`: its record taken off into *out,
+  // and its job (nullptr: its contribution is over, or `from` is not its
+  // holder).
+  Job* Answered(PeerId from, uint64_t xfer, Sent* out);
   void Refused(PeerId from, const ParityRefusedMsg& m);
   void Applied(PeerId from, const ParityAppliedMsg& m);
 

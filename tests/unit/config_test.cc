@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/unit/config_test_util.h"
 #include "tests/unit/temp_dir.h"
 
 namespace ftrun {
@@ -28,22 +29,6 @@ std::string RepoRoot() {
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
-}
-
-// Loads `text` from a file named bad.yaml and expects an InvalidArgument whose
-// message starts with "<path>:<line>: <field>: " and contains `detail`.
-void ExpectError(const std::string& text, int line, const std::string& field, const std::string& detail) {
-  TempDir dir;
-  std::string path = dir.Write("bad.yaml", text);
-  Config c = DefaultConfig();
-  c.job.id = "untouched";
-  Status st = LoadConfigFile(path, &c);
-  INFO("yaml:\n" << text << "status: " << st.ToString());
-  CHECK(st.code() == Code::kInvalidArgument);
-  std::string prefix = path + ":" + std::to_string(line) + ": " + field + ": ";
-  CHECK(st.message().rfind(prefix, 0) == 0);
-  CHECK(Contains(st.message(), detail));
-  CHECK(c.job.id == "untouched");  // *out is written only on success
 }
 
 TEST_CASE("DefaultConfig has the documented defaults", "[config]") {

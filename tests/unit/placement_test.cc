@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "plugin/config/config.h"
+
 namespace ftrun {
 
 TEST_CASE("placement: every slot has k holders, never itself, and holds k others") {

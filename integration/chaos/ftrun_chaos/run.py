@@ -107,6 +107,7 @@ class Runner:
         self.job = None
         self.active = []  # [(end time, undo, record)]
         self.last_restart_version = -1
+        self.last_restart_t = 0.0  # when the last group with a restart fault was injected
         self.not_injected = []
         self.stuck = None  # why the run was cut short: the job did not run again after a fault
 
@@ -137,11 +138,17 @@ class Runner:
         return False
 
     def ready(self):
-        """The job runs, with a version committed after the last restart fault, no node taken away."""
+        """The job runs, with a version committed after the last restart fault, no node taken away. A job that
+        went back since (an epoch started from an older version: the persist directory's, after more losses
+        than redundancy covers) counts its versions again from there."""
         st = self.job.status or {}
         v = st.get("committed_version")
         away = any(r["kind"] in AWAY_KINDS for _, _, r in self.active)
-        return (st.get("phase") == "running" and v is not None and v > self.last_restart_version and not away
+        after = self.last_restart_version
+        back = [w for t, w, _ in list(self.job.timeline.announcements) if t >= self.last_restart_t and w < after]
+        if back:
+            after = back[-1]
+        return (st.get("phase") == "running" and v is not None and v > after and not away
                 and self.job.alive())
 
     # -- firing
@@ -156,6 +163,7 @@ class Runner:
                 return False
         # Together: each fault on its own thread (with its own generator, drawn here so a seed replays),
         # while this thread keeps ending the faults whose time is up.
+        t_fired = now()
         threads = [threading.Thread(target=self._fire_one, args=(f, random.Random(self.rng.randrange(1 << 32))))
                    for f in group.faults]
         for th in threads:
@@ -166,6 +174,7 @@ class Runner:
         if group.restarts:
             st = self.job.status or {}
             self.last_restart_version = st.get("committed_version") or self.last_restart_version
+            self.last_restart_t = t_fired
         return True
 
     def _fire_one(self, f, rng):
