@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ftrun_testlib import BUILD, PY, ClusterJob, ScriptClusterJob, digests, golden
+from ftrun_testlib import BUILD, PY, RUNNER, ClusterJob, ScriptClusterJob, digests, golden
 from test_train_gpt import SCRIPT, losses, weights
 
 ARGS = ["--state-bytes", "16MiB", "--tensors", "4", "--steps", "80", "--step-ms", "10", "--change-fraction", "0.3"]
@@ -85,6 +85,11 @@ def test_erasure_node_loss(check, rng, name, data, parity, nodes, per_node, spar
         if st is None:
             break
         restarts, last = st["restarts"], st["committed_version"]
+        if i == 0:
+            out = subprocess.run([RUNNER, "status", "--config", job.config], capture_output=True, text=True,
+                                 timeout=30).stdout
+            check(f"redundancy: erasure code, data {data} + parity {parity} per group" in out and
+                  "group of nodes" in out, f"ftrun status does not show the groups:\n{out}")
     rc = job.wait(timeout=180)
     check(rc == 0, f"{name}: runner exit {rc} after {done} node kills\n{job.log[-4000:]}")
     check(digests(job.log) == want, f"{name}: digests differ from the failure-free run")
