@@ -35,6 +35,9 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
   for (auto& [v, ranks] : held_) {
     for (auto& [rank, holders] : ranks) holders.erase(from);  // its old reports are void
   }
+  // Its parity too (an agent started again holds none): until the next
+  // commit its rows do not count.
+  for (auto& [v, agents] : parity_held_) agents.erase(from);
   for (const auto& [rank, version] : m.catalog) {
     if (committed_ && version == *committed_) held_[version][rank].insert(from);
   }
