@@ -11,9 +11,10 @@ namespace ftrun {
 
 // Replication must never stop in silence: no commit for 3 x copy_timeout
 // while ranks save newer versions names what lags (each rank whose round
-// version is not held at redundancy, and its holders that lack it).
+// version is not held at redundancy, and its holders that lack it; with an
+// erasure code, the nodes whose parity rows of it are not complete).
 void Coordinator::WarnIfStalled(Time now) {
-  if (phase_ != Phase::kRunning || o_.replicas == 0) return;
+  if (phase_ != Phase::kRunning || (o_.replicas == 0 && !erasure())) return;
   const auto limit = 3 * o_.copy_timeout;
   if (now - last_commit_ <= limit || now - stall_warned_ <= limit) return;
   if (held_.empty() || (committed_ && held_.rbegin()->first <= *committed_)) return;  // no newer save
@@ -39,6 +40,14 @@ void Coordinator::WarnIfStalled(Time now) {
              std::to_string(h.size()) + " of " + std::to_string(need) +
              (missing.empty() ? std::string() : " (not by agent(s) " + Join(missing) + ")");
     }
+  }
+  if (erasure()) {
+    std::vector<int> short_parity;
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (!ParityAt(static_cast<int>(s), v)) short_parity.push_back(static_cast<int>(s));
+    }
+    if (!short_parity.empty())
+      lag += (lag.empty() ? "" : "; ") + std::string("parity rows incomplete at node(s) ") + Join(short_parity);
   }
   FTRUN_LOG_WARN(
       "no version committed for {:.0f} ms (3 x cluster.copy_timeout) while ranks save newer ones: last "

@@ -2,7 +2,8 @@
 the plan loads, bad ones are refused naming the file, the line and the field,
 the job's config gets cluster.redundancy instead of replicas, the random
 schedule never takes more than `parity` nodes of a group at once, and the
-verdict counts losses per group. No cluster is started."""
+verdict counts losses per group; and the scheduler's wait for a new commit
+after a job went back to the disk. No cluster is started."""
 import os
 import random
 import subprocess
@@ -14,7 +15,7 @@ import yaml
 from ftrun_chaos import plan as planlib
 from ftrun_chaos import verdict
 from ftrun_chaos.job import Timeline
-from ftrun_chaos.run import job_config
+from ftrun_chaos.run import Runner, job_config
 from ftrun_chaos.schedule import COPY_LOSS_KINDS, random_groups
 
 
@@ -187,3 +188,33 @@ def test_nothing_lost_counts_per_group(check):
     check(c["ok"] and "2 agents lost, replicas 1" in c["detail"], "replicas 1, two agents lost: excused: %s" % c)
     c = verdict.check_nothing_lost(_back_to_disk((1, 0)), 1)
     check(not c["ok"] and "1 agents lost since, replicas 1" in c["detail"], "replicas 1, one lost: %s" % c)
+
+
+class _Job:
+    """What Runner.ready reads of a running job."""
+
+    def __init__(self, committed):
+        self.status = {"phase": "running", "committed_version": committed}
+        self.timeline = Timeline()
+
+    def alive(self):
+        return True
+
+
+def test_ready_after_going_back(check, write):
+    """The next restart fault waits for a version committed after the last one; a job that went back to an
+    older version since (the persist directory's) counts from there, not from the version it lost."""
+    pl = planlib.load(write("r.yaml", JOB))
+    r = Runner(pl, "/nonexistent", write.dir, lambda m: None)
+    r.job = _Job(2517)
+    r.last_restart_version, r.last_restart_t = 2517, 10.0
+    check(not r.ready(), "no commit since the fault: not ready")
+    r.job.status["committed_version"] = 2518
+    check(r.ready(), "a commit since the fault: ready")
+    r.job.timeline.feed(11.0, "[coordinator] epoch 12: started 3 nodes from version 750")
+    r.job.status["committed_version"] = 750
+    check(not r.ready(), "gone back to 750, nothing committed since: not ready")
+    r.job.status["committed_version"] = 751
+    check(r.ready(), "gone back to 750, then 751 committed: ready (not only past 2517)")
+    r.last_restart_version, r.last_restart_t = 751, 12.0
+    check(not r.ready(), "an older epoch's going back does not count for the next fault")
