@@ -19,20 +19,6 @@ from ftrun_chaos.run import Runner, job_config
 from ftrun_chaos.schedule import COPY_LOSS_KINDS, random_groups
 
 
-@pytest.fixture
-def write(scratch):
-    """write(name, text): a plan file in the test's directory; returns its path."""
-    tmp = scratch("ftrun-chaos-erasure-")
-
-    def write(name, text):
-        path = os.path.join(tmp, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
-
-    write.dir = tmp
-    return write
-
 
 JOB = "job:\n  synthetic: {steps: 100}\nfaults:\n  - {kind: node_kill, at_step: 2}\n"
 RANDOM = ("job:\n  synthetic: {steps: 100}\n"

@@ -7,26 +7,10 @@ import random
 import subprocess
 import sys
 
-import pytest
-
 from ftrun_chaos import plan as planlib
 from ftrun_chaos.run import scaled
 from ftrun_chaos.schedule import COPY_LOSS_KINDS, planned_groups, random_groups
 
-
-@pytest.fixture
-def write(scratch):
-    """write(name, text): a plan file in the test's directory; returns its path."""
-    tmp = scratch("ftrun-chaos-plan-")
-
-    def write(name, text):
-        path = os.path.join(tmp, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
-
-    write.dir = tmp
-    return write
 
 
 def shipped_plans(source_dir):
