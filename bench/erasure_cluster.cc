@@ -152,7 +152,6 @@ int RunErasureCluster(const ErasureClusterParams& p, Result* out) {
   const double mem_target = 1.0 + static_cast<double>(p.parity) / p.data + 0.05;
   out->figures.push_back({"memory_over_state", mem, "x (the fullest node)",
                           "<= " + std::to_string(mem_target).substr(0, 4), mem <= mem_target});
-  out->figures.push_back({"  replicas_memory_over_state", 1.0 + p.parity, "x (own + copies)", "", true});
   const double wire = Median(wire_ratios);
   out->figures.push_back({"incremental_wire_ratio", wire, "x a version from zeros", "<= 0.11", wire <= 0.11});
   out->figures.push_back({"  changed_fraction (the same versions)", Median(changed), "of the shard", "", true});

@@ -162,6 +162,10 @@ class Coordinator {
   std::optional<uint64_t> DiskVersion() const;
   void DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now);
   PullMsg DiskPull(int slot) const;  // read the slot's ranks of committed_ from disk
+  // Every restore plan for a slot's agent goes out here: with an erasure
+  // code, ranks that no copy holds get the group to rebuild from
+  // (ErasurePlan).
+  void SendPull(PeerId to, int slot, PullMsg p);
   // True when every rank has a live copy of the committed version, or the
   // job goes back to a version on disk (disk_restore_). False when some rank
   // has none and the job stops (naming them), or a scan of the disk is

@@ -107,9 +107,8 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
         p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
       if (disk_restore_) p = DiskPull(m.slot);
-      ErasurePlan(m.slot, &p);
       BroadcastMembership();
-      Send(from, p);  // it answers kReady, even with nothing to pull
+      SendPull(from, m.slot, p);  // it answers kReady, even with nothing to pull
     }
     AssignReplacements(now);
     MaybeStart(now);
@@ -157,8 +156,7 @@ void Coordinator::AssignReplacements(Time now) {
         if (!h.empty()) std::rotate(h.begin(), h.begin() + (rank % static_cast<int>(h.size())), h.end());
         if (committed_) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
-      ErasurePlan(static_cast<int>(s), &p);
-      Send(spare->id, p);  // answered by kReady
+      SendPull(spare->id, static_cast<int>(s), p);  // answered by kReady
     }
   }
 }

@@ -58,11 +58,10 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
     }
     if (p.ranks.empty()) continue;
-    ErasurePlan(a.slot, &p);
     if (!pulls) BroadcastMembership();
     pulls = true;
     a.ready = false;
-    Send(id, p);
+    SendPull(id, a.slot, p);
   }
   waiting_since_ = now;
   AssignReplacements(now);
@@ -163,6 +162,11 @@ void Coordinator::RestoreFromDisk() {
   }
 }
 
+void Coordinator::SendPull(PeerId to, int slot, PullMsg p) {
+  ErasurePlan(slot, &p);
+  Send(to, p);
+}
+
 PullMsg Coordinator::DiskPull(int slot) const {
   PullMsg p{epoch_, committed_.value_or(0), {}, true};
   for (int rank : SlotRanks(slot)) p.ranks.push_back({rank, {}});
@@ -231,7 +235,6 @@ void Coordinator::Dropped(AgentInfo& a, const DroppedMsg& m, Time now) {
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
   }
   if (p.ranks.empty() || !CheckCoverage("")) return;
-  ErasurePlan(a.slot, &p);
   if (disk_restore_) {  // no live copy left: every node goes back to the disk version
     for (auto& [id, x] : agents_) {
       if (!x.alive || x.slot < 0) continue;
@@ -242,7 +245,7 @@ void Coordinator::Dropped(AgentInfo& a, const DroppedMsg& m, Time now) {
   }
   a.ready = false;
   BroadcastMembership();
-  Send(a.id, p);
+  SendPull(a.id, a.slot, p);
 }
 
 // An agent told to start from the committed version does not hold its own

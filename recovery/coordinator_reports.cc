@@ -166,9 +166,8 @@ void Coordinator::OnPullFailed(AgentInfo& a, const PullFailedMsg& m, Time now) {
   PullMsg p{epoch_, *committed_, {}};
   auto h = HoldersAlive(m.rank, *committed_);
   p.ranks.push_back({m.rank, std::vector<uint32_t>(h.begin(), h.end())});
-  ErasurePlan(a.slot, &p);
   a.ready = false;
-  Send(a.id, p);
+  SendPull(a.id, a.slot, p);
 }
 
 }  // namespace ftrun

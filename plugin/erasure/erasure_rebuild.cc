@@ -10,11 +10,8 @@
 namespace ftrun {
 namespace {
 
-constexpr uint64_t kIdBit = 1ull << 59;        // tags and tokens, apart from the other agent-to-agent parts'
 constexpr uint64_t kOwner = (1ull << 61) + 1;  // the store reservation of a rebuild
 constexpr size_t kMaxChoices = 16;             // decodes of one slice, at most
-
-uint16_t T(ClusterMsg m) { return static_cast<uint16_t>(m); }
 
 // The next choice of k of `avail` (ascending) after those in `tried`, in
 // lexicographic order; empty when none is left.
@@ -44,6 +41,7 @@ void ErasureRebuild::Begin(uint64_t epoch, uint64_t version, std::vector<int> ra
                            int self) {
   Cancel();
   active_ = true;
+  stats_ = {};
   epoch_ = epoch;
   version_ = version;
   ranks_ = std::move(ranks);
@@ -86,7 +84,7 @@ void ErasureRebuild::AskManifests() {
   }
   const int m = manifest_sources_.front();
   manifest_sources_.erase(manifest_sources_.begin());
-  const uint64_t xfer = kIdBit | next_id_++;
+  const uint64_t xfer = kRebuildIdBit | next_id_++;
   asks_[xfer] = {0, Source(m), nullptr, true, false, false};
   connect_(Source(m));
   FragmentRequestMsg r;
@@ -95,7 +93,7 @@ void ErasureRebuild::AskManifests() {
   r.version = version_;
   r.kind = FragmentRequestMsg::kManifests;
   r.index = self_;
-  t_->Send(Source(m), T(ClusterMsg::kFragmentRequest), Encode(r));
+  SendMsg(t_, Source(m), r);
 }
 
 bool ErasureRebuild::Handle(PeerId from, uint16_t type, const std::string& payload) {
@@ -130,7 +128,7 @@ bool ErasureRebuild::Handle(PeerId from, uint16_t type, const std::string& paylo
       Ask& ask = it->second;
       ask.posted = true;
       t_->PostRecv(from, m.xfer, ask.buf->data(), ask.buf->size(), m.xfer);
-      t_->Send(from, T(ClusterMsg::kFragmentGo), Encode(FragmentGoMsg{m.xfer}));
+      SendMsg(t_, from, FragmentGoMsg{m.xfer});
       return true;
     }
     case ClusterMsg::kFragmentRefused: {
@@ -196,7 +194,7 @@ void ErasureRebuild::Fetch(size_t t) {
   s.outstanding = static_cast<int>(s.chosen.size());
   for (int f : s.chosen) {  // in parallel, from `data` survivors
     const PeerId peer = Source(stripe.MemberOf(f));
-    const uint64_t xfer = kIdBit | next_id_++;
+    const uint64_t xfer = kRebuildIdBit | next_id_++;
     auto buf = std::make_shared<std::vector<uint8_t>>(slice_len_);
     s.bufs.push_back(buf);
     asks_[xfer] = {t, peer, buf, false, false, false, f};
@@ -209,7 +207,7 @@ void ErasureRebuild::Fetch(size_t t) {
     r.index = f < code_->data() ? stripe.data[static_cast<size_t>(f)].slice : f - code_->data();
     r.length = slice_len_;
     r.tag = xfer;
-    t_->Send(peer, T(ClusterMsg::kFragmentRequest), Encode(r));
+    SendMsg(t_, peer, r);
   }
 }
 
@@ -349,8 +347,10 @@ void ErasureRebuild::Store() {
   }
   store_->ReleaseReservations(kOwner);
   if (!s.ok()) return Fail(s);
-  FTRUN_LOG_INFO("rebuilt {} ranks of version {} ({} bytes) from the erasure group, every chunk checked", ranks_.size(),
-                 version_, shard_->size());
+  FTRUN_LOG_INFO(
+      "rebuilt {} ranks of version {} ({} bytes) from the erasure group, every chunk checked ({} bytes of "
+      "fragments fetched, {} slices decoded again)",
+      ranks_.size(), version_, shard_->size(), stats_.fragment_bytes, stats_.redecoded);
   active_ = false;
   bytes_.clear();
   if (on_done) on_done(epoch_, version_, ranks_);

@@ -44,7 +44,6 @@ class ErasureRebuild {
   // `self` as the pull names them. A rebuild under way is abandoned.
   void Begin(uint64_t epoch, uint64_t version, std::vector<int> ranks, std::vector<ErasureSource> group, int self);
   void Cancel();
-  bool active() const { return active_; }
 
   bool Handle(PeerId from, uint16_t type, const std::string& payload);
   bool BulkDone(uint64_t token, const Status& status);
@@ -57,7 +56,7 @@ class ErasureRebuild {
   std::function<void(uint64_t epoch, uint64_t version, int rank, const Status&)> on_failed;
 
   struct Stats {
-    uint64_t fragment_bytes = 0;  // received
+    uint64_t fragment_bytes = 0;  // received (this rebuild's)
     int redecoded = 0;            // slices decoded again after a chunk failed its hash
   };
   const Stats& stats() const { return stats_; }

@@ -7,12 +7,6 @@
 #include "plugin/common/log.h"
 
 namespace ftrun {
-namespace {
-
-constexpr uint64_t kTokenBit = 1ull << 60;  // apart from the Replicator's and the ParityExchange's
-
-}  // namespace
-
 FragmentServer::FragmentServer(Transport* transport, SnapshotStore* store, const char* arena_base,
                                const ParityExchange* exchange, std::function<std::vector<int>()> ranks)
     : t_(transport), store_(store), base_(arena_base), exchange_(exchange), ranks_(std::move(ranks)) {}
@@ -71,8 +65,7 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
       return Refuse(from, m.xfer,
                     "no manifests of member " + std::to_string(m.index) + " at version " + std::to_string(m.version));
     }
-    return t_->Send(from, static_cast<uint16_t>(ClusterMsg::kFragmentManifests),
-                    Encode(FragmentManifestsMsg{m.xfer, *v}));
+    return SendMsg(t_, from, FragmentManifestsMsg{m.xfer, *v});
   }
   std::vector<uint8_t> bytes(m.length);
   Status s;
@@ -86,18 +79,17 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
   if (!s.ok()) return Refuse(from, m.xfer, s.message());
   if (staged_.size() >= kMaxParked) return Refuse(from, m.xfer, "too many fragments staged here; ask again");
   staged_[{from, m.xfer}] = {std::move(bytes), m.tag, now};
-  t_->Send(from, static_cast<uint16_t>(ClusterMsg::kFragmentReady), Encode(FragmentReadyMsg{m.xfer}));
+  SendMsg(t_, from, FragmentReadyMsg{m.xfer});
 }
 
 void FragmentServer::Go(PeerId from, uint64_t xfer) {
   auto it = staged_.find({from, xfer});
   if (it == staged_.end()) return;
-  const uint64_t token = kTokenBit | next_token_++;
+  const uint64_t token = kFragmentTokenBit | next_token_++;
   auto& kept = sending_[token];
   kept = std::move(it->second.bytes);
   const uint64_t tag = it->second.tag;
   staged_.erase(it);
-  bytes_served_ += kept.size();
   t_->SendBulk(from, tag, kept.data(), kept.size(), token);
 }
 
@@ -139,7 +131,7 @@ bool FragmentServer::BulkDone(uint64_t token, const Status& status) {
 }
 
 void FragmentServer::Refuse(PeerId to, uint64_t xfer, const std::string& why) {
-  t_->Send(to, static_cast<uint16_t>(ClusterMsg::kFragmentRefused), Encode(FragmentRefusedMsg{xfer, why}));
+  SendMsg(t_, to, FragmentRefusedMsg{xfer, why});
 }
 
 }  // namespace ftrun

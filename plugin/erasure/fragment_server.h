@@ -43,8 +43,6 @@ class FragmentServer {
   void Regrouped();
   void Tick(std::chrono::steady_clock::time_point now);
 
-  uint64_t bytes_served() const { return bytes_served_; }
-
  private:
   struct Parked {
     PeerId from;
@@ -70,7 +68,6 @@ class FragmentServer {
   };
   std::map<std::pair<PeerId, uint64_t>, Staged> staged_;  // (requester, xfer) -> awaiting its go
   std::map<uint64_t, std::vector<uint8_t>> sending_;      // token -> the bytes until the send ends
-  uint64_t bytes_served_ = 0;
 };
 
 }  // namespace ftrun

@@ -10,10 +10,6 @@
 namespace ftrun {
 namespace {
 
-constexpr uint64_t kIdBit = 1ull << 61;  // the Replicator's tags and tokens stay below
-
-uint16_t T(ClusterMsg m) { return static_cast<uint16_t>(m); }
-
 void Xor(const uint8_t* a, const uint8_t* b, uint8_t* out, uint64_t n) {
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -113,7 +109,7 @@ Status ParityExchange::Contribute(uint64_t version, std::optional<uint64_t> base
   const std::string payload = Encode(gm);
   for (size_t m = 0; m < members_.size(); ++m) {
     if (static_cast<int>(m) != self_ && members_[m] != kNoAgent)
-      t_->Send(members_[m], T(ClusterMsg::kGroupManifests), payload);
+      t_->Send(members_[m], static_cast<uint16_t>(GroupManifestsMsg::kType), payload);
   }
   c.pinned.push_back(version);
   if (base) c.pinned.push_back(*base);
@@ -206,7 +202,7 @@ void ParityExchange::Pump(uint64_t version) {
       std::shared_ptr<std::vector<uint8_t>> bytes;
       if (Status s = BatchBytes(c, *plan, j.next, &bytes); !s.ok()) return Fail(version, s);
       ParityOfferMsg m;
-      m.xfer = kIdBit | next_id_++;
+      m.xfer = kParityIdBit | next_id_++;
       m.epoch = c.epoch;
       m.version = version;
       m.base = j.full ? std::nullopt : c.base;
@@ -226,7 +222,7 @@ void ParityExchange::Pump(uint64_t version) {
       sent_[m.xfer] = {version, ji, last, j.full, std::move(bytes)};
       j.next++;
       j.inflight++;
-      t_->Send(j.to, T(ClusterMsg::kParityOffer), Encode(m));
+      SendMsg(t_, j.to, m);
     }
   }
 }
@@ -237,7 +233,7 @@ void ParityExchange::Want(PeerId from, const ParityWantMsg& m) {
   auto c = contributions_.find(it->second.version);
   if (c == contributions_.end() || c->second.jobs[it->second.job].to != from) return;
   Sent& s = it->second;
-  s.token = kIdBit | next_id_++;
+  s.token = kParityIdBit | next_id_++;
   send_tokens_[s.token] = m.xfer;
   t_->SendBulk(from, m.tag, s.bytes->data(), s.bytes->size(), s.token);
 }

@@ -98,9 +98,8 @@ class ParityExchange {
   std::function<void(uint64_t version)> on_complete;
 
   struct Stats {
-    uint64_t delta_bytes_sent = 0;     // offered bytes whose send completed
-    uint64_t delta_bytes_applied = 0;  // received bytes applied to rows here
-    uint64_t full_restarts = 0;        // holders that asked for a whole fragment
+    uint64_t delta_bytes_sent = 0;  // offered bytes whose send completed
+    uint64_t full_restarts = 0;     // holders that asked for a whole fragment
   };
   const Stats& stats() const { return stats_; }
 

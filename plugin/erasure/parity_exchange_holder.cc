@@ -6,14 +6,6 @@
 #include "plugin/erasure/parity_exchange.h"
 
 namespace ftrun {
-namespace {
-
-constexpr uint64_t kIdBit = 1ull << 61;
-
-uint16_t T(ClusterMsg m) { return static_cast<uint16_t>(m); }
-
-}  // namespace
-
 bool ParityExchange::Handle(PeerId from, uint16_t type, const std::string& payload) {
   auto decoded = [&](auto* m) {
     if (Status s = Decode(payload, m); !s.ok()) {
@@ -93,13 +85,13 @@ void ParityExchange::Offer(PeerId from, ParityOfferMsg m) {
     In in{std::move(m), {}};
     return Land(from, in);
   }
-  const uint64_t tag = kIdBit | next_id_++;
+  const uint64_t tag = kParityIdBit | next_id_++;
   In in{std::move(m), std::vector<uint8_t>(bytes)};
   const uint64_t xfer = in.offer.xfer;
   auto& slot = in_[tag];  // the receive's token is its tag
   slot = {from, std::move(in)};
   t_->PostRecv(from, tag, slot.second.bytes.data(), bytes, tag);
-  t_->Send(from, T(ClusterMsg::kParityWant), Encode(ParityWantMsg{xfer, tag}));
+  SendMsg(t_, from, ParityWantMsg{xfer, tag});
 }
 
 // Kept for a rebuild of the sender: its manifests of a version, if it is a
@@ -136,14 +128,13 @@ void ParityExchange::Land(PeerId from, In& in) {
     }
     at += len;
   }
-  stats_.delta_bytes_applied += at;
   Reply(from, m.xfer, Status::Ok());
   if (m.last && rows_->Done(m.version, m.base, m.row, m.fragment) && on_complete) on_complete(m.version);
 }
 
 void ParityExchange::Reply(PeerId to, uint64_t xfer, const Status& refused, bool need_full) {
-  if (refused.ok()) return t_->Send(to, T(ClusterMsg::kParityApplied), Encode(ParityAppliedMsg{xfer}));
-  t_->Send(to, T(ClusterMsg::kParityRefused), Encode(ParityRefusedMsg{xfer, need_full, refused.message()}));
+  if (refused.ok()) return SendMsg(t_, to, ParityAppliedMsg{xfer});
+  SendMsg(t_, to, ParityRefusedMsg{xfer, need_full, refused.message()});
 }
 
 }  // namespace ftrun

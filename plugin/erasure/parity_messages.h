@@ -16,9 +16,18 @@
 
 #include "ftrun/status.h"
 #include "plugin/store/manifest.h"
+#include "plugin/transport/transport.h"
 #include "recovery/cluster_messages.h"
 
 namespace ftrun {
+
+// The ids the erasure parts give their transfers, tags and tokens, each in
+// a range of its own: they share the agents' connections with the
+// Replicator, whose ids stay below bit 59 or carry bits 62 and 63
+// (plugin/replication/replicator_wire.h).
+inline constexpr uint64_t kParityIdBit = 1ull << 61;       // ParityExchange: xfers, tags, tokens
+inline constexpr uint64_t kFragmentTokenBit = 1ull << 60;  // FragmentServer: bulk send tokens
+inline constexpr uint64_t kRebuildIdBit = 1ull << 59;      // ErasureRebuild: xfers (= tags = tokens)
 
 struct ParityOfferMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kParityOffer;
@@ -56,6 +65,12 @@ struct ParityAppliedMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kParityApplied;
   uint64_t xfer = 0;
 };
+
+// Sends `m` to `peer` (its struct says its type).
+template <class M>
+void SendMsg(Transport* t, PeerId peer, const M& m) {
+  t->Send(peer, static_cast<uint16_t>(M::kType), Encode(m));
+}
 
 // A member's manifests of `version` (its ranks'), sent to every other member
 // of its group with its parity deltas: a rebuild of that member needs its

@@ -123,12 +123,6 @@ void ParityRows::DiscardAbove(std::optional<uint64_t> version) {
   versions_.erase(version ? versions_.upper_bound(*version) : versions_.begin(), versions_.end());
 }
 
-uint64_t ParityRows::Length(uint64_t version, int slot) const {
-  auto it = versions_.find(version);
-  if (it == versions_.end() || slot < 0 || slot >= slots()) return 0;
-  return it->second.rows[static_cast<size_t>(slot)].length;
-}
-
 Status ParityRows::Read(uint64_t version, int slot, uint64_t offset, uint64_t len, uint8_t* out) const {
   auto it = versions_.find(version);
   if (it == versions_.end() || !it->second.complete) {

@@ -65,9 +65,7 @@ class ParityRows {
   // Versions above `version` go (nullopt: all): a failed generation's.
   void DiscardAbove(std::optional<uint64_t> version);
 
-  // A complete version's row in `slot`: its length, and bytes of it
-  // (zeros past its end).
-  uint64_t Length(uint64_t version, int slot) const;
+  // Bytes of a complete version's row in `slot` (zeros past its end).
   Status Read(uint64_t version, int slot, uint64_t offset, uint64_t len, uint8_t* out) const;
 
   // The distinct blocks held, in bytes (shared blocks counted once).
