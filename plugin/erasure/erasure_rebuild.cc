@@ -71,8 +71,12 @@ void ErasureRebuild::Cancel() {
     ++it;
   }
   active_ = false;
-  slices_.clear();
-  bytes_.clear();
+  pieces_.clear();
+  pending_.clear();
+  in_flight_ = 0;
+  target_.clear();
+  if (reserved_) store_->ReleaseReservations(kOwner);
+  reserved_ = false;
   manifests_.clear();
   shard_.reset();
 }
@@ -85,7 +89,7 @@ void ErasureRebuild::AskManifests() {
   const int m = manifest_sources_.front();
   manifest_sources_.erase(manifest_sources_.begin());
   const uint64_t xfer = kRebuildIdBit | next_id_++;
-  asks_[xfer] = {0, Source(m), nullptr, true, false, false};
+  asks_[xfer] = {0, Source(m), nullptr, true, false, false, -1};
   connect_(Source(m));
   FragmentRequestMsg r;
   r.xfer = xfer;
@@ -143,7 +147,7 @@ bool ErasureRebuild::Handle(PeerId from, uint16_t type, const std::string& paylo
         if (!dead && active_) AskManifests();
         return true;
       }
-      if (!it->second.dead) Lost(it->second.slice, it->second.fragment);
+      if (!it->second.dead) Lost(it->second.piece, it->second.fragment);
       return true;
     }
     default:
@@ -156,24 +160,67 @@ void ErasureRebuild::Plan() {
   for (const Manifest& m : manifests_) mine.push_back(&m);
   shard_ = std::make_unique<NodeShard>(mine);
   slice_len_ = shard_->SliceLength(code_->data());
-  bytes_.assign(static_cast<size_t>(code_->data()) * slice_len_, 0);
-  slices_.assign(static_cast<size_t>(code_->data()), {});
+  if (Status s = Reserve(); !s.ok()) return Fail(s);
+  pieces_.clear();
   pending_.clear();
   for (int t = 0; t < code_->data(); ++t) {
     const GroupCode::Place p = code_->Locate(self_, static_cast<uint64_t>(t) * slice_len_, slice_len_);
-    slices_[static_cast<size_t>(t)].stripe = p.stripe;
-    slices_[static_cast<size_t>(t)].fragment = p.fragment;
-    pending_.push_back(static_cast<size_t>(t));
+    for (uint64_t off = 0; off < slice_len_ && static_cast<uint64_t>(t) * slice_len_ + off < shard_->size();
+         off += piece_) {
+      Piece piece;
+      piece.slice = t;
+      piece.stripe = p.stripe;
+      piece.fragment = p.fragment;
+      piece.offset = off;
+      piece.length = std::min(piece_, slice_len_ - off);
+      pending_.push_back(pieces_.size());
+      pieces_.push_back(std::move(piece));
+    }
   }
   in_flight_ = 0;
   FetchMore();
 }
 
-// The next choice of `data` fragments for slice t: each from a survivor
-// that has it, none that failed to arrive, none tried before.
-void ErasureRebuild::Fetch(size_t t) {
-  Slice& s = slices_[t];
+// An extent for every chunk the store does not hold yet (once per hash);
+// the ones it holds are kept until the manifests reference them.
+Status ErasureRebuild::Reserve() {
+  std::set<ChunkHash, bool (*)(const ChunkHash&, const ChunkHash&)> seen(
+      [](const ChunkHash& a, const ChunkHash& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
+  std::vector<uint64_t> lengths;
+  std::vector<size_t> written;
+  target_.assign(shard_->chunks().size(), kNoOffset);
+  for (size_t i = 0; i < shard_->chunks().size(); ++i) {
+    const ChunkRef& c = *shard_->chunks()[i].ref;
+    if (!seen.insert(c.hash).second || store_->HoldChunk(kOwner, c.hash)) continue;
+    lengths.push_back(c.length);
+    written.push_back(i);
+  }
+  reserved_ = true;
+  std::vector<uint64_t> offsets;
+  if (Status s = store_->Reserve(kOwner, lengths, &offsets); !s.ok()) return s;
+  for (size_t i = 0; i < written.size(); ++i) target_[written[i]] = offsets[i];
+  return Status::Ok();
+}
+
+ErasureRebuild::Buffer ErasureRebuild::TakeBuffer(uint64_t length) {
+  Buffer b;
+  if (spare_.empty()) {
+    b = std::make_shared<std::vector<uint8_t>>();
+  } else {
+    b = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  b->resize(length);
+  return b;
+}
+
+// The next choice of `data` fragments for piece u: each from a survivor
+// that has it, none that failed to arrive, none tried before. The first
+// choice rotates with u, so that every survivor serves its share.
+void ErasureRebuild::Fetch(size_t u) {
+  Piece& s = pieces_[u];
   const Stripe& stripe = code_->stripes()[static_cast<size_t>(s.stripe)];
+  const size_t d = static_cast<size_t>(code_->data());
   std::vector<int> avail;
   for (int f = 0; f < code_->members(); ++f) {
     const int m = stripe.MemberOf(f);
@@ -181,13 +228,18 @@ void ErasureRebuild::Fetch(size_t t) {
     if (m == self_ || g.agent == kNoAgent || s.excluded.count(f) || !(f < code_->data() ? g.data : g.parity)) continue;
     avail.push_back(f);
   }
-  s.chosen = s.tried.size() < kMaxChoices ? NextChoice(avail, static_cast<size_t>(code_->data()), s.tried)
-                                          : std::vector<int>{};
+  s.chosen.clear();
+  if (s.tried.empty() && avail.size() >= d) {
+    for (size_t i = 0; i < d; ++i) s.chosen.push_back(avail[(u + i) % avail.size()]);
+    std::sort(s.chosen.begin(), s.chosen.end());
+  } else if (s.tried.size() < kMaxChoices) {
+    s.chosen = NextChoice(avail, d, s.tried);
+  }
   if (s.chosen.empty()) {
     return Fail(Status::Unavailable("stripe " + std::to_string(s.stripe) + " of the erasure group has " +
-                                    std::to_string(avail.size()) + " usable fragments left (" +
-                                    std::to_string(code_->data()) + " needed, " + std::to_string(s.tried.size()) +
-                                    " choices tried) to rebuild this node's slice " + std::to_string(t)));
+                                    std::to_string(avail.size()) + " usable fragments left (" + std::to_string(d) +
+                                    " needed, " + std::to_string(s.tried.size()) +
+                                    " choices tried) to rebuild this node's slice " + std::to_string(s.slice)));
   }
   s.tried.insert(s.chosen);
   s.bufs.clear();
@@ -195,9 +247,9 @@ void ErasureRebuild::Fetch(size_t t) {
   for (int f : s.chosen) {  // in parallel, from `data` survivors
     const PeerId peer = Source(stripe.MemberOf(f));
     const uint64_t xfer = kRebuildIdBit | next_id_++;
-    auto buf = std::make_shared<std::vector<uint8_t>>(slice_len_);
+    Buffer buf = TakeBuffer(s.length);
     s.bufs.push_back(buf);
-    asks_[xfer] = {t, peer, buf, false, false, false, f};
+    asks_[xfer] = {u, peer, buf, false, false, false, f};
     connect_(peer);
     FragmentRequestMsg r;
     r.xfer = xfer;
@@ -205,41 +257,42 @@ void ErasureRebuild::Fetch(size_t t) {
     r.version = version_;
     r.kind = f < code_->data() ? FragmentRequestMsg::kData : FragmentRequestMsg::kParity;
     r.index = f < code_->data() ? stripe.data[static_cast<size_t>(f)].slice : f - code_->data();
-    r.length = slice_len_;
+    r.offset = s.offset;
+    r.length = s.length;
     r.tag = xfer;
     SendMsg(t_, peer, r);
   }
 }
 
 void ErasureRebuild::FetchMore() {
-  while (active_ && in_flight_ < kSlicesInFlight && !pending_.empty()) {
-    const size_t t = pending_.front();
+  while (active_ && in_flight_ < kPiecesInFlight && !pending_.empty()) {
+    const size_t u = pending_.front();
     pending_.erase(pending_.begin());
     in_flight_++;
-    Fetch(t);
+    Fetch(u);
   }
 }
 
-void ErasureRebuild::AbandonAsks(size_t t) {
+void ErasureRebuild::AbandonAsks(size_t u) {
   for (auto it = asks_.begin(); it != asks_.end();) {
     Ask& ask = it->second;
-    if (ask.manifests || ask.dead || ask.slice != t) {
+    if (ask.manifests || ask.dead || ask.piece != u) {
       ++it;
     } else if (!ask.posted) {
       it = asks_.erase(it);
     } else {
-      ask.dead = true;
+      ask.dead = true;  // its buffer stays with it until the receive ends
       t_->CancelRecv(it->first);
       ++it;
     }
   }
 }
 
-void ErasureRebuild::Lost(size_t t, int fragment) {
-  AbandonAsks(t);
-  slices_[t].excluded.insert(fragment);
-  slices_[t].tried.erase(slices_[t].chosen);  // (the choice was not decoded)
-  Fetch(t);
+void ErasureRebuild::Lost(size_t u, int fragment) {
+  AbandonAsks(u);
+  pieces_[u].excluded.insert(fragment);
+  pieces_[u].tried.erase(pieces_[u].chosen);  // (the choice was not decoded)
+  Fetch(u);
 }
 
 bool ErasureRebuild::BulkDone(uint64_t token, const Status& status) {
@@ -250,11 +303,11 @@ bool ErasureRebuild::BulkDone(uint64_t token, const Status& status) {
   if (ask.dead || !active_) return true;
   if (!status.ok()) {
     FTRUN_LOG_WARN("a fragment from agent {} for the rebuild did not arrive: {}", ask.peer, status.message());
-    Lost(ask.slice, ask.fragment);
+    Lost(ask.piece, ask.fragment);
     return true;
   }
   stats_.fragment_bytes += ask.buf->size();
-  if (--slices_[ask.slice].outstanding == 0) Decode(ask.slice);
+  if (--pieces_[ask.piece].outstanding == 0) Decode(ask.piece);
   return true;
 }
 
@@ -267,7 +320,7 @@ void ErasureRebuild::PeerDown(PeerId peer) {
       manifests = true;
       ask.dead = true;  // (its answer, if one comes, is ignored)
     } else {
-      hit.insert(ask.slice);
+      hit.insert(ask.piece);
     }
   }
   for (ErasureSource& g : group_) {
@@ -275,70 +328,74 @@ void ErasureRebuild::PeerDown(PeerId peer) {
   }
   if (!active_) return;
   if (manifests) AskManifests();
-  for (size_t t : hit) {
+  for (size_t u : hit) {
     if (!active_) return;
-    AbandonAsks(t);
-    slices_[t].tried.erase(slices_[t].chosen);
-    Fetch(t);
+    AbandonAsks(u);
+    pieces_[u].tried.erase(pieces_[u].chosen);
+    Fetch(u);
   }
 }
 
-void ErasureRebuild::Decode(size_t t) {
-  Slice& s = slices_[t];
+// Piece u's bytes decoded, then copied into the extents of the chunks they
+// fall in.
+void ErasureRebuild::Decode(size_t u) {
+  Piece& s = pieces_[u];
   std::vector<const uint8_t*> in;
-  for (const auto& b : s.bufs) in.push_back(b->data());
-  Status st = code_->DecodeFragment(slice_len_, s.chosen, in.data(), s.fragment, bytes_.data() + t * slice_len_);
+  for (const Buffer& b : s.bufs) in.push_back(b->data());
+  out_.resize(s.length);
+  Status st = code_->DecodeFragment(s.length, s.chosen, in.data(), s.fragment, out_.data());
   if (!st.ok()) return Fail(st);
+  for (Buffer& b : s.bufs) spare_.push_back(std::move(b));
   s.bufs.clear();
+  const uint64_t from = static_cast<uint64_t>(s.slice) * slice_len_ + s.offset;
+  const uint64_t to = std::min(from + s.length, shard_->size());
+  const auto& chunks = shard_->chunks();
+  auto c = std::upper_bound(chunks.begin(), chunks.end(), from,
+                            [](uint64_t at, const NodeShard::Chunk& x) { return at < x.at; });
+  if (c != chunks.begin()) --c;
+  for (; c != chunks.end() && c->at < to; ++c) {
+    const uint64_t target = target_[static_cast<size_t>(c - chunks.begin())];
+    const uint64_t a = std::max(from, c->at), b = std::min(to, c->at + c->ref->length);
+    if (target != kNoOffset && a < b) std::memcpy(base_ + target + (a - c->at), out_.data() + (a - from), b - a);
+  }
   in_flight_--;
   if (!pending_.empty() || in_flight_ > 0) return FetchMore();
   Verify();
 }
 
-// Every chunk against its hash; the slices under a chunk that fails are
-// decoded again from another choice of fragments.
+// Every chunk written against its hash; the pieces under a chunk that fails
+// are decoded again from another choice of fragments.
 void ErasureRebuild::Verify() {
   std::set<size_t> bad;
   std::string first;
-  for (const NodeShard::Chunk& c : shard_->chunks()) {
-    if (HashBytes(bytes_.data() + c.at, c.ref->length) == c.ref->hash) continue;
+  const auto& chunks = shard_->chunks();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const NodeShard::Chunk& c = chunks[i];
+    if (target_[i] == kNoOffset || HashBytes(base_ + target_[i], c.ref->length) == c.ref->hash) continue;
     if (first.empty()) first = c.ref->hash.ToHex();
-    for (uint64_t t = c.at / slice_len_; t * slice_len_ < c.at + c.ref->length; ++t) bad.insert(t);
+    for (size_t u = 0; u < pieces_.size(); ++u) {
+      const uint64_t at = static_cast<uint64_t>(pieces_[u].slice) * slice_len_ + pieces_[u].offset;
+      if (at < c.at + c.ref->length && c.at < at + pieces_[u].length) bad.insert(u);
+    }
   }
+  spare_.clear();
   if (bad.empty()) return Store();
-  FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} slice(s) again from other fragments", first, bad.size());
+  FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} piece(s) again from other fragments", first, bad.size());
   stats_.redecoded += static_cast<int>(bad.size());
   pending_.assign(bad.begin(), bad.end());
   FetchMore();
 }
 
 void ErasureRebuild::Store() {
-  std::vector<uint64_t> lengths;
-  std::set<ChunkHash, bool (*)(const ChunkHash&, const ChunkHash&)> fresh(
-      [](const ChunkHash& a, const ChunkHash& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
-  std::vector<const NodeShard::Chunk*> written;
+  std::map<const ChunkRef*, uint64_t> where;
+  for (size_t i = 0; i < shard_->chunks().size(); ++i) where[shard_->chunks()[i].ref] = target_[i];
   std::set<const Manifest*> kept;  // ranks this node still holds at the version
   for (const Manifest& m : manifests_) {
     if (store_->Find(m.rank, m.version)) kept.insert(&m);
   }
-  for (const NodeShard::Chunk& c : shard_->chunks()) {
-    if (store_->ChunkOffset(c.ref->hash) || !fresh.insert(c.ref->hash).second) continue;  // by hash
-    lengths.push_back(c.ref->length);
-    written.push_back(&c);
-  }
-  std::vector<uint64_t> offsets;
-  if (Status s = store_->Reserve(kOwner, lengths, &offsets); !s.ok()) return Fail(s);
-  std::map<const ChunkRef*, uint64_t> where;
-  for (size_t i = 0; i < written.size(); ++i) {
-    std::memcpy(base_ + offsets[i], bytes_.data() + written[i]->at, written[i]->ref->length);
-    where[written[i]->ref] = offsets[i];
-  }
   for (Manifest& m : manifests_) {
     for (TensorManifest& t : m.tensors) {
-      for (ChunkRef& c : t.chunks) {
-        auto w = where.find(&c);
-        c.offset = w == where.end() ? kNoOffset : w->second;
-      }
+      for (ChunkRef& c : t.chunks) c.offset = where.at(&c);
     }
   }
   Status s;
@@ -346,13 +403,14 @@ void ErasureRebuild::Store() {
     if (s.ok() && !kept.count(&m)) s = store_->AddManifest(kOwner, m);
   }
   store_->ReleaseReservations(kOwner);
+  reserved_ = false;
   if (!s.ok()) return Fail(s);
   FTRUN_LOG_INFO(
       "rebuilt {} ranks of version {} ({} bytes) from the erasure group, every chunk checked ({} bytes of "
-      "fragments fetched, {} slices decoded again)",
+      "fragments fetched, {} pieces decoded again)",
       ranks_.size(), version_, shard_->size(), stats_.fragment_bytes, stats_.redecoded);
   active_ = false;
-  bytes_.clear();
+  out_ = {};
   if (on_done) on_done(epoch_, version_, ranks_);
 }
 

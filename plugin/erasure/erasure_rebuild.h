@@ -4,14 +4,21 @@
 // what each member still has).
 //
 // First the node's manifests (its layout and every chunk's hash), from any
-// survivor its members sent them to. Then, slice by slice (two at a time), `data` fragments
-// of the slice's stripe from as many survivors in parallel (their data
-// slices, or their parity rows), decoded with ReedSolomon into the slice.
-// Once every slice is decoded, every chunk is checked against its hash; a
-// slice with a chunk that fails is decoded again from another choice of
-// fragments (a survivor whose fragment was bad is thereby left out), until
-// the choices run out. Only then do the chunks enter the store, each rank's
-// manifest with them, and the rebuild is done: the ranks may start.
+// survivor its members sent them to; the store extents of the chunks it
+// does not hold yet are reserved then. Then piece by piece (a piece: up to
+// piece_bytes() of one of the node's slices; kPiecesInFlight at a time, so
+// each survivor stages the next piece while the last crosses and is
+// decoded), `data` fragments of the piece's stripe from as many survivors
+// in parallel (their data slices, or their parity rows; the choice rotates
+// from piece to piece so every survivor serves about as much), decoded
+// with ReedSolomon straight into those extents. The fragment buffers are
+// reused: at most kPiecesInFlight x data x piece_bytes() in flight.
+//
+// Once every piece is decoded, every chunk written is checked against its
+// hash; the pieces under a chunk that fails are decoded again from another
+// choice of fragments (a survivor whose fragment was bad is thereby left
+// out), until the choices run out. Only then does each rank's manifest
+// enter the store, and the rebuild is done: the ranks may start.
 //
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
@@ -49,6 +56,10 @@ class ErasureRebuild {
   bool BulkDone(uint64_t token, const Status& status);
   void PeerDown(PeerId peer);
 
+  // Bytes of each fragment fetched at once (tests make it small).
+  static constexpr uint64_t kPieceBytes = 4 << 20;
+  void set_piece_bytes(uint64_t n) { piece_ = n; }
+
   // Every rank is in the store, every chunk checked.
   std::function<void(uint64_t epoch, uint64_t version, const std::vector<int>& ranks)> on_done;
   // It cannot be done (no survivor has the manifests, too few fragments,
@@ -57,29 +68,36 @@ class ErasureRebuild {
 
   struct Stats {
     uint64_t fragment_bytes = 0;  // received (this rebuild's)
-    int redecoded = 0;            // slices decoded again after a chunk failed its hash
+    int redecoded = 0;            // pieces decoded again after a chunk failed its hash
   };
   const Stats& stats() const { return stats_; }
 
  private:
-  struct Slice {
-    int stripe = 0, fragment = 0;                             // where this node's slice is coded
-    std::set<int> excluded;                                   // fragments that failed to arrive
-    std::set<std::vector<int>> tried;                         // choices decoded already
-    std::vector<int> chosen;                                  // the choice being fetched
-    std::vector<std::shared_ptr<std::vector<uint8_t>>> bufs;  // its fragments, as they land
+  using Buffer = std::shared_ptr<std::vector<uint8_t>>;
+  // Bytes [offset, offset + length) of this node's slice `slice`: where
+  // they are coded (stripe, fragment) and how they are being fetched.
+  struct Piece {
+    int slice = 0, stripe = 0, fragment = 0;
+    uint64_t offset = 0, length = 0;
+    std::set<int> excluded;            // fragments that failed to arrive
+    std::set<std::vector<int>> tried;  // choices decoded already
+    std::vector<int> chosen;           // the choice being fetched
+    std::vector<Buffer> bufs;          // its fragments, as they land
     int outstanding = 0;
   };
   void AskManifests();
   void Plan();
-  void Fetch(size_t t);
-  // Fragment `fragment` of slice t's stripe did not come: another choice.
-  void Lost(size_t t, int fragment);
-  void AbandonAsks(size_t t);
-  void Decode(size_t t);
+  Status Reserve();
+  void Fetch(size_t u);
+  void FetchMore();
+  // Fragment `fragment` of piece u's stripe did not come: another choice.
+  void Lost(size_t u, int fragment);
+  void AbandonAsks(size_t u);
+  void Decode(size_t u);
   void Verify();
   void Store();
   void Fail(const Status& why);
+  Buffer TakeBuffer(uint64_t length);
   PeerId Source(int member) const { return group_[static_cast<size_t>(member)].agent; }
 
   Transport* t_;
@@ -96,19 +114,22 @@ class ErasureRebuild {
   std::vector<Manifest> manifests_;
   std::unique_ptr<NodeShard> shard_;
   uint64_t slice_len_ = 0;
-  std::vector<uint8_t> bytes_;  // the node's shard, decoded
-  std::vector<Slice> slices_;
-  // Slices to fetch and decode, in turn, kSlicesInFlight at a time (a
-  // survivor stages the next while the last crosses and is decoded).
-  static constexpr int kSlicesInFlight = 2;
-  std::vector<size_t> pending_;
+  uint64_t piece_ = kPieceBytes;
+  // Per chunk of shard_: its reserved extent, where the decoded bytes land;
+  // kNoOffset for one the store holds already or a repeat of an earlier one.
+  std::vector<uint64_t> target_;
+  bool reserved_ = false;
+  std::vector<Piece> pieces_;
+  static constexpr int kPiecesInFlight = 4;
+  std::vector<size_t> pending_;  // pieces to fetch, in turn
   int in_flight_ = 0;
-  void FetchMore();
+  std::vector<Buffer> spare_;  // fragment buffers to reuse
+  std::vector<uint8_t> out_;   // one decoded piece
   uint64_t next_id_ = 1;
   struct Ask {
-    size_t slice = 0;
+    size_t piece = 0;
     PeerId peer = 0;
-    std::shared_ptr<std::vector<uint8_t>> buf;  // a fragment's: where its bytes land
+    Buffer buf;  // a fragment's: where its bytes land
     bool manifests = false;
     bool dead = false;    // abandoned: forgotten once its receive ends (or at once, not posted)
     bool posted = false;  // its receive is posted (kFragmentReady came)

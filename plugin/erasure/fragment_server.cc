@@ -53,7 +53,12 @@ void FragmentServer::Tick(std::chrono::steady_clock::time_point now) {
     parked_.pop_front();
   }
   for (auto it = staged_.begin(); it != staged_.end();) {
-    it = now - it->second.since > kPatience ? staged_.erase(it) : std::next(it);
+    if (now - it->second.since <= kPatience) {
+      ++it;
+      continue;
+    }
+    GiveBack(std::move(it->second.bytes));
+    it = staged_.erase(it);
   }
 }
 
@@ -67,7 +72,7 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
     }
     return SendMsg(t_, from, FragmentManifestsMsg{m.xfer, *v});
   }
-  std::vector<uint8_t> bytes(m.length);
+  std::vector<uint8_t> bytes = TakeBuffer(m.length);
   Status s;
   if (m.kind == FragmentRequestMsg::kParity) {
     s = m.index < exchange_->rows().slots()
@@ -76,8 +81,10 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
   } else {
     s = DataSlice(m, &bytes);
   }
-  if (!s.ok()) return Refuse(from, m.xfer, s.message());
-  if (staged_.size() >= kMaxParked) return Refuse(from, m.xfer, "too many fragments staged here; ask again");
+  if (!s.ok() || staged_.size() >= kMaxParked) {
+    GiveBack(std::move(bytes));
+    return Refuse(from, m.xfer, !s.ok() ? s.message() : "too many fragments staged here; ask again");
+  }
   staged_[{from, m.xfer}] = {std::move(bytes), m.tag, now};
   SendMsg(t_, from, FragmentReadyMsg{m.xfer});
 }
@@ -111,6 +118,8 @@ Status FragmentServer::DataSlice(const FragmentRequestMsg& m, std::vector<uint8_
   const uint64_t from = static_cast<uint64_t>(m.index) * slice + std::min(m.offset, slice);
   const uint64_t to =
       std::min({static_cast<uint64_t>(m.index) * slice + std::min(m.offset + m.length, slice), shard.size()});
+  const uint64_t filled = to > from ? to - from : 0;
+  std::memset(out->data() + filled, 0, out->size() - filled);
   for (const NodeShard::Chunk& c : shard.chunks()) {
     const uint64_t a = std::max(from, c.at), b = std::min(to, c.at + c.ref->length);
     if (a >= b) continue;
@@ -126,8 +135,25 @@ bool FragmentServer::BulkDone(uint64_t token, const Status& status) {
   auto it = sending_.find(token);
   if (it == sending_.end()) return false;
   if (!status.ok()) FTRUN_LOG_WARN("a fragment for a rebuild was not sent: {}", status.message());
+  GiveBack(std::move(it->second));
   sending_.erase(it);
   return true;
+}
+
+// Staging buffers are reused: a rebuild asks for many pieces of the same
+// length, and fresh memory costs a page fault per 4 KiB.
+std::vector<uint8_t> FragmentServer::TakeBuffer(uint64_t length) {
+  std::vector<uint8_t> b;
+  if (!spare_.empty()) {
+    b = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  b.resize(length);
+  return b;
+}
+
+void FragmentServer::GiveBack(std::vector<uint8_t> bytes) {
+  if (spare_.size() < kSpares) spare_.push_back(std::move(bytes));
 }
 
 void FragmentServer::Refuse(PeerId to, uint64_t xfer, const std::string& why) {

@@ -3,6 +3,8 @@
 // every rank comes back bit-identical, one or two lost members at a time; a
 // parity row corrupted at a survivor is found by the chunk hashes and
 // decoded around; with fewer than `data` fragments left it fails, saying so.
+// Pieces of a few KiB (many per slice, across chunk edges) and of a whole
+// slice.
 #include "plugin/erasure/erasure_rebuild.h"
 
 #include <catch2/catch.hpp>
@@ -37,6 +39,7 @@ struct Committed {
   void Rebuild(std::vector<Status>* failed = nullptr) {
     for (int m : lost) {
       Member& x = *g.members[static_cast<size_t>(m)];
+      x.rebuild.set_piece_bytes(piece);
       std::vector<ErasureSource> group;
       for (size_t i = 0; i < g.members.size(); ++i) {
         const bool gone = std::find(lost.begin(), lost.end(), static_cast<int>(i)) != lost.end();
@@ -54,10 +57,14 @@ struct Committed {
   std::map<int, std::vector<uint8_t>> want;
   std::vector<int> lost;
   uint64_t version = 2;
+  // Fetched and decoded in pieces of this many bytes: several per slice,
+  // chunks (3,000 bytes) across their edges; or one piece per slice.
+  uint64_t piece = 4096;
 };
 
 TEST_CASE("erasure rebuild: one or two lost members come back bit-identical from the survivors", "[erasure][rebuild]") {
   Committed c;
+  c.piece = GENERATE(uint64_t{4096}, ErasureRebuild::kPieceBytes);
   SECTION("one") { c.Lose(1); }
   SECTION("two, one of them with two ranks") {
     c.Lose(0);
