@@ -4,7 +4,6 @@
 #include <cstring>
 #include <set>
 
-#include "plugin/common/hash.h"
 #include "plugin/common/log.h"
 
 namespace ftrun {
@@ -35,7 +34,7 @@ std::vector<int> NextChoice(const std::vector<int>& avail, size_t k, const std::
 
 ErasureRebuild::ErasureRebuild(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code,
                                std::function<void(PeerId)> connect)
-    : t_(transport), store_(store), base_(arena_base), code_(code), connect_(std::move(connect)) {}
+    : t_(transport), target_(store, arena_base, kOwner), code_(code), connect_(std::move(connect)) {}
 
 void ErasureRebuild::Begin(uint64_t epoch, uint64_t version, std::vector<int> ranks, std::vector<ErasureSource> group,
                            int self) {
@@ -74,9 +73,7 @@ void ErasureRebuild::Cancel() {
   pieces_.clear();
   pending_.clear();
   in_flight_ = 0;
-  target_.clear();
-  if (reserved_) store_->ReleaseReservations(kOwner);
-  reserved_ = false;
+  target_.Release();
   manifests_.clear();
   shard_.reset();
 }
@@ -160,7 +157,7 @@ void ErasureRebuild::Plan() {
   for (const Manifest& m : manifests_) mine.push_back(&m);
   shard_ = std::make_unique<NodeShard>(mine);
   slice_len_ = shard_->SliceLength(code_->data());
-  if (Status s = Reserve(); !s.ok()) return Fail(s);
+  if (Status s = target_.Reserve(shard_.get()); !s.ok()) return Fail(s);
   pieces_.clear();
   pending_.clear();
   for (int t = 0; t < code_->data(); ++t) {
@@ -179,27 +176,6 @@ void ErasureRebuild::Plan() {
   }
   in_flight_ = 0;
   FetchMore();
-}
-
-// An extent for every chunk the store does not hold yet (once per hash);
-// the ones it holds are kept until the manifests reference them.
-Status ErasureRebuild::Reserve() {
-  std::set<ChunkHash, bool (*)(const ChunkHash&, const ChunkHash&)> seen(
-      [](const ChunkHash& a, const ChunkHash& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
-  std::vector<uint64_t> lengths;
-  std::vector<size_t> written;
-  target_.assign(shard_->chunks().size(), kNoOffset);
-  for (size_t i = 0; i < shard_->chunks().size(); ++i) {
-    const ChunkRef& c = *shard_->chunks()[i].ref;
-    if (!seen.insert(c.hash).second || store_->HoldChunk(kOwner, c.hash)) continue;
-    lengths.push_back(c.length);
-    written.push_back(i);
-  }
-  reserved_ = true;
-  std::vector<uint64_t> offsets;
-  if (Status s = store_->Reserve(kOwner, lengths, &offsets); !s.ok()) return s;
-  for (size_t i = 0; i < written.size(); ++i) target_[written[i]] = offsets[i];
-  return Status::Ok();
 }
 
 ErasureRebuild::Buffer ErasureRebuild::TakeBuffer(uint64_t length) {
@@ -347,17 +323,7 @@ void ErasureRebuild::Decode(size_t u) {
   if (!st.ok()) return Fail(st);
   for (Buffer& b : s.bufs) spare_.push_back(std::move(b));
   s.bufs.clear();
-  const uint64_t from = static_cast<uint64_t>(s.slice) * slice_len_ + s.offset;
-  const uint64_t to = std::min(from + s.length, shard_->size());
-  const auto& chunks = shard_->chunks();
-  auto c = std::upper_bound(chunks.begin(), chunks.end(), from,
-                            [](uint64_t at, const NodeShard::Chunk& x) { return at < x.at; });
-  if (c != chunks.begin()) --c;
-  for (; c != chunks.end() && c->at < to; ++c) {
-    const uint64_t target = target_[static_cast<size_t>(c - chunks.begin())];
-    const uint64_t a = std::max(from, c->at), b = std::min(to, c->at + c->ref->length);
-    if (target != kNoOffset && a < b) std::memcpy(base_ + target + (a - c->at), out_.data() + (a - from), b - a);
-  }
+  target_.Write(static_cast<uint64_t>(s.slice) * slice_len_ + s.offset, out_.data(), s.length);
   in_flight_--;
   if (!pending_.empty() || in_flight_ > 0) return FetchMore();
   Verify();
@@ -366,45 +332,25 @@ void ErasureRebuild::Decode(size_t u) {
 // Every chunk written against its hash; the pieces under a chunk that fails
 // are decoded again from another choice of fragments.
 void ErasureRebuild::Verify() {
-  std::set<size_t> bad;
   std::string first;
-  const auto& chunks = shard_->chunks();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const NodeShard::Chunk& c = chunks[i];
-    if (target_[i] == kNoOffset || HashBytes(base_ + target_[i], c.ref->length) == c.ref->hash) continue;
-    if (first.empty()) first = c.ref->hash.ToHex();
+  std::set<size_t> bad;
+  for (const auto& [begin, end] : target_.Check(&first)) {
     for (size_t u = 0; u < pieces_.size(); ++u) {
       const uint64_t at = static_cast<uint64_t>(pieces_[u].slice) * slice_len_ + pieces_[u].offset;
-      if (at < c.at + c.ref->length && c.at < at + pieces_[u].length) bad.insert(u);
+      if (at < end && begin < at + pieces_[u].length) bad.insert(u);
     }
   }
   spare_.clear();
   if (bad.empty()) return Store();
-  FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} piece(s) again from other fragments", first, bad.size());
+  FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} piece(s) again from other fragments", first,
+                 bad.size());
   stats_.redecoded += static_cast<int>(bad.size());
   pending_.assign(bad.begin(), bad.end());
   FetchMore();
 }
 
 void ErasureRebuild::Store() {
-  std::map<const ChunkRef*, uint64_t> where;
-  for (size_t i = 0; i < shard_->chunks().size(); ++i) where[shard_->chunks()[i].ref] = target_[i];
-  std::set<const Manifest*> kept;  // ranks this node still holds at the version
-  for (const Manifest& m : manifests_) {
-    if (store_->Find(m.rank, m.version)) kept.insert(&m);
-  }
-  for (Manifest& m : manifests_) {
-    for (TensorManifest& t : m.tensors) {
-      for (ChunkRef& c : t.chunks) c.offset = where.at(&c);
-    }
-  }
-  Status s;
-  for (const Manifest& m : manifests_) {
-    if (s.ok() && !kept.count(&m)) s = store_->AddManifest(kOwner, m);
-  }
-  store_->ReleaseReservations(kOwner);
-  reserved_ = false;
-  if (!s.ok()) return Fail(s);
+  if (Status s = target_.Commit(&manifests_); !s.ok()) return Fail(s);
   FTRUN_LOG_INFO(
       "rebuilt {} ranks of version {} ({} bytes) from the erasure group, every chunk checked ({} bytes of "
       "fragments fetched, {} pieces decoded again)",

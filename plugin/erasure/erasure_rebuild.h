@@ -5,7 +5,7 @@
 //
 // First the node's manifests (its layout and every chunk's hash), from any
 // survivor its members sent them to; the store extents of the chunks it
-// does not hold yet are reserved then. Then piece by piece (a piece: up to
+// does not hold yet are reserved then (ShardTarget). Then piece by piece (a piece: up to
 // piece_bytes() of one of the node's slices; kPiecesInFlight at a time, so
 // each survivor stages the next piece while the last crosses and is
 // decoded), `data` fragments of the piece's stripe from as many survivors
@@ -35,6 +35,7 @@
 #include "plugin/erasure/group_code.h"
 #include "plugin/erasure/node_shard.h"
 #include "plugin/erasure/parity_messages.h"
+#include "plugin/erasure/shard_target.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
 
@@ -87,7 +88,6 @@ class ErasureRebuild {
   };
   void AskManifests();
   void Plan();
-  Status Reserve();
   void Fetch(size_t u);
   void FetchMore();
   // Fragment `fragment` of piece u's stripe did not come: another choice.
@@ -101,8 +101,7 @@ class ErasureRebuild {
   PeerId Source(int member) const { return group_[static_cast<size_t>(member)].agent; }
 
   Transport* t_;
-  SnapshotStore* store_;
-  char* base_;
+  ShardTarget target_;
   const GroupCode* code_;
   std::function<void(PeerId)> connect_;
   bool active_ = false;
@@ -115,10 +114,6 @@ class ErasureRebuild {
   std::unique_ptr<NodeShard> shard_;
   uint64_t slice_len_ = 0;
   uint64_t piece_ = kPieceBytes;
-  // Per chunk of shard_: its reserved extent, where the decoded bytes land;
-  // kNoOffset for one the store holds already or a repeat of an earlier one.
-  std::vector<uint64_t> target_;
-  bool reserved_ = false;
   std::vector<Piece> pieces_;
   static constexpr int kPiecesInFlight = 4;
   std::vector<size_t> pending_;  // pieces to fetch, in turn

@@ -35,6 +35,37 @@ struct Committed {
     for (size_t i = 0; i < g.members.size(); ++i) g.Wire(i, ids);
     lost.push_back(m);
   }
+  // Member `m`'s agent restarted: its store holds only `kept` (its ranks'
+  // manifests and chunks of that version), not the committed one.
+  void Restart(int m, uint64_t kept) {
+    Member& old = *g.members[static_cast<size_t>(m)];
+    const std::vector<int> ranks = old.ranks;
+    std::vector<std::pair<Manifest, std::vector<std::vector<char>>>> copies;
+    for (int r : ranks) {
+      const Manifest* man = old.store.Find(r, kept);
+      REQUIRE(man);
+      std::vector<std::vector<char>> bytes;
+      for (const auto& t : man->tensors)
+        for (const auto& c : t.chunks) bytes.emplace_back(old.arena.data() + c.offset, old.arena.data() + c.offset + c.length);
+      copies.emplace_back(*man, std::move(bytes));
+    }
+    Lose(m);
+    Member& fresh = *g.members[static_cast<size_t>(m)];
+    for (auto& [man, bytes] : copies) {
+      std::vector<uint64_t> lengths, offs;
+      for (const auto& b : bytes) lengths.push_back(b.size());
+      REQUIRE(fresh.store.Reserve(1, lengths, &offs).ok());
+      size_t i = 0;
+      for (auto& t : man.tensors) {
+        for (auto& c : t.chunks) {
+          std::memcpy(fresh.arena.data() + offs[i], bytes[i].data(), c.length);
+          c.offset = offs[i++];
+        }
+      }
+      REQUIRE(fresh.store.AddManifest(1, man).ok());
+      fresh.store.ReleaseReservations(1);
+    }
+  }
   // Each lost member rebuilds from the others (the lost ones have nothing).
   void Rebuild(std::vector<Status>* failed = nullptr) {
     for (int m : lost) {
@@ -84,6 +115,29 @@ TEST_CASE("erasure rebuild: one or two lost members come back bit-identical from
     }
     CHECK(x.rebuild.stats().redecoded == 0);
   }
+}
+
+TEST_CASE("erasure rebuild: a restarted agent keeps the chunks it still holds and writes only the others",
+          "[erasure][rebuild]") {
+  Committed c;
+  c.Restart(5, 1);  // member 5 (two ranks) still holds version 1; version 2 changed every fifth chunk
+  Member& x = *c.g.members[5];
+  const StoreStats before = x.store.Stats();
+  c.Rebuild();
+  REQUIRE(x.contributed == std::vector<uint64_t>{99});
+  CHECK(Shard(x, 2) == c.want[5]);
+  CHECK(Shard(x, 1).size() == c.want[5].size());  // version 1 still there
+  const StoreStats after = x.store.Stats();
+  CHECK(after.reserved_bytes == 0);
+  // Only version 2's changed chunks took new extents.
+  uint64_t changed = 0;
+  for (int r : x.ranks) {
+    const Manifest *v1 = x.store.Find(r, 1), *v2 = x.store.Find(r, 2);
+    for (size_t i = 0; i < v2->tensors[0].chunks.size(); ++i)
+      changed += v1->tensors[0].chunks[i].hash != v2->tensors[0].chunks[i].hash ? 1 : 0;
+  }
+  CHECK(changed > 0);
+  CHECK(after.chunks - before.chunks == changed);
 }
 
 TEST_CASE("erasure rebuild: a parity row corrupted at a survivor is decoded around; too few fragments fail clearly",
