@@ -312,18 +312,19 @@ void ErasureRebuild::PeerDown(PeerId peer) {
   }
 }
 
-// Piece u's bytes decoded, then copied into the extents of the chunks they
-// fall in.
+// Piece u decoded straight into the extents its bytes belong in.
 void ErasureRebuild::Decode(size_t u) {
   Piece& s = pieces_[u];
-  std::vector<const uint8_t*> in;
-  for (const Buffer& b : s.bufs) in.push_back(b->data());
-  out_.resize(s.length);
-  Status st = code_->DecodeFragment(s.length, s.chosen, in.data(), s.fragment, out_.data());
+  Status st;
+  target_.Extents(static_cast<uint64_t>(s.slice) * slice_len_ + s.offset, s.length,
+                  [&](uint8_t* dest, uint64_t from, uint64_t n) {
+                    std::vector<const uint8_t*> in;
+                    for (const Buffer& b : s.bufs) in.push_back(b->data() + from);
+                    if (st.ok()) st = code_->DecodeFragment(n, s.chosen, in.data(), s.fragment, dest);
+                  });
   if (!st.ok()) return Fail(st);
   for (Buffer& b : s.bufs) spare_.push_back(std::move(b));
   s.bufs.clear();
-  target_.Write(static_cast<uint64_t>(s.slice) * slice_len_ + s.offset, out_.data(), s.length);
   in_flight_--;
   if (!pending_.empty() || in_flight_ > 0) return FetchMore();
   Verify();
@@ -342,8 +343,7 @@ void ErasureRebuild::Verify() {
   }
   spare_.clear();
   if (bad.empty()) return Store();
-  FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} piece(s) again from other fragments", first,
-                 bad.size());
+  FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} piece(s) again from other fragments", first, bad.size());
   stats_.redecoded += static_cast<int>(bad.size());
   pending_.assign(bad.begin(), bad.end());
   FetchMore();
@@ -356,7 +356,6 @@ void ErasureRebuild::Store() {
       "fragments fetched, {} pieces decoded again)",
       ranks_.size(), version_, shard_->size(), stats_.fragment_bytes, stats_.redecoded);
   active_ = false;
-  out_ = {};
   if (on_done) on_done(epoch_, version_, ranks_);
 }
 

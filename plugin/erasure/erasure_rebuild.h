@@ -11,8 +11,9 @@
 // decoded), `data` fragments of the piece's stripe from as many survivors
 // in parallel (their data slices, or their parity rows; the choice rotates
 // from piece to piece so every survivor serves about as much), decoded
-// with ReedSolomon straight into those extents. The fragment buffers are
-// reused: at most kPiecesInFlight x data x piece_bytes() in flight.
+// with ReedSolomon straight into those extents (none for the chunks the
+// store holds already). The fragment buffers are reused: at most
+// kPiecesInFlight x data x piece_bytes() in flight.
 //
 // Once every piece is decoded, every chunk written is checked against its
 // hash; the pieces under a chunk that fails are decoded again from another
@@ -119,7 +120,6 @@ class ErasureRebuild {
   std::vector<size_t> pending_;  // pieces to fetch, in turn
   int in_flight_ = 0;
   std::vector<Buffer> spare_;  // fragment buffers to reuse
-  std::vector<uint8_t> out_;   // one decoded piece
   uint64_t next_id_ = 1;
   struct Ask {
     size_t piece = 0;

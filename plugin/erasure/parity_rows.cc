@@ -131,14 +131,16 @@ Status ParityRows::Read(uint64_t version, int slot, uint64_t offset, uint64_t le
   if (slot < 0 || slot >= slots())
     return Status::InvalidArgument("parity slot " + std::to_string(slot) + " out of range");
   const Row& row = it->second.rows[static_cast<size_t>(slot)];
-  std::memset(out, 0, len);
-  for (uint64_t done = 0; done < len;) {
+  for (uint64_t done = 0; done < len;) {  // zeros where no block (or past its end)
     const uint64_t off = offset + done;
     const size_t b = static_cast<size_t>(off / kBlock);
     const uint64_t in = off % kBlock, n = std::min(len - done, kBlock - in);
+    uint64_t copied = 0;
     if (b < row.blocks.size() && row.blocks[b] && in < row.blocks[b]->size()) {
-      std::memcpy(out + done, row.blocks[b]->data() + in, std::min<uint64_t>(n, row.blocks[b]->size() - in));
+      copied = std::min<uint64_t>(n, row.blocks[b]->size() - in);
+      std::memcpy(out + done, row.blocks[b]->data() + in, copied);
     }
+    std::memset(out + done + copied, 0, n - copied);
     done += n;
   }
   return Status::Ok();

@@ -31,7 +31,8 @@ Status ShardTarget::Reserve(const NodeShard* shard) {
   return Status::Ok();
 }
 
-void ShardTarget::Write(uint64_t at, const uint8_t* bytes, uint64_t length) {
+void ShardTarget::Extents(uint64_t at, uint64_t length,
+                          const std::function<void(uint8_t*, uint64_t, uint64_t)>& put) const {
   const uint64_t to = std::min(at + length, shard_->size());
   const auto& chunks = shard_->chunks();
   auto c = std::upper_bound(chunks.begin(), chunks.end(), at,
@@ -40,7 +41,7 @@ void ShardTarget::Write(uint64_t at, const uint8_t* bytes, uint64_t length) {
   for (; c != chunks.end() && c->at < to; ++c) {
     const uint64_t target = target_[static_cast<size_t>(c - chunks.begin())];
     const uint64_t a = std::max(at, c->at), b = std::min(to, c->at + c->ref->length);
-    if (target != kNoOffset && a < b) std::memcpy(base_ + target + (a - c->at), bytes + (a - at), b - a);
+    if (target != kNoOffset && a < b) put(reinterpret_cast<uint8_t*>(base_ + target + (a - c->at)), a - at, b - a);
   }
 }
 

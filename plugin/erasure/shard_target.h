@@ -2,7 +2,7 @@
 // (NodeShard over the manifests being rebuilt) it reserves an extent in the
 // store for every chunk the store does not hold yet (once per hash) and
 // keeps the ones it holds; the decoder writes shard bytes straight into
-// those extents, Check finds the chunks that fail their hash, and Commit
+// those extents (Extents says where), Check finds the chunks that fail their hash, and Commit
 // adds the manifests. Nothing enters the store's index before Commit, and
 // Release (or the destructor) gives back what was reserved.
 //
@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -29,8 +30,11 @@ class ShardTarget {
 
   // `shard` outlives this target's use of it (until Commit or Release).
   Status Reserve(const NodeShard* shard);
-  // Shard bytes [at, at + length): the parts that fall in reserved extents.
-  void Write(uint64_t at, const uint8_t* bytes, uint64_t length);
+  // Where shard bytes [at, at + length) go: `put(dest, from, n)` for each
+  // part that falls in a reserved extent (bytes [at + from, at + from + n)
+  // belong at dest), in order. A decoder writes those parts straight there;
+  // the rest (chunks held already, past the shard's end) need no bytes.
+  void Extents(uint64_t at, uint64_t length, const std::function<void(uint8_t*, uint64_t, uint64_t)>& put) const;
   // The shard ranges [begin, end) of the written chunks that fail their hash.
   std::vector<std::pair<uint64_t, uint64_t>> Check(std::string* first_bad) const;
   // Each manifest (the ones the shard was made of) into the store with its

@@ -46,7 +46,8 @@ struct Committed {
       REQUIRE(man);
       std::vector<std::vector<char>> bytes;
       for (const auto& t : man->tensors)
-        for (const auto& c : t.chunks) bytes.emplace_back(old.arena.data() + c.offset, old.arena.data() + c.offset + c.length);
+        for (const auto& c : t.chunks)
+          bytes.emplace_back(old.arena.data() + c.offset, old.arena.data() + c.offset + c.length);
       copies.emplace_back(*man, std::move(bytes));
     }
     Lose(m);
