@@ -24,12 +24,11 @@ void Xor(const uint8_t* a, const uint8_t* b, uint8_t* out, uint64_t n) {
 
 }  // namespace
 
-ParityExchange::ParityExchange(Transport* transport, SnapshotStore* store, const char* arena_base,
-                               const GroupCode* code)
+ParityExchange::ParityExchange(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code)
     : t_(transport), store_(store), base_(arena_base), code_(code) {}
 
 void ParityExchange::SetGroup(std::vector<PeerId> members, int self) {
-  if (!rows_ || self != self_) rows_ = std::make_unique<ParityRows>(code_, self);
+  if (!rows_ || self != self_) rows_ = std::make_unique<ParityRows>(code_, self, store_, base_);
   members_ = std::move(members);
   self_ = self;
   std::vector<uint64_t> lost;

@@ -52,8 +52,9 @@ class ParityExchange {
   static constexpr uint64_t kOfferBytes = 16ull << 20;
   static constexpr int kInflight = 2;
 
-  // `code` outlives the exchange; `arena_base` is the store's mapping.
-  ParityExchange(Transport* transport, SnapshotStore* store, const char* arena_base, const GroupCode* code);
+  // `code` and `store` outlive the exchange; `arena_base` is the store's
+  // mapping (the parity rows' blocks are the store's too).
+  ParityExchange(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code);
 
   // This node's group: members[i] is member i's agent; this node is `self`.
   // Contributions under way to an agent no longer in the group fail.
@@ -184,7 +185,7 @@ class ParityExchange {
 
   Transport* t_;
   SnapshotStore* store_;
-  const char* base_;
+  char* base_;
   const GroupCode* code_;
   std::vector<PeerId> members_;
   int self_ = -1;

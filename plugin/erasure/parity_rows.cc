@@ -12,7 +12,8 @@ std::string BaseName(std::optional<uint64_t> base) { return base ? "version " + 
 
 }  // namespace
 
-ParityRows::ParityRows(const GroupCode* code, int member) : code_(code), member_(member) {}
+ParityRows::ParityRows(const GroupCode* code, int member, SnapshotStore* store, char* arena_base)
+    : code_(code), member_(member), store_(store), base_(arena_base) {}
 
 Status ParityRows::CanBuild(uint64_t version, std::optional<uint64_t> base) const {
   auto it = versions_.find(version);
@@ -51,17 +52,26 @@ ParityRows::Version* ParityRows::Building(uint64_t version, std::optional<uint64
   return &versions_.emplace(version, std::move(v)).first->second;
 }
 
-uint8_t* ParityRows::Writable(Row* row, size_t b, uint64_t size) {
+// A block grows (up to kBlock) to twice its length at least, so a row
+// written in small pieces is copied a few times, not once per piece.
+Status ParityRows::Writable(Row* row, size_t b, uint64_t size, uint8_t** out) {
   if (row->blocks.size() <= b) row->blocks.resize(b + 1);
   Block& block = row->blocks[b];
-  if (!block) {
-    block = std::make_shared<std::vector<uint8_t>>(size, 0);
-  } else if (block.use_count() > 1) {
-    auto copy = std::make_shared<std::vector<uint8_t>>(*block);
-    block = std::move(copy);
+  if (block && block.use_count() == 1 && block->length >= size) {
+    *out = block->data;
+    return Status::Ok();
   }
-  if (block->size() < size) block->resize(size, 0);
-  return block->data();
+  const uint64_t kept = block ? block->length : 0;
+  const uint64_t length =
+      block && block.use_count() == 1 ? std::min(kBlock, std::max(size, 2 * kept)) : std::max(size, kept);
+  uint64_t offset = 0;
+  if (Status s = store_->AllocateBlock(length, "erasure parity", &offset); !s.ok()) return s;
+  auto fresh = std::make_shared<Extent>(store_, offset, length, reinterpret_cast<uint8_t*>(base_ + offset));
+  if (kept) std::memcpy(fresh->data, block->data, kept);
+  std::memset(fresh->data + kept, 0, length - kept);
+  block = std::move(fresh);
+  *out = block->data;
+  return Status::Ok();
 }
 
 Status ParityRows::Apply(uint64_t version, std::optional<uint64_t> base, int slot, const GroupCode::Place& at,
@@ -85,7 +95,8 @@ Status ParityRows::Apply(uint64_t version, std::optional<uint64_t> base, int slo
     const uint64_t off = at.offset + done;
     const size_t b = static_cast<size_t>(off / kBlock);
     const uint64_t in = off % kBlock, n = std::min(len - done, kBlock - in);
-    uint8_t* out = Writable(&row, b, in + n);
+    uint8_t* out = nullptr;
+    if (Status s = Writable(&row, b, in + n, &out); !s.ok()) return s;
     code_->ApplyDelta(p, slot, delta + done, n, out + in);
     done += n;
   }
@@ -136,9 +147,9 @@ Status ParityRows::Read(uint64_t version, int slot, uint64_t offset, uint64_t le
     const size_t b = static_cast<size_t>(off / kBlock);
     const uint64_t in = off % kBlock, n = std::min(len - done, kBlock - in);
     uint64_t copied = 0;
-    if (b < row.blocks.size() && row.blocks[b] && in < row.blocks[b]->size()) {
-      copied = std::min<uint64_t>(n, row.blocks[b]->size() - in);
-      std::memcpy(out + done, row.blocks[b]->data() + in, copied);
+    if (b < row.blocks.size() && row.blocks[b] && in < row.blocks[b]->length) {
+      copied = std::min<uint64_t>(n, row.blocks[b]->length - in);
+      std::memcpy(out + done, row.blocks[b]->data + in, copied);
     }
     std::memset(out + done + copied, 0, n - copied);
     done += n;
@@ -151,18 +162,18 @@ uint64_t ParityRows::VersionBytes(uint64_t version) const {
   if (it == versions_.end()) return 0;
   uint64_t n = 0;
   for (const Row& r : it->second.rows) {
-    for (const Block& b : r.blocks) n += b ? b->size() : 0;
+    for (const Block& b : r.blocks) n += b ? b->length : 0;
   }
   return n;
 }
 
 uint64_t ParityRows::memory_bytes() const {
-  std::unordered_set<const std::vector<uint8_t>*> seen;
+  std::unordered_set<const Extent*> seen;
   uint64_t n = 0;
   for (const auto& [version, v] : versions_) {
     for (const Row& r : v.rows) {
       for (const Block& b : r.blocks) {
-        if (b && seen.insert(b.get()).second) n += b->size();
+        if (b && seen.insert(b.get()).second) n += b->length;
       }
     }
   }

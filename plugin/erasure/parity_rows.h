@@ -12,10 +12,13 @@
 // complete there, so the committed version's rows are kept until a newer
 // version commits (Committed).
 //
-// Rows are kept in blocks of kBlock bytes, shared between versions: a
+// Rows are kept in blocks of up to kBlock bytes, shared between versions: a
 // version copies a block of its base only when a delta touches it, so the
 // memory and the work follow the change. A row is as long as the furthest
 // byte any contributor wrote (a stripe's fragments may differ in length).
+// The blocks are extents of the store's arena (SnapshotStore::AllocateBlock),
+// so one budget, store.memory_budget, bounds a node's snapshots and the
+// parity it holds: a delta that does not fit is refused, naming it.
 //
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
@@ -29,6 +32,7 @@
 
 #include "ftrun/status.h"
 #include "plugin/erasure/group_code.h"
+#include "plugin/store/snapshot_store.h"
 
 namespace ftrun {
 
@@ -39,8 +43,8 @@ class ParityRows {
   // member allocate more): 64 GiB, a 256 GiB node shard in 4 slices.
   static constexpr uint64_t kMaxRowBytes = 64ull << 30;
 
-  // `code` outlives the rows.
-  ParityRows(const GroupCode* code, int member);
+  // `code` and `store` outlive the rows; `arena_base` is the store's mapping.
+  ParityRows(const GroupCode* code, int member, SnapshotStore* store, char* arena_base);
 
   int slots() const { return code_->parity(); }
   int StripeOf(int slot) const { return code_->ParityStripes(member_)[static_cast<size_t>(slot)]; }
@@ -51,7 +55,8 @@ class ParityRows {
   Status CanBuild(uint64_t version, std::optional<uint64_t> base) const;
   // Applies contributor `at.fragment`'s delta to the row in `slot` of
   // `version` (built from `base`: CanBuild first). InvalidArgument for a
-  // slot, fragment or range out of bounds.
+  // slot, fragment or range out of bounds; ResourceExhausted when the store
+  // has no room for the blocks it writes.
   Status Apply(uint64_t version, std::optional<uint64_t> base, int slot, const GroupCode::Place& at,
                const uint8_t* delta, uint64_t len);
   // Contributor `fragment` of the row in `slot` sent every delta of
@@ -74,7 +79,18 @@ class ParityRows {
   uint64_t VersionBytes(uint64_t version) const;
 
  private:
-  using Block = std::shared_ptr<std::vector<uint8_t>>;
+  // An extent of the store's arena, given back when the last version that
+  // shares it lets go.
+  struct Extent {
+    Extent(SnapshotStore* s, uint64_t o, uint64_t n, uint8_t* d) : store(s), offset(o), length(n), data(d) {}
+    ~Extent() { store->FreeBlock(offset, length); }
+    Extent(const Extent&) = delete;
+    Extent& operator=(const Extent&) = delete;
+    SnapshotStore* store;
+    uint64_t offset, length;
+    uint8_t* data;
+  };
+  using Block = std::shared_ptr<Extent>;
   struct Row {
     std::vector<Block> blocks;
     uint64_t length = 0;
@@ -87,11 +103,14 @@ class ParityRows {
   };
 
   Version* Building(uint64_t version, std::optional<uint64_t> base);
-  // Block b of `row`, owned by it alone and at least `size` bytes.
-  uint8_t* Writable(Row* row, size_t b, uint64_t size);
+  // Block b of `row`, owned by it alone and at least `size` bytes (its
+  // bytes copied from the one it replaces, zeros past them).
+  Status Writable(Row* row, size_t b, uint64_t size, uint8_t** out);
 
   const GroupCode* code_;
   int member_;
+  SnapshotStore* store_;
+  char* base_;
   std::map<uint64_t, Version> versions_;
 };
 

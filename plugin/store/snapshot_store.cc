@@ -56,6 +56,24 @@ Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengt
   return Status::Ok();
 }
 
+Status SnapshotStore::AllocateBlock(uint64_t length, const char* what, uint64_t* offset) {
+  std::optional<uint64_t> off = ExtentAllocator::Rounded(length) ? alloc_.Allocate(length) : std::nullopt;
+  if (!off) {
+    return Status::ResourceExhausted("snapshot store full: " + FormatSize(length) + " of " + what + " do not fit, " +
+                                     FormatSize(alloc_.free_bytes()) + " free of " + FormatSize(alloc_.capacity()) +
+                                     " (" + std::to_string(versions_.size()) + " versions held); raise " +
+                                     budget_field_);
+  }
+  *offset = *off;
+  block_bytes_ += Footprint(length);
+  return Status::Ok();
+}
+
+void SnapshotStore::FreeBlock(uint64_t offset, uint64_t length) {
+  alloc_.Free(offset, length);
+  block_bytes_ -= Footprint(length);
+}
+
 bool SnapshotStore::HoldChunk(uint64_t owner, const ChunkHash& hash) {
   auto it = chunks_.find(hash);
   if (it == chunks_.end()) return false;
@@ -327,6 +345,7 @@ StoreStats SnapshotStore::Stats() const {
   s.capacity_bytes = alloc_.capacity();
   s.used_bytes = alloc_.used();
   s.reserved_bytes = reserved_bytes_;
+  s.block_bytes = block_bytes_;
   s.chunks = chunks_.size();
   s.versions = versions_.size();
   return s;

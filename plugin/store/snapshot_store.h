@@ -28,6 +28,7 @@ struct StoreStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;      // chunks plus outstanding reservations
   uint64_t reserved_bytes = 0;  // outstanding reservations only
+  uint64_t block_bytes = 0;     // blocks outside snapshots (AllocateBlock)
   uint64_t chunks = 0;
   uint64_t versions = 0;
 };
@@ -47,6 +48,12 @@ class SnapshotStore {
   bool HoldChunk(uint64_t owner, const ChunkHash& hash);
   // Frees the owner's reservations that no manifest consumed, and its holds.
   void ReleaseReservations(uint64_t owner);
+
+  // Arena memory for something other than snapshots (an erasure holder's
+  // parity rows), counted in the budget like chunks until FreeBlock. `what`
+  // names it in the kResourceExhausted error, which names the config field.
+  Status AllocateBlock(uint64_t length, const char* what, uint64_t* offset);
+  void FreeBlock(uint64_t offset, uint64_t length);
 
   // Adds a rank's manifest. Chunks with an offset must be extents reserved
   // by `owner` and filled; chunks without one are referenced by hash. The
@@ -109,6 +116,7 @@ class SnapshotStore {
   ExtentAllocator alloc_;
   std::string budget_field_;
   uint64_t reserved_bytes_ = 0;
+  uint64_t block_bytes_ = 0;
   uint64_t release_floor_ = 0;
   std::unordered_map<ChunkHash, Chunk, ChunkHashHasher> chunks_;
   std::unordered_map<uint64_t, std::vector<Reservation>> reservations_;              // owner ->
