@@ -7,12 +7,19 @@ namespace ftrun {
 
 std::vector<int> RackRing(const std::vector<std::string>& racks) {
   const int n = static_cast<int>(racks.size());
-  // Group slots by rack (a slot without a rack is a domain of its own), then
-  // deal them round-robin, largest racks first, so neighbours differ.
+  // Group slots by rack, then deal them round-robin, largest racks first, so
+  // neighbours differ. A slot without a rack is a domain of its own, after
+  // the named racks in slot order (slot 10 after slot 9).
   std::map<std::string, std::vector<int>> by_rack;
-  for (int i = 0; i < n; ++i) by_rack[racks[i].empty() ? "\x01slot" + std::to_string(i) : racks[i]].push_back(i);
   std::vector<std::vector<int>> groups;
+  for (int i = 0; i < n; ++i) {
+    if (racks[i].empty()) continue;
+    by_rack[racks[i]].push_back(i);
+  }
   for (auto& [rack, slots] : by_rack) groups.push_back(slots);
+  for (int i = 0; i < n; ++i) {
+    if (racks[i].empty()) groups.push_back({i});
+  }
   std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
   std::vector<int> ring;
   for (size_t round = 0; ring.size() < static_cast<size_t>(n); ++round) {

@@ -71,4 +71,13 @@ TEST_CASE("placement: erasure groups partition the slots, each spread over the r
         "code)");
 }
 
+TEST_CASE("placement: without racks the ring is the slots in order, past ten too") {
+  const std::vector<std::string> racks(12, "");
+  std::vector<int> ring = RackRing(racks);
+  std::vector<int> want(12);
+  for (int i = 0; i < 12; ++i) want[static_cast<size_t>(i)] = i;
+  CHECK(ring == want);
+  CHECK(PlaceErasureGroups(racks, 6) == std::vector<std::vector<int>>{{0, 1, 2, 3, 4, 5}, {6, 7, 8, 9, 10, 11}});
+}
+
 }  // namespace ftrun
