@@ -73,6 +73,7 @@ void ErasureRebuild::Cancel() {
   pieces_.clear();
   pending_.clear();
   in_flight_ = 0;
+  spare_.clear();
   target_.Release();
   manifests_.clear();
   shard_.reset();
@@ -164,6 +165,10 @@ void ErasureRebuild::Plan() {
     const GroupCode::Place p = code_->Locate(self_, static_cast<uint64_t>(t) * slice_len_, slice_len_);
     for (uint64_t off = 0; off < slice_len_ && static_cast<uint64_t>(t) * slice_len_ + off < shard_->size();
          off += piece_) {
+      bool wanted = false;  // (a piece of chunks the store holds already is not fetched)
+      target_.Extents(static_cast<uint64_t>(t) * slice_len_ + off, std::min(piece_, slice_len_ - off),
+                      [&wanted](uint8_t*, uint64_t, uint64_t) { wanted = true; });
+      if (!wanted) continue;
       Piece piece;
       piece.slice = t;
       piece.stripe = p.stripe;

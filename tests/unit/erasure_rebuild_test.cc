@@ -139,6 +139,8 @@ TEST_CASE("erasure rebuild: a restarted agent keeps the chunks it still holds an
   }
   CHECK(changed > 0);
   CHECK(after.chunks - before.chunks == changed);
+  // Only the pieces with a changed chunk in them were fetched.
+  CHECK(x.rebuild.stats().fragment_bytes < c.want[5].size() * 4);
 }
 
 TEST_CASE("erasure rebuild: a parity row corrupted at a survivor is decoded around; too few fragments fail clearly",
