@@ -124,6 +124,7 @@ void ParityExchange::Land(PeerId from, In& in) {
     p.fragment = m.fragment;
     p.offset = offset;
     if (Status s = rows_->Apply(m.version, m.base, m.row, p, in.bytes.data() + at, len); !s.ok()) {
+      FTRUN_LOG_ERROR("cannot hold the parity of version {} from agent {}: {}", m.version, from, s.message());
       return Reply(from, m.xfer, s);
     }
     at += len;

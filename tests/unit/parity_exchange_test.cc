@@ -5,7 +5,8 @@
 // chunks' deltas; a holder new to its rows gets whole fragments; a rebuild
 // from the rows and the survivors' shards gives lost members back; and
 // offers that are not the sender's to make, or that a corrupted chunk would
-// poison, change nothing.
+// poison, change nothing; a holder whose store has no room left refuses the
+// parity, naming the budget, and keeps the committed version's.
 #include "plugin/erasure/parity_exchange.h"
 
 #include <catch2/catch.hpp>
@@ -224,6 +225,47 @@ TEST_CASE("parity exchange: offers that are not the sender's, and a chunk corrup
   CHECK(src.failed[0].message().find(bad->tensors[0].chunks[0].hash.ToHex()) != std::string::npos);
   CHECK(!g.members[0]->exchange.rows().Complete(2));
   CHECK(!g.members[2]->exchange.rows().Complete(2));
+}
+
+TEST_CASE(
+    "parity exchange: a holder whose store is full refuses the parity, naming the budget; the committed "
+    "version's stays",
+    "[erasure][parity_exchange]") {
+  Group g(2, 1, {{20000}, {20000}, {20000}}, 3000);
+  g.Save(1, [](int, size_t) { return true; });
+  g.Contribute(1, std::nullopt);
+  for (auto& m : g.members) m->exchange.Committed(1);
+  g.Save(2, [](int, size_t c) { return c % 2 == 0; });
+  // Then member 0's store full (another owner's reservations).
+  Member& full = *g.members[0];
+  std::vector<uint64_t> offs;
+  while (full.store.Reserve(77, {4096}, &offs).ok()) {
+  }
+  CHECK(full.store.Stats().used_bytes == full.store.Stats().capacity_bytes);
+  std::vector<uint8_t> before(6000);
+  REQUIRE(full.exchange.rows().Read(1, 0, 0, before.size(), before.data()).ok());
+
+  g.Contribute(2, 1);
+  bool named = false;
+  for (auto& m : g.members) {
+    for (const Status& s : m->failed) {
+      named = named || (s.message().find("snapshot store full") != std::string::npos &&
+                        s.message().find("erasure parity") != std::string::npos);
+    }
+  }
+  CHECK(named);
+  CHECK_FALSE(full.exchange.rows().Complete(2));
+  std::vector<uint8_t> after(before.size());
+  REQUIRE(full.exchange.rows().Read(1, 0, 0, after.size(), after.data()).ok());
+  CHECK(after == before);
+
+  // Room again: the next version's parity goes through.
+  full.store.ReleaseReservations(77);
+  for (auto& m : g.members) m->exchange.DiscardAbove(1);
+  g.Save(3, [](int, size_t c) { return c % 3 == 0; });
+  g.Contribute(3, 1);
+  for (auto& m : g.members) CHECK(m->exchange.rows().Complete(3));
+  g.CheckParity(3);
 }
 
 }  // namespace
