@@ -360,3 +360,19 @@ def torch_sees_gpu():
     probe = subprocess.run([PY, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
                            capture_output=True, timeout=120)
     return probe.returncode == 0
+
+
+def seeded_rng():
+    """A random.Random seeded from FTRUN_TEST_SEED (else the time); the seed is printed, to replay a failure."""
+    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
+    print("seed", seed, "(set FTRUN_TEST_SEED to replay)")
+    return random.Random(seed)
+
+
+def require_netns():
+    """Skips the calling test where network namespaces cannot be made here (the reason given)."""
+    import pytest
+    from ftrun_chaos import netns_cluster
+    ok, why = netns_cluster.available()
+    if not ok:
+        pytest.skip(why)

@@ -8,13 +8,10 @@ ends with the failure-free digests. The link then comes back: the old
 agent is fenced (its ranks and its uncommitted versions never mix into the
 job again)."""
 import os
-import random
 import time
 
-import pytest
-
 from ftrun_chaos import netns_cluster as nc
-from ftrun_testlib import ClusterJob, digests, golden
+from ftrun_testlib import ClusterJob, digests, golden, require_netns, seeded_rng
 
 NODES, PER_NODE = 4, 2
 ARGS = ["--state-bytes", "8MiB", "--tensors", "4", "--steps", "150", "--step-ms", "15", "--change-fraction", "0.3"]
@@ -38,12 +35,8 @@ def netns_job(c, nodes, per_node, spares, args, config):
 def test_link_down_then_back(check):
     """A node's link goes down: the spare takes over and the job ends with the failure-free digests; the link
     comes back and the old agent is fenced."""
-    ok, why = nc.available()
-    if not ok:
-        pytest.skip(why)
-    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-    print("seed", seed)
-    rng = random.Random(seed)
+    require_netns()
+    rng = seeded_rng()
     want = golden(NODES * PER_NODE, ARGS)
 
     with nc.NetnsCluster(NODES + 1) as c:
@@ -75,12 +68,8 @@ EC_CONFIG = CONFIG.replace("replicas: 1", "redundancy: {erasure: {data: 4, parit
 def test_erasure_two_links_down_at_once(check):
     """Under a 4+2 code, 6 nodes x 1 rank and 2 spares: two nodes' links go down at once; each is rebuilt on a
     spare from the four survivors over the veth links, and the job ends with the failure-free digests."""
-    ok, why = nc.available()
-    if not ok:
-        pytest.skip(why)
-    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-    print("seed", seed)
-    rng = random.Random(seed)
+    require_netns()
+    rng = seeded_rng()
     nodes, spares = 6, 2
     want = golden(nodes, EC_ARGS)
 

@@ -20,14 +20,11 @@ partition) only sometimes.
 FTRUN_BUILD_DIR picks the build (e.g. one without the fix, to see it fail)."""
 import json
 import os
-import random
 import signal
 import time
 
-import pytest
-
 from ftrun_chaos import netns_cluster as nc
-from ftrun_testlib import ClusterJob, digests, golden
+from ftrun_testlib import ClusterJob, digests, golden, require_netns, seeded_rng
 
 NODES, PER_NODE = 4, 2
 ARGS = ["--state-bytes", "2MiB", "--tensors", "4", "--steps", "3000", "--step-ms", "15", "--change-fraction", "0.3"]
@@ -51,12 +48,8 @@ def committed(st):
 def test_commits_through_network_faults_and_drift(check):
     """Partitions and packet loss shorter than the heartbeat timeout, then one rank stopped for a second:
     the committed version keeps advancing, and the job ends with the failure-free digests."""
-    ok, why = nc.available()
-    if not ok:
-        pytest.skip(why)
-    seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
-    print("seed", seed)
-    rng = random.Random(seed)
+    require_netns()
+    rng = seeded_rng()
     want = golden(NODES * PER_NODE, ARGS)
 
     with nc.NetnsCluster(NODES + 1) as c:
