@@ -5,15 +5,16 @@
 //
 // First the node's manifests (its layout and every chunk's hash), from any
 // survivor its members sent them to; the store extents of the chunks it
-// does not hold yet are reserved then (ShardTarget). Then piece by piece (a piece: up to
-// piece_bytes() of one of the node's slices; kPiecesInFlight at a time, so
-// each survivor stages the next piece while the last crosses and is
-// decoded), `data` fragments of the piece's stripe from as many survivors
-// in parallel (their data slices, or their parity rows; the choice rotates
-// from piece to piece so every survivor serves about as much), decoded
-// with ReedSolomon straight into those extents (none for the chunks the
-// store holds already). The fragment buffers are reused: at most
-// kPiecesInFlight x data x piece_bytes() in flight.
+// does not hold yet are reserved then (ShardTarget). Then piece by piece (a
+// piece: up to kPieceBytes of one of the node's slices; kPiecesInFlight at
+// a time, so each survivor stages the next piece while the last crosses and
+// is decoded), `data` fragments of the piece's stripe from as many
+// survivors in parallel (their data slices, or their parity rows; the
+// choice rotates from piece to piece so every survivor serves about as
+// much), decoded with ReedSolomon straight into those extents. A piece
+// whose chunks the store holds already is not fetched (a restarted agent
+// fetches what changed). The fragment buffers are reused: at most
+// kPiecesInFlight x data x kPieceBytes in flight.
 //
 // Once every piece is decoded, every chunk written is checked against its
 // hash; the pieces under a chunk that fails are decoded again from another

@@ -59,7 +59,7 @@ Status SnapshotStore::Reserve(uint64_t owner, const std::vector<uint64_t>& lengt
 Status SnapshotStore::AllocateBlock(uint64_t length, const char* what, uint64_t* offset) {
   std::optional<uint64_t> off = ExtentAllocator::Rounded(length) ? alloc_.Allocate(length) : std::nullopt;
   if (!off) {
-    return Status::ResourceExhausted("snapshot store full: " + FormatSize(length) + " of " + what + " do not fit, " +
+    return Status::ResourceExhausted("snapshot store full: no room for " + FormatSize(length) + " of " + what + ", " +
                                      FormatSize(alloc_.free_bytes()) + " free of " + FormatSize(alloc_.capacity()) +
                                      " (" + std::to_string(versions_.size()) + " versions held); raise " +
                                      budget_field_);
