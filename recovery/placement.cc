@@ -13,8 +13,7 @@ std::vector<int> RackRing(const std::vector<std::string>& racks) {
   std::map<std::string, std::vector<int>> by_rack;
   std::vector<std::vector<int>> groups;
   for (int i = 0; i < n; ++i) {
-    if (racks[i].empty()) continue;
-    by_rack[racks[i]].push_back(i);
+    if (!racks[i].empty()) by_rack[racks[i]].push_back(i);
   }
   for (auto& [rack, slots] : by_rack) groups.push_back(slots);
   for (int i = 0; i < n; ++i) {

@@ -73,7 +73,7 @@ void ErasureRebuild::Cancel() {
   pieces_.clear();
   pending_.clear();
   in_flight_ = 0;
-  spare_.clear();
+  pool_.Clear();
   target_.Release();
   manifests_.clear();
   shard_.reset();
@@ -183,18 +183,6 @@ void ErasureRebuild::Plan() {
   FetchMore();
 }
 
-ErasureRebuild::Buffer ErasureRebuild::TakeBuffer(uint64_t length) {
-  Buffer b;
-  if (spare_.empty()) {
-    b = std::make_shared<std::vector<uint8_t>>();
-  } else {
-    b = std::move(spare_.back());
-    spare_.pop_back();
-  }
-  b->resize(length);
-  return b;
-}
-
 // The next choice of `data` fragments for piece u: each from a survivor
 // that has it, none that failed to arrive, none tried before. The first
 // choice rotates with u, so that every survivor serves its share.
@@ -228,7 +216,7 @@ void ErasureRebuild::Fetch(size_t u) {
   for (int f : s.chosen) {  // in parallel, from `data` survivors
     const PeerId peer = Source(stripe.MemberOf(f));
     const uint64_t xfer = kRebuildIdBit | next_id_++;
-    Buffer buf = TakeBuffer(s.length);
+    auto buf = std::make_shared<std::vector<uint8_t>>(pool_.Take(s.length));
     s.bufs.push_back(buf);
     asks_[xfer] = {u, peer, buf, false, false, false, f};
     connect_(peer);
@@ -328,7 +316,7 @@ void ErasureRebuild::Decode(size_t u) {
                     if (st.ok()) st = code_->DecodeFragment(n, s.chosen, in.data(), s.fragment, dest);
                   });
   if (!st.ok()) return Fail(st);
-  for (Buffer& b : s.bufs) spare_.push_back(std::move(b));
+  for (Buffer& b : s.bufs) pool_.Give(std::move(*b));
   s.bufs.clear();
   in_flight_--;
   if (!pending_.empty() || in_flight_ > 0) return FetchMore();
@@ -346,7 +334,7 @@ void ErasureRebuild::Verify() {
       if (at < end && begin < at + pieces_[u].length) bad.insert(u);
     }
   }
-  spare_.clear();
+  pool_.Clear();
   if (bad.empty()) return Store();
   FTRUN_LOG_WARN("rebuilt chunk {} fails its hash: decoding {} piece(s) again from other fragments", first, bad.size());
   stats_.redecoded += static_cast<int>(bad.size());

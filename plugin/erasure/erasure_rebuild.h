@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/erasure/byte_pool.h"
 #include "plugin/erasure/group_code.h"
 #include "plugin/erasure/node_shard.h"
 #include "plugin/erasure/parity_messages.h"
@@ -99,7 +100,6 @@ class ErasureRebuild {
   void Verify();
   void Store();
   void Fail(const Status& why);
-  Buffer TakeBuffer(uint64_t length);
   PeerId Source(int member) const { return group_[static_cast<size_t>(member)].agent; }
 
   Transport* t_;
@@ -120,7 +120,7 @@ class ErasureRebuild {
   static constexpr int kPiecesInFlight = 4;
   std::vector<size_t> pending_;  // pieces to fetch, in turn
   int in_flight_ = 0;
-  std::vector<Buffer> spare_;  // fragment buffers to reuse
+  BytePool pool_{32 * kPiecesInFlight};  // fragment buffers to reuse (as many as can be in flight: data <= 32)
   uint64_t next_id_ = 1;
   struct Ask {
     size_t piece = 0;

@@ -57,7 +57,7 @@ void FragmentServer::Tick(std::chrono::steady_clock::time_point now) {
       ++it;
       continue;
     }
-    GiveBack(std::move(it->second.bytes));
+    pool_.Give(std::move(it->second.bytes));
     it = staged_.erase(it);
   }
 }
@@ -72,7 +72,7 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
     }
     return SendMsg(t_, from, FragmentManifestsMsg{m.xfer, *v});
   }
-  std::vector<uint8_t> bytes = TakeBuffer(m.length);
+  std::vector<uint8_t> bytes = pool_.Take(m.length);
   Status s;
   if (m.kind == FragmentRequestMsg::kParity) {
     s = m.index < exchange_->rows().slots()
@@ -82,7 +82,7 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
     s = DataSlice(m, &bytes);
   }
   if (!s.ok() || staged_.size() >= kMaxParked) {
-    GiveBack(std::move(bytes));
+    pool_.Give(std::move(bytes));
     return Refuse(from, m.xfer, !s.ok() ? s.message() : "too many fragments staged here; ask again");
   }
   staged_[{from, m.xfer}] = {std::move(bytes), m.tag, now};
@@ -135,25 +135,9 @@ bool FragmentServer::BulkDone(uint64_t token, const Status& status) {
   auto it = sending_.find(token);
   if (it == sending_.end()) return false;
   if (!status.ok()) FTRUN_LOG_WARN("a fragment for a rebuild was not sent: {}", status.message());
-  GiveBack(std::move(it->second));
+  pool_.Give(std::move(it->second));
   sending_.erase(it);
   return true;
-}
-
-// Staging buffers are reused: a rebuild asks for many pieces of the same
-// length, and fresh memory costs a page fault per 4 KiB.
-std::vector<uint8_t> FragmentServer::TakeBuffer(uint64_t length) {
-  std::vector<uint8_t> b;
-  if (!spare_.empty()) {
-    b = std::move(spare_.back());
-    spare_.pop_back();
-  }
-  b.resize(length);
-  return b;
-}
-
-void FragmentServer::GiveBack(std::vector<uint8_t> bytes) {
-  if (spare_.size() < kSpares) spare_.push_back(std::move(bytes));
 }
 
 void FragmentServer::Refuse(PeerId to, uint64_t xfer, const std::string& why) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/erasure/byte_pool.h"
 #include "plugin/erasure/parity_exchange.h"
 
 namespace ftrun {
@@ -53,8 +54,6 @@ class FragmentServer {
   void Go(PeerId from, uint64_t xfer);
   Status DataSlice(const FragmentRequestMsg& m, std::vector<uint8_t>* out) const;
   void Refuse(PeerId to, uint64_t xfer, const std::string& why);
-  std::vector<uint8_t> TakeBuffer(uint64_t length);
-  void GiveBack(std::vector<uint8_t> bytes);
 
   Transport* t_;
   SnapshotStore* store_;
@@ -70,8 +69,7 @@ class FragmentServer {
   };
   std::map<std::pair<PeerId, uint64_t>, Staged> staged_;  // (requester, xfer) -> awaiting its go
   std::map<uint64_t, std::vector<uint8_t>> sending_;      // token -> the bytes until the send ends
-  static constexpr size_t kSpares = 8;
-  std::vector<std::vector<uint8_t>> spare_;  // staging buffers to reuse
+  BytePool pool_{8};                                      // staging buffers to reuse
 };
 
 }  // namespace ftrun

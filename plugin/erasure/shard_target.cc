@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_set>
 
 #include "plugin/common/hash.h"
 
@@ -13,8 +14,7 @@ namespace ftrun {
 Status ShardTarget::Reserve(const NodeShard* shard) {
   Release();
   shard_ = shard;
-  std::set<ChunkHash, bool (*)(const ChunkHash&, const ChunkHash&)> seen(
-      [](const ChunkHash& a, const ChunkHash& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
+  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
   std::vector<uint64_t> lengths;
   std::vector<size_t> written;
   target_.assign(shard_->chunks().size(), kNoOffset);
