@@ -65,7 +65,7 @@ SOURCE = os.path.dirname(HERE)
 def main():
     p = argparse.ArgumentParser(description="status quo (torch.save/torch.load, relaunch) vs ftrun, same run")
     p.add_argument("--build", default=os.path.join(SOURCE, "build"), help="the build directory (ftrun, python/)")
-    p.add_argument("--python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+    p.add_argument("--python", default=os.environ.get("FTRUN_PYTHON") or sys.executable)
     p.add_argument("--script", default=os.path.join(SOURCE, "integration", "examples", "train_gpt.py"))
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--per-node", type=int, default=2)

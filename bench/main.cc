@@ -10,6 +10,7 @@
 
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -47,7 +48,24 @@ std::string BenchScript(const std::string& name, const std::string& source_file)
   return DirOf(SiblingBinary("ftrun-bench")) + "/../bench/" + name;
 }
 
-std::string DefaultPython() { return PathExists("/usr/bin/python3") ? "/usr/bin/python3" : "/usr/local/bin/python3"; }
+// The Python the ranks run: FTRUN_PYTHON (as the agent reads it), else the
+// first python3 on PATH (the project's .venv when scripts/ activate it), as
+// an absolute path for execv.
+std::string DefaultPython() {
+  const char* chosen = std::getenv("FTRUN_PYTHON");
+  if (chosen != nullptr && *chosen != '\0') return chosen;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  size_t pos = 0;
+  while (pos <= dirs.size()) {
+    size_t end = dirs.find(':', pos);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string candidate = (end > pos ? dirs.substr(pos, end - pos) : ".") + "/python3";
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    pos = end + 1;
+  }
+  return "python3";
+}
 
 pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;

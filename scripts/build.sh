@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Builds ftrun into build/ (or build-asan/ with --sanitize), installing the
-# Debian packages it needs first. One line per phase; CMake's and ninja's
+# Debian packages it needs and making the Python environment (.venv/) first;
+# the Python module is built for .venv/bin/python. One line per phase; CMake's and ninja's
 # output go to build/logs/ (shown if a phase fails; FTRUN_VERBOSE=1 shows
 # them as they happen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/phase.sh
 ./scripts/install-deps.sh
+./scripts/venv.sh
 dir=build
 flags=()
 if [ "${1:-}" = "--sanitize" ]; then
   dir=build-asan
   flags+=(-DFTRUN_SANITIZE=ON -DFTRUN_BUILD_PYTHON=OFF -DFTRUN_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug)
 fi
-phase "configuring $dir/ (cmake)" "configure-$dir.log" cmake -S . -B "$dir" -G Ninja "${flags[@]}"
+phase "configuring $dir/ (cmake)" "configure-$dir.log" cmake -S . -B "$dir" -G Ninja \
+  -DPython3_EXECUTABLE="$PWD/.venv/bin/python" "${flags[@]}"
 # shellcheck disable=SC2086  # FTRUN_BUILD_TARGETS is a list of targets
 phase "building $dir/ (ninja)" "build-$dir.log" ninja -C "$dir" ${FTRUN_BUILD_TARGETS:-}

@@ -9,4 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FTRUN_BUILD_TARGETS="ftrun-agent ftrun-runner _ftrun" ./scripts/build.sh
 echo "ftrun: running the demo (integration/demo/local_demo.py)..."
-exec /usr/bin/python3 integration/demo/local_demo.py "$@"
+source scripts/python-env.sh
+exec python3 integration/demo/local_demo.py "$@"

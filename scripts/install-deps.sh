@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package ftrun's build, tests, demo and benchmarks need.
+# Installs every Debian package ftrun's build, tests, demo and benchmarks need
+# (Debian 12 or 13: the same names). The Python packages (torch, DeepSpeed,
+# pytest, clang-format, ...) come from requirements.txt into .venv/
+# (scripts/venv.sh), not from Debian.
 # Safe to run again: apt-get skips what is already there. apt-get's output
 # goes to build/logs/install-deps.log (shown if it fails; FTRUN_VERBOSE=1
 # shows it as it happens).
@@ -7,14 +10,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/phase.sh
 pkgs=(
-  build-essential cmake pkg-config ninja-build clang-format
+  build-essential cmake pkg-config ninja-build
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libspdlog-dev catch2 libisal-dev libxxhash-dev liburing-dev
   libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev
-  python3-torch python3-numpy fio
+  fio
   libssl-dev nftables iputils-ping iproute2 procps
-  python3-yaml python3-matplotlib libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
-  python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
+  libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
+  python3-pip python3-setuptools python3-wheel python3-venv
   prometheus-cpp-dev prometheus
   libcurl4-openssl-dev etcd-server
 )

@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
+source scripts/python-env.sh
 ./scripts/check-format.sh
 echo "ftrun: running the tests (ctest)..."
 (cd build && ctest --output-on-failure -j2 --timeout 600)
@@ -25,7 +26,7 @@ for t in test_restart_random_kills test_agent_lifecycle test_c_client test_clust
   echo "== $t (ASan+UBSan)"
   rc=0
   FTRUN_BUILD_DIR="$PWD/build-asan" FTRUN_SOURCE_DIR="$PWD" \
-    /usr/bin/python3 -m pytest -q -p no:cacheprovider "tests/integration/$t.py" || rc=$?
+    python3 -m pytest -q -p no:cacheprovider "tests/integration/$t.py" || rc=$?
   [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || exit "$rc"  # 77: every test skipped (as CTest shows it)
 done
 echo "ftrun: all tests passed"

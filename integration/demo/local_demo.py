@@ -29,7 +29,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("FTRUN_BUILD_DIR", os.path.join(ROOT, "build"))
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+PY = os.environ.get("FTRUN_PYTHON") or sys.executable  # scripts/demo.sh runs this with .venv/bin/python
 SCRIPT = os.path.join(ROOT, "integration", "examples", "train_gpt.py")
 LOSS = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
 WEIGHTS = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)

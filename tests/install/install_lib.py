@@ -9,7 +9,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.environ.get("FTRUN_SOURCE_DIR", os.path.join(HERE, "..", "..")))
 BUILD = os.path.abspath(os.environ.get("FTRUN_BUILD_DIR", os.path.join(SOURCE, "build")))
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+PYTHON = os.environ.get("FTRUN_TEST_PYTHON") or sys.executable
 
 
 def clean_env(bin_dir, home, **extra):

@@ -19,10 +19,10 @@ import time
 BUILD = os.environ.get("FTRUN_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 SOURCE = os.environ.get("FTRUN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 AGENT = os.path.join(BUILD, "ftrun-agent")
-# The Python that runs Python ranks and trainers: FTRUN_TEST_PYTHON (e.g. a
-# GPU machine's venv with torch 2.x), else Debian's, which has torch here.
-PY = os.environ.get("FTRUN_TEST_PYTHON") or (
-    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+# The Python that runs Python ranks and trainers: FTRUN_TEST_PYTHON (CTest sets
+# it: the project's .venv/ with torch 2.13, or a GPU machine's venv), else the
+# one running the test.
+PY = os.environ.get("FTRUN_TEST_PYTHON") or sys.executable
 TRAINER = os.path.join(BUILD, "ftrun-synthetic")
 DIGEST_RE = re.compile(r"^DIGEST (\d+) ([0-9a-f]{32})$", re.M)
 

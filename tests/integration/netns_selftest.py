@@ -3,7 +3,7 @@ processes, and checks that nothing is left behind, also when the creator dies of
 SIGTERM, SIGINT or SIGKILL (the last through cleanup_stale).
 
 Not one of CTest's tests (its name does not start with test_): run it as root
-with /usr/bin/python3 -m pytest tests/integration/netns_selftest.py (or run
+with .venv/bin/python -m pytest tests/integration/netns_selftest.py (or run
 the file itself); skipped where namespaces cannot be built.
 """
 import os

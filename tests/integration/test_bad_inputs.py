@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import ftrun
-from ftrun_testlib import AGENT, TRAINER, Job, digests, golden, scratch
+from ftrun_testlib import AGENT, PY, TRAINER, Job, digests, golden, scratch
 
 ARGS = ["--state-bytes", "2MiB", "--tensors", "2", "--steps", "20", "--step-ms", "5"]
 LONG = ["--state-bytes", "2MiB", "--tensors", "2", "--steps", "80", "--step-ms", "10"]
@@ -106,7 +106,7 @@ def test_missing_command(check):
 
 def test_rank_of_another_job(check):
     """A rank of another job (its FTRUN_JOB_ID differs) is refused by name."""
-    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+    py = PY
     job = Job(1, [], "job:\n  max_restarts: 0\n",
               command=["/bin/sh", "-c", f'FTRUN_JOB_ID=other-job exec {py} -c "import ftrun; ftrun.Client()"'])
     rc = job.wait(timeout=60)

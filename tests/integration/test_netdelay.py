@@ -16,7 +16,7 @@ rules come from --install-rules (nf_tables netlink, the native queue
 expression or the xtables NFQUEUE target); where this kernel's nft has the
 native `queue` expression, the documented `nft -f` rule text is tested too.
 
-Run as root with /usr/bin/python3; skipped where
+Run as root with the project's .venv/bin/python; skipped where
 namespaces cannot be built or ftrun-netdelay was not built.
 """
 import os

@@ -11,9 +11,8 @@ real Python ranks:
 import os
 import subprocess
 
-from ftrun_testlib import AGENT, RUNNER
+from ftrun_testlib import AGENT, PY, RUNNER
 
-PY = "/usr/bin/python3"
 ENV = dict(os.environ, FTRUN_PYTHON=PY)
 
 

@@ -11,7 +11,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -23,6 +22,7 @@
 #include "plugin/common/bytes.h"
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
+#include "tests/catch.h"
 #include "tests/transport/pattern.h"
 
 extern char** environ;

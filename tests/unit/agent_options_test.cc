@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
 #include <map>
 
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_env.h"
+#include "tests/catch.h"
 
 using namespace ftrun;
 

@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "launcher/agent/disk_recovery.h"
 #include "launcher/agent/generations.h"
 #include "launcher/agent/store_service.h"
+#include "tests/catch.h"
 #include "tests/unit/store_test_util.h"
 
 namespace ftrun {

@@ -4,7 +4,7 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -4,10 +4,10 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <memory>
 
 #include "plugin/store/arena.h"
+#include "tests/catch.h"
 
 using namespace ftrun;
 

@@ -4,12 +4,12 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "ftrun/ftrun.h"
+#include "tests/catch.h"
 
 extern "C" int ftrun_c_header_check(void);
 

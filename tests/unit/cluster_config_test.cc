@@ -1,8 +1,7 @@
 // The `cluster` section and the multi-node rules: bad values name the file,
 // the line, the field and what was expected.
-#include <catch2/catch.hpp>
-
 #include "plugin/config/config.h"
+#include "tests/catch.h"
 #include "tests/unit/config_test_util.h"
 #include "tests/unit/temp_dir.h"
 

@@ -5,8 +5,7 @@
 // policy: a halt, then a start from the committed version.
 #include "launcher/agent/cluster_member.h"
 
-#include <catch2/catch.hpp>
-
+#include "tests/catch.h"
 #include "tests/unit/store_test_util.h"
 
 namespace ftrun {

@@ -2,7 +2,7 @@
 // payload cut short or with bytes left over is refused, naming the message.
 #include "recovery/cluster_messages.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -3,8 +3,7 @@
 // that skipped it, or whose copy is gone, fails the round.
 #include "launcher/agent/commit_round.h"
 
-#include <catch2/catch.hpp>
-
+#include "tests/catch.h"
 #include "tests/unit/store_test_util.h"
 
 namespace ftrun {

@@ -1,6 +1,6 @@
 #include "recovery/commit_tracker.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 using ftrun::CommitTracker;
 

@@ -3,11 +3,11 @@
 #include <ftw.h>
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
 #include <string>
 
+#include "tests/catch.h"
 #include "tests/unit/config_test_util.h"
 #include "tests/unit/temp_dir.h"
 

@@ -2,10 +2,10 @@
 // line, the field and what was expected, and nothing is loaded.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <string>
 
 #include "plugin/config/config.h"
+#include "tests/catch.h"
 #include "tests/unit/temp_dir.h"
 
 namespace ftrun {

@@ -3,9 +3,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
+
+#include "tests/catch.h"
 
 using namespace ftrun;
 

@@ -3,10 +3,9 @@
 // group while each stripe keeps `data` fragments, and its replacement is told
 // which members have what; more losses than the code covers stop the job
 // naming the code; status says what each group survives.
-#include <catch2/catch.hpp>
-
 #include "recovery/coordinator.h"
 #include "recovery/coordinator_json.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -2,8 +2,7 @@
 // records what the link asks of it, and a manual clock.
 #include "launcher/agent/coordinator_link.h"
 
-#include <catch2/catch.hpp>
-
+#include "tests/catch.h"
 #include "tests/unit/recording_transport.h"
 
 namespace ftrun {

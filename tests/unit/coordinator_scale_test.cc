@@ -3,12 +3,12 @@
 // check, never replaces it), and each agent's membership naming only the
 // members it deals with.
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <map>
 #include <random>
 #include <set>
 
 #include "recovery/coordinator.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -2,9 +2,8 @@
 // clock, and a recording outbox.
 #include "recovery/coordinator.h"
 
-#include <catch2/catch.hpp>
-
 #include "recovery/coordinator_json.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

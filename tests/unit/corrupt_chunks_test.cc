@@ -4,10 +4,10 @@
 // that uses it; a pull repairs what was dropped.
 #include "launcher/agent/corrupt_chunks.h"
 
-#include <catch2/catch.hpp>
 #include <cstring>
 
 #include "plugin/common/bytes.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -7,11 +7,11 @@
 
 #include <poll.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
 
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/fault_env.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

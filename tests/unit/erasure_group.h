@@ -3,7 +3,6 @@
 // its own arena, a ParityExchange, a FragmentServer and an ErasureRebuild.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -16,6 +15,7 @@
 #include "plugin/erasure/erasure_rebuild.h"
 #include "plugin/erasure/fragment_server.h"
 #include "plugin/erasure/parity_exchange.h"
+#include "tests/catch.h"
 #include "tests/unit/fake_net.h"
 
 namespace ftrun {

@@ -7,8 +7,7 @@
 // slice.
 #include "plugin/erasure/erasure_rebuild.h"
 
-#include <catch2/catch.hpp>
-
+#include "tests/catch.h"
 #include "tests/unit/erasure_group.h"
 
 namespace ftrun {

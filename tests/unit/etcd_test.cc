@@ -1,12 +1,12 @@
 // The etcd pieces that need no etcd: base64, the leader record as a hostile
 // writer may leave it, and the term on coordinator messages. (The calls
 // themselves run against a real etcd cluster: test_etcd_failover.py.)
-#include <catch2/catch.hpp>
 #include <random>
 
 #include "plugin/etcd/etcd_client.h"
 #include "plugin/etcd/leader_record.h"
 #include "recovery/cluster_messages.h"
+#include "tests/catch.h"
 
 using namespace ftrun;
 

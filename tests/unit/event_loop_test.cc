@@ -6,7 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

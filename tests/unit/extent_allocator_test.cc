@@ -1,8 +1,9 @@
 #include "plugin/store/extent_allocator.h"
 
-#include <catch2/catch.hpp>
 #include <map>
 #include <random>
+
+#include "tests/catch.h"
 
 using ftrun::ExtentAllocator;
 

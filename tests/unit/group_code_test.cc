@@ -5,10 +5,10 @@
 #include "plugin/erasure/group_code.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <random>
 #include <set>
 
+#include "tests/catch.h"
 #include "tests/unit/subsets.h"
 
 namespace ftrun {

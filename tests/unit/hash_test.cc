@@ -1,8 +1,9 @@
 #include "plugin/common/hash.h"
 
-#include <catch2/catch.hpp>
 #include <random>
 #include <vector>
+
+#include "tests/catch.h"
 
 using ftrun::ChunkHash;
 

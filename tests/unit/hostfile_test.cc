@@ -3,7 +3,6 @@
 #include <ftw.h>
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "launcher/agent/options.h"
+#include "tests/catch.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace ftrun;

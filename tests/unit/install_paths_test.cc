@@ -1,6 +1,6 @@
 #include "launcher/common/install_paths.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 using ftrun::AppendSearchPath;
 

@@ -4,8 +4,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
+
+#include "tests/catch.h"
 
 using ftrun::InstanceLock;
 

@@ -3,7 +3,7 @@
 // through Pump, with no transport; one node's ranks, commits and restarts.
 #include "launcher/agent/local_coordinator.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

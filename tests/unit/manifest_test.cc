@@ -1,6 +1,6 @@
 #include "plugin/store/manifest.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 using namespace ftrun;
 

@@ -6,13 +6,13 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <regex>
 #include <string>
 
 #include "launcher/agent/agent_metrics.h"
 #include "launcher/runner/job_metrics.h"
 #include "plugin/ipc/wire.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -7,11 +7,11 @@
 
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
 
 #include "plugin/common/safe_dir.h"
 #include "plugin/persist/disk_format.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 #include "tests/unit/store_test_util.h"
 

@@ -9,7 +9,6 @@
 // parity, naming the budget, and keeps the committed version's.
 #include "plugin/erasure/parity_exchange.h"
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "plugin/common/hash.h"
+#include "tests/catch.h"
 #include "tests/unit/erasure_group.h"
 
 namespace ftrun {

@@ -5,8 +5,9 @@
 // when its versions go.
 #include "plugin/erasure/parity_rows.h"
 
-#include <catch2/catch.hpp>
 #include <vector>
+
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

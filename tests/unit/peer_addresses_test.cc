@@ -3,8 +3,7 @@
 // and connects again.
 #include "launcher/agent/peer_addresses.h"
 
-#include <catch2/catch.hpp>
-
+#include "tests/catch.h"
 #include "tests/unit/recording_transport.h"
 
 namespace ftrun {

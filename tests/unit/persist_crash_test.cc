@@ -3,13 +3,13 @@
 // only complete versions that verify, and what was complete stays complete.
 // The scratch directories are on tmpfs: FaultEnv models durability, so real
 // fsyncs would only make the loops slow.
-#include <catch2/catch.hpp>
 #include <cerrno>
 
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/fault_env.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/retention.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

@@ -1,11 +1,11 @@
 // Env contract tests, run against every Env configuration: PosixEnv on the
 // real disk and on tmpfs, with and without O_DIRECT and io_uring, with
 // O_DIRECT refused at open or at the first write, and FaultEnv over PosixEnv.
-#include <catch2/catch.hpp>
 #include <memory>
 #include <thread>
 
 #include "plugin/persist/fault_env.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

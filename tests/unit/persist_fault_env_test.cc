@@ -1,8 +1,8 @@
 // FaultEnv itself: what a crash keeps and drops, write errors, bit flips.
-#include <catch2/catch.hpp>
 #include <cerrno>
 
 #include "plugin/persist/fault_env.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

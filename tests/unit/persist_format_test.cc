@@ -1,8 +1,7 @@
 // The persist directory's names and file formats: round trips, and every
 // corruption a reader must notice.
-#include <catch2/catch.hpp>
-
 #include "plugin/persist/disk_format.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

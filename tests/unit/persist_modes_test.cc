@@ -6,13 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
-
 #include "plugin/config/config.h"
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/store/extent_allocator.h"
 #include "plugin/store/snapshot_store.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

@@ -4,13 +4,13 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstdio>
 
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/fault_env.h"
 #include "plugin/persist/retention.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

@@ -1,12 +1,12 @@
 // Retention: which versions and chunks go, and which never do.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/retention.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -18,6 +17,7 @@
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/retention.h"
 #include "plugin/persist/version_scan.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <sys/vfs.h>
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -16,6 +15,7 @@
 #include "plugin/persist/env.h"
 #include "plugin/persist/persist_writer.h"
 #include "plugin/store/manifest.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 

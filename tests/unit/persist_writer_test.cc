@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +21,7 @@
 #include "plugin/persist/rate_limiter.h"
 #include "plugin/persist/retention.h"
 #include "plugin/persist/scrub.h"
+#include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
 namespace ftrun {

@@ -1,10 +1,10 @@
 #include "recovery/placement.h"
 
-#include <catch2/catch.hpp>
 #include <map>
 #include <set>
 
 #include "plugin/config/config.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 

@@ -2,9 +2,8 @@
 // and only the process the agent started for the rank is taken.
 #include "launcher/agent/rank_hello.h"
 
-#include <catch2/catch.hpp>
-
 #include "plugin/common/bytes.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

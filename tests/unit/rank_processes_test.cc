@@ -6,9 +6,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <thread>
+
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

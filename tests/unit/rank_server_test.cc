@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <vector>
 
 #include "plugin/ipc/unix_socket.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

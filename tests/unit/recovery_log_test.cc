@@ -3,7 +3,7 @@
 // came is no recovery.
 #include "launcher/agent/recovery_log.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

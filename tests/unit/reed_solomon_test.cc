@@ -6,10 +6,10 @@
 
 #include <isa-l/erasure_code.h>
 
-#include <catch2/catch.hpp>
 #include <random>
 #include <vector>
 
+#include "tests/catch.h"
 #include "tests/unit/subsets.h"
 
 namespace ftrun {

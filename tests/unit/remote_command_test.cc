@@ -1,12 +1,12 @@
 #include "launcher/runner/remote_command.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "launcher/runner/runner_options.h"
+#include "tests/catch.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace ftrun;

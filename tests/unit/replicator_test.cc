@@ -3,12 +3,12 @@
 // source's shared memory is never sent in a pull and never kept by a holder.
 #include "plugin/replication/replicator.h"
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <map>
 #include <tuple>
 #include <utility>
 
+#include "tests/catch.h"
 #include "tests/unit/fake_net.h"
 
 namespace ftrun {

@@ -3,13 +3,13 @@
 #include <ftw.h>
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "launcher/runner/remote_command.h"
+#include "tests/catch.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace ftrun;

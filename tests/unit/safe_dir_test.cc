@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -17,6 +16,7 @@
 #include "launcher/agent/instance_lock.h"
 #include "plugin/common/proc_start.h"
 #include "plugin/config/config.h"
+#include "tests/catch.h"
 
 using namespace ftrun;
 

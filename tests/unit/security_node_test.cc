@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
 #include <string>
@@ -15,6 +14,7 @@
 #include "launcher/agent/connection.h"
 #include "plugin/ipc/wire.h"
 #include "plugin/store/arena.h"
+#include "tests/catch.h"
 
 using namespace ftrun;
 

@@ -2,7 +2,7 @@
 // one side seals, the other opens, and nothing else.
 #include "plugin/transport/session_frame.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 using namespace ftrun;
 

@@ -4,7 +4,7 @@
 // plan past the timeout, is reported once and the node never says ready.
 #include "launcher/agent/shard_pulls.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -1,6 +1,6 @@
 #include "plugin/store/snapshot_store.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 using namespace ftrun;
 

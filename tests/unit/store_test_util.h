@@ -2,13 +2,13 @@
 // parts that read or free what the store holds.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "plugin/common/hash.h"
 #include "plugin/store/snapshot_store.h"
+#include "tests/catch.h"
 
 namespace ftrun {
 

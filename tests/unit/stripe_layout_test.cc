@@ -2,9 +2,10 @@
 // (a group rebuilt from its survivors: group_code_test.cc).
 #include "plugin/erasure/stripe_layout.h"
 
-#include <catch2/catch.hpp>
 #include <map>
 #include <set>
+
+#include "tests/catch.h"
 
 namespace ftrun {
 

@@ -5,10 +5,11 @@
 #include <ftw.h>
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 #include <string>
+
+#include "tests/catch.h"
 
 namespace ftrun {
 

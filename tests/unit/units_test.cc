@@ -1,9 +1,10 @@
 #include "plugin/config/units.h"
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
+
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -2,8 +2,7 @@
 // commit, a halt, a start, a round and a save.
 #include "launcher/agent/version_retention.h"
 
-#include <catch2/catch.hpp>
-
+#include "tests/catch.h"
 #include "tests/unit/store_test_util.h"
 
 namespace ftrun {

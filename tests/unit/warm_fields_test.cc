@@ -3,7 +3,7 @@
 // refused with the reason.
 #include "launcher/agent/warm_fields.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ftrun {
 namespace {

@@ -3,8 +3,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <thread>
+
+#include "tests/catch.h"
 
 using namespace ftrun;
 

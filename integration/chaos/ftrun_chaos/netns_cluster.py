@@ -25,7 +25,7 @@ the bridge alias "ftrun-netns pid:<pid> start:<starttime> nodes:<n>" and by a
 state file under /run/ftrun-netns/.
 
 Stdlib only; needs root, iproute2 (ip), nftables (nft) and ping (for the
-setup check). Run the tests with /usr/bin/python3.
+setup check). Run the tests with the project's .venv/bin/python.
 
 The parts: netns_host (the ip/nft/ping commands, available()), netns_claims
 (a free prefix and subnet, the state files), netns_exit (teardown at exit and
