@@ -29,6 +29,11 @@ make_venv() {
   "$base" -m venv "$venv"
   "$venv/bin/python" -m pip install -r requirements.txt
   "$venv/bin/python" -c 'import torch, deepspeed, lightning, pytest; print("torch", torch.__version__)'
+  # DeepSpeed's one op for the CPU accelerator (its shared-memory collectives,
+  # compiled by torch's extension builder), built once here rather than by
+  # the first ranks that import deepspeed.
+  DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$PWD/$venv/torch_extensions" "$venv/bin/python" -c \
+    'from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder("ShareMemCommBuilder").load()'
 }
 phase "making the Python environment $venv/ from $base (pip, requirements.txt)" venv.log make_venv
 echo "$want" >"$stamp"

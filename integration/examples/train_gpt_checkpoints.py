@@ -101,7 +101,8 @@ class TorchCheckpoint:
         if not common:
             return None
         step = max(common)
-        return step, torch.load(self._path(self.rank, step), map_location=device)
+        # Its own files, RNG states in them: not a weights-only load (torch >= 2.6's default).
+        return step, torch.load(self._path(self.rank, step), map_location=device, weights_only=False)
 
     def save(self, step, state):
         path = self._path(self.rank, step)

@@ -183,7 +183,7 @@ ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py
     return ToCudaTensorRef(name, value, dtype_override);
   }
   if (!PyObject_CheckBuffer(value.ptr())) {
-    throw py::type_error(where + ": a " + std::string(py::str(value.get_type().attr("__name__"))) +
+    throw py::type_error(where + ": a " + std::string(py::str(py::type::handle_of(value).attr("__name__"))) +
                          " does not support the buffer protocol (pass a numpy array, "
                          "bytearray or memoryview; for a torch tensor, .numpy(); for CUDA memory, an "
                          "object with __cuda_array_interface__)");
@@ -320,7 +320,7 @@ std::vector<TensorRef> HostTargets(const std::vector<TensorInfo>& infos, const p
   views->clear();
   return LoadTargets(infos, targets, "into", [&](const std::string& where, const std::string& name, py::handle value) {
     if (!PyObject_CheckBuffer(value.ptr())) {
-      throw py::type_error(where + ": a " + std::string(py::str(value.get_type().attr("__name__"))) +
+      throw py::type_error(where + ": a " + std::string(py::str(py::type::handle_of(value).attr("__name__"))) +
                            " does not support the buffer protocol (for a torch tensor: "
                            "t.view(-1).view(torch.uint8).numpy())");
     }

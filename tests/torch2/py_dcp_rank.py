@@ -28,7 +28,8 @@ from ftrun.sharded import _local_of
 
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
-shared = sys.argv[1]
+# The runner puts --local_rank=N first (DeepSpeed's order): the directory is the other argument.
+shared = [a for a in sys.argv[1:] if not a.startswith("--local_rank")][0]
 dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
 mesh = init_device_mesh("cpu", (world,))
 

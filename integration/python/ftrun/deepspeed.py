@@ -363,17 +363,11 @@ def _latest_tag(path):
 
 
 def _torch_load(path, map_location):
-    import inspect
-
     import torch
 
-    kwargs = {}
-    try:
-        if "weights_only" in inspect.signature(torch.load).parameters:
-            kwargs["weights_only"] = False  # DeepSpeed checkpoints hold arbitrary objects
-    except (TypeError, ValueError):
-        pass
-    return torch.load(path, map_location=map_location, **kwargs)
+    # DeepSpeed checkpoints hold arbitrary objects (its own engine loads them
+    # with weights_only=False too, since torch 2.6 made True the default).
+    return torch.load(path, map_location=map_location, weights_only=False)
 
 
 def install(engine, **kwargs):
