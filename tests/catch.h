@@ -9,7 +9,6 @@
 
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_all.hpp>
-
 #include <string>
 
 namespace Catch {

@@ -62,8 +62,8 @@ std::map<std::string, std::string> RankVariables(const AgentOptions& o, const Ra
   const std::string world = std::to_string(o.world_size);
   const std::string local = std::to_string(o.local_ranks);
   // The runner's store when it hosts one (torchrun's agent store: every
-  // rank a client, the generation's keys under its restart count), else
-  // rank 0's on a port of the generation's own.
+  // rank a client, at a server of the generation's own: rendezvous_keeper.h),
+  // else rank 0's on a port of the generation's own.
   const size_t colon = o.rendezvous_store.rfind(':');
   const bool agent_store = !o.rendezvous_store.empty() && colon != std::string::npos;
   return {

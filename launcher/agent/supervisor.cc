@@ -49,6 +49,7 @@ Status SpawnProcess(const SpawnSpec& spec, pid_t* pid) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent blocks signals for signalfd
     ::signal(SIGPIPE, SIG_DFL);                  // and ignores SIGPIPE; exec keeps that
+    if (spec.stdin_fd >= 0) ::dup2(spec.stdin_fd, STDIN_FILENO);
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);

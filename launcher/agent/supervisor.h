@@ -22,6 +22,7 @@ struct SpawnSpec {
   std::string log_file;          // empty: inherit the agent's stdout/stderr
   int stderr_fd = -1;            // without log_file: the child's stderr (else the agent's)
   int stdout_fd = -1;            // without log_file: the child's stdout (else the agent's)
+  int stdin_fd = -1;             // the child's stdin (else the agent's)
   bool die_with_parent = true;   // PR_SET_PDEATHSIG SIGKILL (ranks); the runner's agents outlive it
 };
 

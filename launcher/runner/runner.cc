@@ -180,7 +180,7 @@ Status Runner::Setup() {
     const std::string at = transport_->address();
     Status s = keeper_.Start(PythonInterpreter(), at.substr(0, at.rfind(':')));
     if (!s.ok()) FTRUN_LOG_WARN("no rendezvous store of the job's own (rank 0 hosts it): {}", s.message());
-    co.store_address = [this] { return keeper_.address(); };
+    co.store_address = [this] { return keeper_.Take(); };  // a store per generation
   }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
   if (!config_.metrics.coordinator_listen.empty()) {

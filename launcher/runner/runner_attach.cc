@@ -120,7 +120,7 @@ void Runner::WriteStatus() {
   j["runner_pid"] = ::getpid();
   j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
   j["runner_host"] = HostName();                          // where those pids are
-  j["rendezvous_store"] = {{"pid", keeper_.pid()}, {"address", keeper_.address()}};
+  j["rendezvous_store"] = {{"pid", keeper_.pid()}, {"address", keeper_.current()}};
   j["metrics_address"] = metrics_endpoint_ ? metrics_endpoint_->address() : "";
   j["updated_unix_ms"] =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())

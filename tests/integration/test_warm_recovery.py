@@ -172,6 +172,9 @@ def test_repeated_rank_kills(check, seeds, golden):
     check(store.get("pid") == first_store.get("pid") and store.get("address") and used == {store["address"]},
           f"every later generation meets at the runner's store, which no kill took down: {first_store} -> "
           f"{store}, agents' {used}")
+    check(store.get("address") != first_store.get("address"),
+          f"each generation at a store of its own (torch 2.x puts no per-generation prefix on the keys): "
+          f"{first_store} -> {store}")
     check(store.get("pid") not in job.seen, f"the rendezvous store's pid {store.get('pid')} is a rank's")
     rc = job.wait(timeout=180)
     time.sleep(0.5)

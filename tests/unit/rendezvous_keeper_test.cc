@@ -3,6 +3,7 @@
 // well-formed "listening <port>" line, and forgotten when the child exits.
 #include "launcher/runner/rendezvous_keeper.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,15 +19,16 @@
 namespace ftrun {
 namespace {
 
-// A "python" that prints `out` and then waits `sleep_s` seconds (removed
+// A "python" that prints `out` and then runs `then` (a shell command; removed
 // with the object).
 struct FakePython {
-  FakePython(const std::string& out, int sleep_s) {
+  FakePython(const std::string& out, int sleep_s) : FakePython(out, "sleep " + std::to_string(sleep_s), 0) {}
+  FakePython(const std::string& out, const std::string& then, int) {
     char d[] = "/tmp/ftrun-keeper-XXXXXX";
     REQUIRE(::mkdtemp(d) != nullptr);
     dir = d;
     path = dir + "/python";
-    std::ofstream(path) << "#!/bin/sh\nprintf '" << out << "'\nsleep " << sleep_s << "\n";
+    std::ofstream(path) << "#!/bin/sh\nprintf '" << out << "'\n" << then << "\n";
     REQUIRE(::chmod(path.c_str(), 0700) == 0);
   }
   ~FakePython() {
@@ -62,14 +64,38 @@ TEST_CASE("rendezvous keeper: the address once it says it listens, none after it
   RendezvousKeeper k;
   FakePython py("listening 4242\\n", 1);
   REQUIRE(k.Start(py.path, "10.0.0.9").ok());
-  CHECK(k.address().empty());
-  PollUntil(k, [&] { return !k.address().empty(); });
-  CHECK(k.address() == "10.0.0.9:4242");
+  CHECK(k.fresh().empty());
+  PollUntil(k, [&] { return !k.fresh().empty(); });
+  CHECK(k.fresh() == "10.0.0.9:4242");
   CHECK_FALSE(k.Reaped(k.pid() + 1, ExitInfo{}));  // not its child
-  CHECK(k.address() == "10.0.0.9:4242");
+  CHECK(k.fresh() == "10.0.0.9:4242");
   REQUIRE(ReapIt(k));
-  CHECK(k.address().empty());
+  CHECK(k.fresh().empty());
+  CHECK(k.Take().empty());
   CHECK(k.pid() == 0);
+}
+
+TEST_CASE("rendezvous keeper: each generation gets a store no generation used before", "[rendezvous_keeper]") {
+  // A store that makes the next server (port + 1) each time it reads "next".
+  RendezvousKeeper k;
+  FakePython py("listening 5000\\n",
+                "p=5001; while read l; do [ \"$l\" = next ] && printf 'listening %d\\n' $p; p=$((p+1)); done", 0);
+  REQUIRE(k.Start(py.path, "h").ok());
+  PollUntil(k, [&] { return !k.fresh().empty(); });
+  REQUIRE(k.Take() == "h:5000");
+  CHECK(k.current() == "h:5000");
+  CHECK(k.fresh().empty());
+  CHECK(k.Take().empty());  // the next one not up yet: that generation's rank 0 hosts its store
+  CHECK(k.current() == "h:5000");
+  PollUntil(k, [&] { return !k.fresh().empty(); });
+  CHECK(k.fresh() == "h:5001");
+  CHECK(k.Take() == "h:5001");
+  PollUntil(k, [&] { return !k.fresh().empty(); });
+  CHECK(k.Take() == "h:5002");
+  CHECK(k.current() == "h:5002");
+  ::kill(k.pid(), SIGKILL);
+  REQUIRE(ReapIt(k));
+  CHECK(k.current().empty());
 }
 
 TEST_CASE("rendezvous keeper: a line that is not 'listening <port>' is never an address", "[rendezvous_keeper]") {
@@ -78,7 +104,7 @@ TEST_CASE("rendezvous keeper: a line that is not 'listening <port>' is never an 
     FakePython py(out, 0);
     REQUIRE(k.Start(py.path, "h").ok());
     PollUntil(k, [] { return false; });
-    CHECK(k.address().empty());
+    CHECK(k.fresh().empty());
     REQUIRE(ReapIt(k));
   }
   // Nothing but an endless line: stops reading after 4 KiB.
@@ -86,7 +112,7 @@ TEST_CASE("rendezvous keeper: a line that is not 'listening <port>' is never an 
   FakePython py(std::string(8192, 'x'), 0);
   REQUIRE(k.Start(py.path, "h").ok());
   PollUntil(k, [] { return false; });
-  CHECK(k.address().empty());
+  CHECK(k.fresh().empty());
   REQUIRE(ReapIt(k));
 }
 

@@ -1,25 +1,33 @@
-"""python -m ftrun.rendezvous_store: the job's rendezvous store, hosted by
+"""python -m ftrun.rendezvous_store: the job's rendezvous stores, hosted by
 the runner (launcher/runner/rendezvous_keeper.h) rather than by rank 0, so
-that no rank's death takes it down.
+that no rank's death takes them down.
 
-It is torch's own TCPStore server (the protocol is the one the ranks'
-torch speaks, whatever its version), started once per job, listening on
-every interface. Ranks reach it as torchrun's workers reach their agent's
-store: TORCHELASTIC_USE_AGENT_STORE=True, MASTER_ADDR:MASTER_PORT this
-store, and every generation under its own key prefix
-(/worker/attempt_<TORCHELASTIC_RESTART_COUNT>), so a new generation's
-barrier and group names never meet a dead one's.
+They are torch's own TCPStore servers (the protocol is the one the ranks'
+torch speaks, whatever its version), listening on every interface. Ranks
+reach them as torchrun's workers reach their agent's store:
+TORCHELASTIC_USE_AGENT_STORE=True, MASTER_ADDR:MASTER_PORT the store. Each
+generation meets at a server of its own, as each of torchrun's rendezvous
+rounds does: torch 2.x's env:// rendezvous puts no per-attempt prefix on the
+keys with an agent store, so a reused server would hand a new generation the
+dead one's addresses (gloo then connects to ports nobody listens on) and
+barrier counts.
 
-Prints "listening <port>" on stdout once it takes connections, then runs
-until its parent is gone or it is killed (the runner starts it with
-PR_SET_PDEATHSIG, launcher/agent/supervisor.h, and kills it at its end). Exits 2 with a
-one-line reason when torch cannot be imported or the port is taken.
+Prints "listening <port>" on stdout once the first server takes connections,
+and again for a new server each time it reads "next" on stdin; the three
+newest stay up (a generation's stragglers may still be leaving), older ones
+are closed. Runs until its parent is gone or it is killed (the
+runner starts it with PR_SET_PDEATHSIG, launcher/agent/supervisor.h, and kills
+it at its end). Exits 2 with a one-line reason when torch cannot be imported
+or the port is taken.
 """
 import argparse
 import os
+import select
 import sys
 import time
 from datetime import timedelta
+
+_KEEP = 3  # servers kept up: the newest generation's and the two before
 
 
 def main(argv=None):
@@ -33,14 +41,38 @@ def main(argv=None):
     except ImportError as e:
         print(f"ftrun.rendezvous_store: cannot import torch.distributed: {e}", file=sys.stderr)
         return 2
+
+    def serve(port):
+        return TCPStore(a.host, port, None, True, timedelta(hours=1), wait_for_workers=False)
+
     try:
-        store = TCPStore(a.host, a.port, None, True, timedelta(hours=1), wait_for_workers=False)
+        servers = [serve(a.port)]
     except (RuntimeError, ValueError) as e:
         print(f"ftrun.rendezvous_store: cannot listen on port {a.port}: {e}", file=sys.stderr)
         return 2
-    print(f"listening {store.port}", flush=True)
+    print(f"listening {servers[-1].port}", flush=True)
+    pending, stdin_open = b"", True
     while os.getppid() == parent:
-        time.sleep(1.0)
+        if not stdin_open:  # (started by hand: no more servers, this one runs on)
+            time.sleep(1.0)
+            continue
+        ready, _, _ = select.select([sys.stdin.fileno()], [], [], 1.0)
+        if not ready:
+            continue
+        chunk = os.read(sys.stdin.fileno(), 4096)
+        stdin_open = bool(chunk)
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip() != b"next":
+                continue
+            try:
+                servers.append(serve(0))
+            except (RuntimeError, ValueError) as e:
+                print(f"ftrun.rendezvous_store: cannot start the next store: {e}", file=sys.stderr, flush=True)
+                continue
+            del servers[:-_KEEP]
+            print(f"listening {servers[-1].port}", flush=True)
     return 0
 
 
