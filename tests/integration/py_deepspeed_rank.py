@@ -1,7 +1,8 @@
 """A rank of test_deepspeed_engine.py: ftrun.deepspeed.FtrunCheckpointEngine
-driven the way DeepSpeed's engine drives a checkpoint engine (DeepSpeed itself
-is not installed: ds_save_checkpoint / ds_load_checkpoint below repeat the
-calls of DeepSpeedEngine.save_checkpoint / load_checkpoint, 0.16 to 0.19).
+driven the way DeepSpeed's engine drives a checkpoint engine, by hand
+(ds_save_checkpoint / ds_load_checkpoint below repeat the calls of
+DeepSpeedEngine.save_checkpoint / load_checkpoint, 0.16 to 0.19, both call
+styles; real DeepSpeed runs in py_deepspeed_real.py).
 
     py_deepspeed_rank.py checks SAVE_DIR               both call styles, placeholders, latest, loads, errors
     py_deepspeed_rank.py train SAVE_DIR STEPS SLEEP    trains, checkpoints every step, resumes via load_checkpoint

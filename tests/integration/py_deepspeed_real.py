@@ -43,6 +43,11 @@ def parse():
     return p.parse_args()
 
 
+def say(line):
+    """One write() per line: the ranks share a pipe, and a line must not interleave with another's."""
+    os.write(1, (line + "\n").encode())
+
+
 def model():
     torch.manual_seed(1234)  # every rank builds the same initial weights
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
@@ -73,7 +78,7 @@ def _hash_state(h, obj, path=""):
     if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
         h.update(f"{path}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     elif isinstance(obj, dict):
         for k in sorted(obj, key=str):
             _hash_state(h, obj[k], f"{path}/{k}")
@@ -112,7 +117,7 @@ def main():
         source = a.save_dir if os.path.exists(os.path.join(a.save_dir, "latest")) else a.resume_from
         if source:
             path, _ = engine.load_checkpoint(source)
-            print(f"RESUMED {rank} {engine.global_steps} from {path}", flush=True)
+            say(f"RESUMED {rank} {engine.global_steps} from {path}")
     elif a.resume_from:
         engine.load_checkpoint(a.resume_from)
     for step in range(engine.global_steps, a.steps):
@@ -120,14 +125,14 @@ def main():
         loss = (engine(x).float() - y.float()).pow(2).mean()
         engine.backward(loss)
         engine.step()
-        print(f"LOSS {step} {rank} {loss.item().hex()}", flush=True)
+        say(f"LOSS {step} {rank} {loss.item().hex()}")
         if a.step_ms:
             time.sleep(a.step_ms / 1000.0)
         if not a.plain:
             engine.save_checkpoint(a.save_dir, tag=f"global_step{engine.global_steps}")
         elif engine.global_steps == a.save_at:
             engine.save_checkpoint(a.save_dir, tag=f"global_step{engine.global_steps}")
-    print(f"DIGEST {rank} {digest(engine, a.stage)}", flush=True)
+    say(f"DIGEST {rank} {digest(engine, a.stage)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """ftrun.deepspeed.FtrunCheckpointEngine driven the way DeepSpeed's engine
-drives a checkpoint engine, in real ranks under ftrun-agent (DeepSpeed itself
-is not installed: py_deepspeed_rank.py repeats the calls of
-DeepSpeedEngine.save_checkpoint / load_checkpoint, 0.16 to 0.19).
+drives a checkpoint engine, in real ranks under ftrun-agent, by hand:
+py_deepspeed_rank.py repeats the calls of DeepSpeedEngine.save_checkpoint /
+load_checkpoint of 0.16 to 0.19, so both call styles (0.16's tag strings,
+0.17.1's CheckpointCommitInfo) and the engine's errors are covered whatever
+DeepSpeed is installed. Real DeepSpeed (requirements.txt's 0.19.8, ZeRO 0-3):
+test_deepspeed_real.py.
 
 1. Both call styles, placeholders, `latest`, loads and errors, checked in
    the ranks (py_deepspeed_rank.py checks).

@@ -24,8 +24,10 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -66,13 +68,15 @@ def deepspeed_launch(stage, dtype, nranks, save_dir):
 
 @pytest.fixture(scope="module")
 def golden_runs():
-    """(stage, dtype, nranks) -> (rc, output, plain checkpoint dir), each run once."""
+    """(stage, dtype, nranks) -> (rc, output, plain checkpoint dir), each run once. The directories live
+    as long as the module (a later test resumes from one), then go."""
     runs = {}
+    base = tempfile.mkdtemp(prefix="ftrun-dsr-golden-")
 
     def get(stage, dtype, nranks=2):
         key = (stage, dtype, nranks)
         if key not in runs:
-            d = scratch("ftrun-dsr-golden-")
+            d = os.path.join(base, f"zero{stage}-{dtype}-x{nranks}")
             t0 = time.time()
             rc, out = deepspeed_launch(stage, dtype, nranks, d)
             print(f"golden ZeRO-{stage} {dtype} x{nranks} (deepspeed.launcher.launch): exit {rc} in "
@@ -80,7 +84,8 @@ def golden_runs():
             runs[key] = (rc, out, d)
         return runs[key]
 
-    return get
+    yield get
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def check_golden(check, golden, nranks):
@@ -168,6 +173,8 @@ def test_resume_from_plain_checkpoint(check, golden_runs):
     want = digests(golden[1])
     got = digests(job.log)
     check(got == want, f"resumed from a plain checkpoint: digests {got} != golden {want}")
+    if got == want:
+        print(f"resumed from DeepSpeed's own checkpoint of step {SAVE_AT}: bit-identical to the golden run", flush=True)
 
 
 def test_deepspeed_launcher_argv(check, golden_runs):
