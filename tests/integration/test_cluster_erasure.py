@@ -139,7 +139,7 @@ def test_train_gpt_node_lost_under_erasure(check, rng):
     if not os.path.isdir(os.path.join(BUILD, "python", "ftrun")):
         pytest.skip(f"{BUILD} has no ftrun Python package (the ASan build): train_gpt.py cannot run")
     if subprocess.run([PY, "-c", "import torch, torch.distributed.optim"], capture_output=True).returncode != 0:
-        pytest.skip(f"{PY} cannot import torch (the ranks need it)")
+        pytest.fail(f"{PY} cannot import torch (the ranks need it; scripts/venv.sh installs it)")
     model_seed = rng.randrange(1 << 20)
     cfg = config(2, 1).replace("memory_budget: 512MiB", "memory_budget: 64MiB").replace("chunk_size: 1MiB",
                                                                                         "chunk_size: 64KiB")

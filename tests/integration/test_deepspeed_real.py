@@ -10,100 +10,27 @@ ftrun.deepspeed.install(engine).
    SIGKILLed mid-run: both ranks resume through engine.load_checkpoint (out of
    the agent's RAM) and every rank ends bit-identical to the golden run, every
    step's loss included.
-2. Two nodes x 2 ranks and a spare under the ftrun runner, ZeRO-3 bf16: a
-   whole node SIGKILLed (agent and ranks); the spare pulls its shards from
-   the replica and the run ends bit-identical to the 4-rank golden run.
-3. A job resumed from the plain DeepSpeed checkpoint directory of step
+2. A job resumed from the plain DeepSpeed checkpoint directory of step
    SAVE_AT (engine.load_checkpoint of real files through ftrun's engine), then
    checkpointing into ftrun: it ends bit-identical to the golden run.
-4. ftrun-agent started with the argv of deepspeed.launcher.launch
+3. ftrun-agent started with the argv of deepspeed.launcher.launch
    (--world_info, --node_rank, --master_addr, --master_port): the same
    training, the same digests.
+
+A whole node of two lost: test_cluster_deepspeed.py.
 """
-import base64
-import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
-import time
 
 import pytest
 
-from ftrun_testlib import AGENT, PY, Job, ScriptClusterJob, digests, free_port_range, scratch, seeded_rng
+from deepspeed_real_lib import (CONFIG, RANK, SAVE_AT, STEPS, check_golden, check_same, env, golden_runs,  # noqa: F401
+                                world_info)
+from ftrun_testlib import AGENT, PY, Job, digests, free_port_range, scratch, seeded_rng
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RANK = os.path.join(HERE, "py_deepspeed_real.py")
-STEPS, SAVE_AT = 14, 6
-CONFIG = "job:\n  max_restarts: 2\n  stop_grace: 2s\nstore:\n  memory_budget: 256MiB\n  chunk_size: 64KiB\n"
-LOSS_RE = re.compile(r"^LOSS (\d+) (\d+) (\S+)$", re.M)
 CASES = [(0, "fp32"), (0, "bf16"), (1, "fp32"), (1, "bf16"), (2, "fp32"), (2, "bf16"), (3, "fp32"), (3, "bf16")]
-
-
-def losses(log):
-    """(step, rank) -> the LAST loss printed for it."""
-    return {(int(s), int(r)): v for s, r, v in LOSS_RE.findall(log)}
-
-
-def world_info(slots):
-    return base64.urlsafe_b64encode(json.dumps({"localhost": list(range(slots))}).encode()).decode()
-
-
-def env():
-    e = dict(os.environ, DS_ACCELERATOR="cpu")
-    e.pop("FTRUN_AGENT_SOCKET", None)
-    return e
-
-
-def deepspeed_launch(stage, dtype, nranks, save_dir):
-    """The failure-free run under DeepSpeed's own per-node launcher, no ftrun: (rc, output)."""
-    argv = [PY, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world_info(nranks)}", "--node_rank=0",
-            "--master_addr=127.0.0.1", f"--master_port={free_port_range(1)}", RANK, str(stage), dtype, save_dir,
-            str(STEPS), "--plain", "--save-at", str(SAVE_AT)]
-    p = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=300)
-    return p.returncode, p.stdout + p.stderr
-
-
-@pytest.fixture(scope="module")
-def golden_runs():
-    """(stage, dtype, nranks) -> (rc, output, plain checkpoint dir), each run once. The directories live
-    as long as the module (a later test resumes from one), then go."""
-    runs = {}
-    base = tempfile.mkdtemp(prefix="ftrun-dsr-golden-")
-
-    def get(stage, dtype, nranks=2):
-        key = (stage, dtype, nranks)
-        if key not in runs:
-            d = os.path.join(base, f"zero{stage}-{dtype}-x{nranks}")
-            t0 = time.time()
-            rc, out = deepspeed_launch(stage, dtype, nranks, d)
-            print(f"golden ZeRO-{stage} {dtype} x{nranks} (deepspeed.launcher.launch): exit {rc} in "
-                  f"{time.time() - t0:.1f} s", flush=True)
-            runs[key] = (rc, out, d)
-        return runs[key]
-
-    yield get
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def check_golden(check, golden, nranks):
-    rc, out, _ = golden
-    want = digests(out)
-    ok = rc == 0 and sorted(want) == list(range(nranks)) and len(losses(out)) == STEPS * nranks
-    check(ok, f"golden run: exit {rc}, digests {want}, {len(losses(out))} losses\n{out[-4000:]}")
-    return ok
-
-
-def check_same(check, golden_out, job_log, what):
-    want, got = digests(golden_out), digests(job_log)
-    check(got == want, f"{what}: final digests {got} != golden {want}")
-    want_loss, got_loss = losses(golden_out), losses(job_log)
-    bad = sorted(k for k in want_loss if got_loss.get(k) != want_loss[k])
-    check(not bad, f"{what}: losses differ from the golden run at (step, rank) {bad[:10]}")
-    if got == want and not bad:
-        print(f"{what}: bit-identical to the golden run (digests {sorted(got.values())})", flush=True)
 
 
 @pytest.mark.parametrize("stage,dtype", CASES, ids=[f"zero{s}-{d}" for s, d in CASES])
@@ -129,30 +56,6 @@ def test_rank_killed(check, golden_runs, stage, dtype):
     check(len(resumed) == 2 and len({s for _, s in resumed}) == 1 and int(resumed[0][1]) >= after,
           f"both ranks resumed from one step >= {after}: {resumed}")
     check_same(check, golden[1], job.log, f"ZeRO-{stage} {dtype}, rank {victim} killed")
-
-
-def test_node_killed(check, golden_runs):
-    """Two nodes x 2 ranks + a spare, ZeRO-3 bf16: a whole node SIGKILLed; the spare takes its place with the
-    shards pulled from the replica, and the run ends bit-identical to the 4-rank golden run."""
-    golden = golden_runs(3, "bf16", 4)
-    if not check_golden(check, golden, 4):
-        return
-    rng = seeded_rng()
-    job = ScriptClusterJob(RANK, ["3", "bf16", scratch("ftrun-dsr-node-"), str(STEPS), "--step-ms", "200"], 2, 2,
-                           CONFIG, prefix="ftrun-dsr-", spares=1)
-    after = rng.randrange(2, 7)
-    st = job.wait_for(lambda s: s.get("phase") == "running" and (s.get("committed_version") or 0) >= after,
-                      timeout=180)
-    node = rng.randrange(2)
-    killed = st is not None and job.kill_node(node)
-    check(killed, f"node {node} SIGKILLed (status {st})")
-    if killed:
-        print(f"SIGKILLed node {node} with version {st['committed_version']} committed", flush=True)
-    rc = job.wait(timeout=300)
-    st = job.state() or {}
-    check(rc == 0, f"runner exit {rc}\n{job.log[-4000:]}")
-    check((st.get("restarts") or 0) >= 1, f"a restart: {st.get('restarts')}")
-    check_same(check, golden[1], job.log, f"ZeRO-3 bf16, 2 nodes, node {node} killed")
 
 
 def test_resume_from_plain_checkpoint(check, golden_runs):

@@ -53,7 +53,9 @@ def seeds():
     """(rng, the model's seed): FTRUN_TEST_SEED replays both."""
     torch_check = subprocess.run([PY, "-c", "import torch, torch.distributed.optim"], capture_output=True, text=True)
     if torch_check.returncode != 0:
-        pytest.skip(f"{PY} cannot import torch (the ranks need it):\n{torch_check.stderr[-1500:]}")
+        # (The project's environment has torch: a missing one is a broken setup, not a skip.)
+        pytest.fail(f"{PY} cannot import torch (the ranks need it; scripts/venv.sh installs it):\n"
+                    f"{torch_check.stderr[-1500:]}")
     seed = int(os.environ.get("FTRUN_TEST_SEED", time.time()))
     rng = random.Random(seed)
     return seed, rng, rng.randrange(1 << 20)

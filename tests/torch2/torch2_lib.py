@@ -1,6 +1,6 @@
 """What the torch-2 tests share: the check that the ranks' Python
 (ftrun_testlib.PY, FTRUN_TEST_PYTHON) has torch 2.x with what a test needs,
-else a visible skip naming the torch version found."""
+else a failure naming the torch version found."""
 import subprocess
 
 import pytest
@@ -23,13 +23,14 @@ sys.exit(0 if ok else 3)
 
 
 def require_torch2(what, minor=4, imports="pass"):
-    """Skips the test (module) unless PY has torch >= 2.<minor> and `imports` (one line of Python) runs."""
+    """Fails the test unless PY has torch >= 2.<minor> and `imports` (one line of Python) runs: the project's
+    environment (.venv/, torch 2.13) has both, so a missing one is a broken setup, never a skip."""
     p = subprocess.run([PY, "-c", _PROBE % (minor, imports)], capture_output=True, text=True)
     version = (p.stdout.strip().splitlines() or ["(no torch)"])[0]
     if p.returncode != 0:
         detail = p.stdout.strip().splitlines()[1:] or p.stderr.strip().splitlines()[-1:]
-        pytest.skip(f"{what} needs torch >= 2.{minor}; {PY} has torch {version} {' '.join(detail)[:300]} "
-                    "(set FTRUN_TEST_PYTHON to a torch 2.x interpreter)")
+        pytest.fail(f"{what} needs torch >= 2.{minor}; {PY} has torch {version} {' '.join(detail)[:300]} "
+                    "(scripts/venv.sh makes .venv/ with torch 2.13; or set FTRUN_TEST_PYTHON)")
     return version
 
 
