@@ -133,6 +133,10 @@ def main():
         elif engine.global_steps == a.save_at:
             engine.save_checkpoint(a.save_dir, tag=f"global_step{engine.global_steps}")
     say(f"DIGEST {rank} {digest(engine, a.stage)}")
+    # A clean end: gloo's pairs torn down at interpreter exit, while a peer
+    # is already gone, can std::terminate the process (exit -6).
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
