@@ -37,11 +37,16 @@ def env():
 
 
 def deepspeed_launch(stage, dtype, nranks, save_dir):
-    """The failure-free run under DeepSpeed's own per-node launcher, no ftrun: (rc, output)."""
-    argv = [PY, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world_info(nranks)}", "--node_rank=0",
-            "--master_addr=127.0.0.1", f"--master_port={free_port_range(1)}", RANK, str(stage), dtype, save_dir,
-            str(STEPS), "--plain", "--save-at", str(SAVE_AT)]
-    p = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=300)
+    """The failure-free run under DeepSpeed's own per-node launcher, no ftrun: (rc, output). Again on
+    another port when the one picked was taken meanwhile (tests run two at a time)."""
+    for _ in range(3):
+        argv = [PY, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world_info(nranks)}", "--node_rank=0",
+                "--master_addr=127.0.0.1", f"--master_port={free_port_range(1)}", RANK, str(stage), dtype, save_dir,
+                str(STEPS), "--plain", "--save-at", str(SAVE_AT)]
+        p = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=300)
+        if p.returncode == 0 or "EADDRINUSE" not in p.stdout + p.stderr:
+            break
+        shutil.rmtree(save_dir, ignore_errors=True)
     return p.returncode, p.stdout + p.stderr
 
 
