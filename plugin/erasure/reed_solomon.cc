@@ -38,9 +38,17 @@ ReedSolomon::ReedSolomon(int data, int parity)
     : data_(data),
       parity_(parity),
       matrix_(static_cast<size_t>((data + parity) * data)),
-      tables_(static_cast<size_t>(32 * data * parity)) {
+      tables_(static_cast<size_t>(32 * data * parity)),
+      row_tables_(static_cast<size_t>(parity), std::vector<uint8_t>(static_cast<size_t>(32 * data))) {
   gf_gen_cauchy1_matrix(matrix_.data(), data + parity, data);
   ec_init_tables(data, parity, matrix_.data() + static_cast<size_t>(data * data), tables_.data());
+  // Each row's own tables: the layout of ec_init_tables' output is ISA-L's
+  // choice (from 2.31, GFNI's where the CPU has it), so a row's part cannot
+  // be found by offset into tables_.
+  for (int row = 0; row < parity; ++row) {
+    ec_init_tables(data, 1, matrix_.data() + static_cast<size_t>((data + row) * data),
+                   row_tables_[static_cast<size_t>(row)].data());
+  }
 }
 
 void ReedSolomon::Encode(size_t len, const uint8_t* const* data, uint8_t* const* parity) const {
@@ -62,7 +70,7 @@ void ReedSolomon::Update(size_t len, int index, const uint8_t* delta, uint8_t* c
 }
 
 void ReedSolomon::UpdateRow(size_t len, int index, int row, const uint8_t* delta, uint8_t* out) const {
-  uint8_t* tables = const_cast<uint8_t*>(tables_.data()) + static_cast<size_t>(32 * data_ * row);
+  uint8_t* tables = const_cast<uint8_t*>(row_tables_[static_cast<size_t>(row)].data());
   for (size_t at = 0; at < len; at += kPiece) {
     const int n = static_cast<int>(std::min(kPiece, len - at));
     uint8_t* o = out + at;

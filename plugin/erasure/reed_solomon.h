@@ -63,8 +63,9 @@ class ReedSolomon {
   ReedSolomon(int data, int parity);
 
   const int data_, parity_;
-  std::vector<uint8_t> matrix_;  // (data + parity) x data; the top data rows are the identity
-  std::vector<uint8_t> tables_;  // ec_init_tables of the parity rows
+  std::vector<uint8_t> matrix_;                   // (data + parity) x data; the top data rows are the identity
+  std::vector<uint8_t> tables_;                   // ec_init_tables of the parity rows
+  std::vector<std::vector<uint8_t>> row_tables_;  // ec_init_tables of each parity row alone (UpdateRow)
 };
 
 }  // namespace ftrun
