@@ -28,9 +28,9 @@ cleanup() {
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-bind() {  # bind SRC DST: mounts SRC at DST inside the root until this script ends
+bind() {  # bind SRC DST: mounts SRC (and what is mounted under it) at DST until this script ends
   mkdir -p "$2"
-  mount --bind "$1" "$2"
+  mount --rbind "$1" "$2"
   mounted+=("$2")
 }
 
@@ -42,7 +42,8 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"  # packages start no services in the chroot
 chmod +x "$root/usr/sbin/policy-rc.d"
 bind /proc "$root/proc"
-bind /dev "$root/dev"
+bind /dev "$root/dev"  # (with /dev/shm: UCX's shared memory)
+bind /sys "$root/sys"  # (UCX lists its network devices there)
 bind "$PWD" "$root/src"
 phase "installing $release's packages (scripts/install-deps.sh in the chroot)" "debian-$release-deps.log" \
   chroot "$root" env FTRUN_LOG_DIR=/tmp /src/scripts/install-deps.sh

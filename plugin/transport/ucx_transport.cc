@@ -99,7 +99,10 @@ Status UcxTransport::Start() {
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // Serialized, not single: this thread creates the worker, the progress
+  // thread then uses it alone. UCX 1.18 (Debian 13) asserts in single mode
+  // that every call comes from the thread that created the worker.
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   st = ucp_worker_create(context_, &wp, &worker_);
   if (st != UCS_OK) return UcsError("ucp_worker_create", st);
 
