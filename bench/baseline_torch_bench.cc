@@ -26,6 +26,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "launcher/common/install_paths.h"
 
 namespace ftrun::bench {
 namespace {
@@ -38,7 +39,7 @@ double Num(const nlohmann::json& j, const char* key) {
 
 int RunBaselineTorch(int argc, char** argv, Result* out) {
   CLI::App app{"ftrun-bench baseline-torch: torch.save/torch.load and a relaunch vs ftrun, same model, same run"};
-  std::string python = DefaultPython();
+  std::string python = PythonInterpreter();  // the agent's rule: FTRUN_PYTHON, else python3
   std::string driver = BenchScript("baseline_torch.py", __FILE__);
   int nodes = 2, per_node = 2, kills = 3, saves = 4, replicas = 1, layers = 4, d_model = 1024;
   bool keep = false;

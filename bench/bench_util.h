@@ -55,10 +55,7 @@ std::string DirOf(const std::string& path);
 // (pass __FILE__) when that is an absolute path that exists, else
 // ../bench from this binary's directory.
 std::string BenchScript(const std::string& name, const std::string& source_file);
-// The default interpreter of the Python drivers: Debian's (it has torch on
-// the development machines), else python3 from /usr/local/bin.
-std::string DefaultPython();
-// Starts path with args (output to log, if given); returns its pid.
+// Starts path (a bare name: from PATH) with args (output to log, if given); returns its pid.
 pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log);
 // Starts ftrun-agent with args; returns its pid.
 pid_t StartAgent(const std::vector<std::string>& args);

@@ -10,7 +10,6 @@
 
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -48,25 +47,6 @@ std::string BenchScript(const std::string& name, const std::string& source_file)
   return DirOf(SiblingBinary("ftrun-bench")) + "/../bench/" + name;
 }
 
-// The Python the ranks run: FTRUN_PYTHON (as the agent reads it), else the
-// first python3 on PATH (the project's .venv when scripts/ activate it), as
-// an absolute path for execv.
-std::string DefaultPython() {
-  const char* chosen = std::getenv("FTRUN_PYTHON");
-  if (chosen != nullptr && *chosen != '\0') return chosen;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "";
-  size_t pos = 0;
-  while (pos <= dirs.size()) {
-    size_t end = dirs.find(':', pos);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string candidate = (end > pos ? dirs.substr(pos, end - pos) : ".") + "/python3";
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    pos = end + 1;
-  }
-  return "python3";
-}
-
 pid_t StartProgram(const std::string& path, const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;
   std::string exe = path;
@@ -82,7 +62,7 @@ pid_t StartProgram(const std::string& path, const std::vector<std::string>& args
         ::dup2(fd, 2);
       }
     }
-    ::execv(exe.c_str(), argv.data());
+    ::execvp(exe.c_str(), argv.data());  // (python3 from PATH)
     std::perror(("exec " + exe).c_str());
     ::_exit(127);
   }

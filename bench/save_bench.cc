@@ -14,6 +14,7 @@
 
 #include "bench/bench_util.h"
 #include "ftrun/client.h"
+#include "launcher/common/install_paths.h"
 
 namespace ftrun::bench {
 namespace {
@@ -176,7 +177,7 @@ int RunSave(int argc, char** argv, Result* out) {
   app.add_option("--tensors", tensors, "tensors the state is split into");
   app.add_option("--chunk-size", chunk, "store.chunk_size");
   bool cuda = false, no_step_overhead = false;
-  std::string python = DefaultPython();
+  std::string python = PythonInterpreter();  // the agent's rule: FTRUN_PYTHON, else python3
   app.add_flag("--cuda", cuda,
                "the state in GPU memory, saved by the CUDA path (4 GiB and 16 tensors unless given), "
                "against pinned D2H and D2D copies; then train_gpt.py's step_overhead on the GPU");

@@ -14,7 +14,12 @@ import pytest
 from ftrun_testlib import BUILD, PY, RUNNER, ClusterJob, ScriptClusterJob, digests, golden
 from test_train_gpt import SCRIPT, losses, weights
 
-ARGS = ["--state-bytes", "16MiB", "--tensors", "4", "--steps", "80", "--step-ms", "10", "--change-fraction", "0.3"]
+def trainer_args(steps):
+    return ["--state-bytes", "16MiB", "--tensors", "4", "--steps", str(steps), "--step-ms", "10",
+            "--change-fraction", "0.3"]
+
+
+ARGS = trainer_args(80)
 
 
 def config(data, parity, persist=None):
@@ -117,7 +122,7 @@ def test_erasure_losses_beyond_parity_go_to_disk(check, scratch):
     """Two nodes of a 2+1 group lost at once with a persist directory: the job goes back to the newest version on
     disk, saying which code it exceeded, and ends with the failure-free digests."""
     # (More steps than ARGS: under ASan the first write to disk came after the job's 80 steps had ended.)
-    args = [a if a != "80" else "400" for a in ARGS]
+    args = trainer_args(400)
     want = golden(3, args)
     disk = scratch("ftrun-ec-disk-")
     job = ClusterJob(3, 1, args, config(2, 1, persist=disk), spares=2)
