@@ -34,6 +34,12 @@ dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=worl
 mesh = init_device_mesh("cpu", (world,))
 
 
+def say(line):
+    """One write per line: the ranks share the agent's unbuffered stdout, where
+    print() writes the text and its newline separately, so two ranks' lines interleave."""
+    os.write(1, (line + "\n").encode())
+
+
 def build(seed):
     torch.manual_seed(seed)
     m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
@@ -102,7 +108,7 @@ expect(digest(sd2) != want, "the second model starts equal to the first")
 dcp.load(sd2, storage_reader=ftrun.dcp.StorageReader(1))
 set_state_dict(m2, o2, model_state_dict=sd2["model"], optim_state_dict=sd2["optim"])
 expect(digest(state(m2, o2)) == want, "model/optimizer after dcp.load from ftrun differ from the saved ones")
-print(f"rank {rank}: dcp.save -> ftrun -> dcp.load equal", flush=True)
+say(f"rank {rank}: dcp.save -> ftrun -> dcp.load equal")
 
 # 2. Plain DCP on disk -> ftrun -> back.
 disk = os.path.join(shared, "plain-dcp")
@@ -113,12 +119,12 @@ try:
     dcp.load(sd3, checkpoint_id=disk)
 except BaseException as e:  # DCP's CheckpointException is one; dcp.load only logs its reader's errors
     # Say what this rank sees on disk.
-    print(f"rank {rank}: plain dcp.load of {disk} failed: {type(e).__name__}; the directory holds "
-          f"{sorted(os.listdir(disk)) if os.path.isdir(disk) else 'nothing (no directory)'}", flush=True)
+    say(f"rank {rank}: plain dcp.load of {disk} failed: {type(e).__name__}; the directory holds "
+        f"{sorted(os.listdir(disk)) if os.path.isdir(disk) else 'nothing (no directory)'}")
     try:
         dcp.FileSystemReader(disk).read_metadata()
     except BaseException as why:
-        print(f"rank {rank}: FileSystemReader.read_metadata: {type(why).__name__}: {why}", flush=True)
+        say(f"rank {rank}: FileSystemReader.read_metadata: {type(why).__name__}: {why}")
     raise
 set_state_dict(m3, o3, model_state_dict=sd3["model"], optim_state_dict=sd3["optim"])
 sd3 = state(m3, o3)
@@ -130,8 +136,8 @@ sd4 = state(m4, o4)
 dcp.load(sd4, storage_reader=ftrun.dcp.StorageReader())  # the newest committed version: 2
 set_state_dict(m4, o4, model_state_dict=sd4["model"], optim_state_dict=sd4["optim"])
 expect(digest(state(m4, o4)) == want, "disk DCP -> ftrun -> load differs")
-print(f"rank {rank}: plain DCP on disk -> ftrun -> back equal", flush=True)
+say(f"rank {rank}: plain DCP on disk -> ftrun -> back equal")
 
 dist.barrier()
-print(f"DCP OK {rank} {stored} {local_bytes(sd1)}", flush=True)
+say(f"DCP OK {rank} {stored} {local_bytes(sd1)}")
 dist.destroy_process_group()
