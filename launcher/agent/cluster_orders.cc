@@ -26,7 +26,15 @@ void ClusterMember::OnOrder(uint16_t type, const std::string& payload) {
     case ClusterMsg::kPull:
       return on(PullMsg{}, [&](const PullMsg& m) { Pull(m); });
     case ClusterMsg::kStart:
-      return on(StartMsg{}, [&](const StartMsg& m) { orders_->Start(m); });
+      return on(StartMsg{}, [&](const StartMsg& m) {
+        // No halt comes before a new coordinator's first start: the start
+        // ends the old generation's round and voids what an older epoch
+        // built above its version (ranks still running save into nothing).
+        JoinEpoch(m.epoch);
+        EndRound();
+        if (erasure_) erasure_->StartsFrom(m.epoch, m.version);
+        orders_->Start(m);
+      });
     case ClusterMsg::kHalt:
       return on(HaltMsg{}, [&](const HaltMsg& m) {
         JoinEpoch(m.epoch);

@@ -55,8 +55,19 @@ void ErasureMember::Membership(const MembershipMsg& m) {
 }
 
 void ErasureMember::SetEpoch(uint64_t epoch) {
+  if (epoch > epoch_) {
+    round_.reset();
+    round_ranks_.clear();
+  }
   epoch_ = std::max(epoch_, epoch);
   if (exchange_) exchange_->SetEpoch(epoch_);
+}
+
+void ErasureMember::StartsFrom(uint64_t epoch, std::optional<uint64_t> version) {
+  SetEpoch(epoch);
+  round_.reset();
+  round_ranks_.clear();
+  if (exchange_) exchange_->StartsFrom(epoch_, version);
 }
 
 void ErasureMember::Saved(int rank, uint64_t version) {

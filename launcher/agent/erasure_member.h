@@ -7,7 +7,8 @@
 // A commit round's version is sent as deltas since the committed version
 // once every rank of this node has saved it; each version whose parity rows
 // here are complete is reported (on_parity_held: the commit needs every
-// node's). Commits free older parity; a halt drops what was not committed.
+// node's). Commits free older parity; a halt, or a start order, drops what
+// was not committed.
 //
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
@@ -40,7 +41,12 @@ class ErasureMember {
 
   bool enabled() const { return exchange_ != nullptr; }
   void Membership(const MembershipMsg& m);
+  // A newer epoch ends the round under way (its saves were the old
+  // generation's).
   void SetEpoch(uint64_t epoch);
+  // Epoch `epoch` starts from `version` (a start order: after a restart, a
+  // new coordinator, a go-back to the disk): the parity above it is void.
+  void StartsFrom(uint64_t epoch, std::optional<uint64_t> version);
   // A rank of this node has `version`, the commit round's.
   void Saved(int rank, uint64_t version);
   void Committed(uint64_t version);

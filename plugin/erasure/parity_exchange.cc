@@ -349,6 +349,12 @@ void ParityExchange::DiscardAbove(std::optional<uint64_t> version) {
   manifests_.erase(version ? manifests_.upper_bound(*version) : manifests_.begin(), manifests_.end());
 }
 
+void ParityExchange::StartsFrom(uint64_t epoch, std::optional<uint64_t> version) {
+  SetEpoch(epoch);
+  if (rows_) rows_->StartsFrom(epoch, version);
+  manifests_.erase(version ? manifests_.upper_bound(*version) : manifests_.begin(), manifests_.end());
+}
+
 const std::vector<Manifest>* ParityExchange::Manifests(uint64_t version, int member) const {
   auto v = manifests_.find(version);
   if (v == manifests_.end()) return nullptr;

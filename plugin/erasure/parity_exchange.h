@@ -76,6 +76,9 @@ class ParityExchange {
   // back to `version` (nullopt: nothing): what lies above it goes.
   void Committed(uint64_t version);
   void DiscardAbove(std::optional<uint64_t> version);
+  // Epoch `epoch` starts from `version` (nullopt: from nothing): the parity
+  // and manifests above it are an older timeline's (ParityRows::StartsFrom).
+  void StartsFrom(uint64_t epoch, std::optional<uint64_t> version);
   // Member `member`'s manifests of `version` as it sent them with its
   // deltas (nullptr: none here).
   const std::vector<Manifest>* Manifests(uint64_t version, int member) const;

@@ -73,11 +73,11 @@ void ParityExchange::Offer(PeerId from, ParityOfferMsg m) {
     FTRUN_LOG_WARN("parity offer from agent {} refused: {}", from, s.message());
     return Reply(from, m.xfer, s);
   }
-  if (Status s = rows_->CanBuild(m.version, m.base); !s.ok()) {
+  if (Status s = rows_->CanBuild(m.version, m.base, m.epoch); !s.ok()) {
     // No parity of the base here (this member is new to the row): the
     // sender's whole fragment instead, unless the version is already under
     // way from another base (then it can only fail).
-    const bool need_full = m.base && rows_->CanBuild(m.version, std::nullopt).ok();
+    const bool need_full = m.base && rows_->CanBuild(m.version, std::nullopt, m.epoch).ok();
     return Reply(from, m.xfer, s, need_full);
   }
   const uint64_t bytes = m.bytes();
@@ -123,14 +123,14 @@ void ParityExchange::Land(PeerId from, In& in) {
     p.stripe = m.stripe;
     p.fragment = m.fragment;
     p.offset = offset;
-    if (Status s = rows_->Apply(m.version, m.base, m.row, p, in.bytes.data() + at, len); !s.ok()) {
+    if (Status s = rows_->Apply(m.version, m.base, m.epoch, m.row, p, in.bytes.data() + at, len); !s.ok()) {
       FTRUN_LOG_ERROR("cannot hold the parity of version {} from agent {}: {}", m.version, from, s.message());
       return Reply(from, m.xfer, s);
     }
     at += len;
   }
   Reply(from, m.xfer, Status::Ok());
-  if (m.last && rows_->Done(m.version, m.base, m.row, m.fragment) && on_complete) on_complete(m.version);
+  if (m.last && rows_->Done(m.version, m.base, m.epoch, m.row, m.fragment) && on_complete) on_complete(m.version);
 }
 
 void ParityExchange::Reply(PeerId to, uint64_t xfer, const Status& refused, bool need_full) {

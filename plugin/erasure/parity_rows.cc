@@ -15,9 +15,13 @@ std::string BaseName(std::optional<uint64_t> base) { return base ? "version " + 
 ParityRows::ParityRows(const GroupCode* code, int member, SnapshotStore* store, char* arena_base)
     : code_(code), member_(member), store_(store), base_(arena_base) {}
 
-Status ParityRows::CanBuild(uint64_t version, std::optional<uint64_t> base) const {
+Status ParityRows::CanBuild(uint64_t version, std::optional<uint64_t> base, uint64_t epoch) const {
   auto it = versions_.find(version);
-  if (it != versions_.end()) {
+  if (it != versions_.end() && it->second.epoch > epoch) {
+    return Status::FailedPrecondition("parity of version " + std::to_string(version) + " is being built in epoch " +
+                                      std::to_string(it->second.epoch) + ", newer than " + std::to_string(epoch));
+  }
+  if (it != versions_.end() && it->second.epoch == epoch) {
     if (it->second.complete) {
       return Status::FailedPrecondition("parity of version " + std::to_string(version) + " is already complete");
     }
@@ -37,12 +41,14 @@ Status ParityRows::CanBuild(uint64_t version, std::optional<uint64_t> base) cons
   return Status::Ok();
 }
 
-ParityRows::Version* ParityRows::Building(uint64_t version, std::optional<uint64_t> base) {
-  if (!CanBuild(version, base).ok()) return nullptr;
+ParityRows::Version* ParityRows::Building(uint64_t version, std::optional<uint64_t> base, uint64_t epoch) {
+  if (!CanBuild(version, base, epoch).ok()) return nullptr;
   auto it = versions_.find(version);
-  if (it != versions_.end()) return &it->second;
+  if (it != versions_.end() && it->second.epoch == epoch) return &it->second;
+  if (it != versions_.end()) versions_.erase(it);  // an older epoch's: void (see the header)
   Version v;
   v.base = base;
+  v.epoch = epoch;
   if (base) {
     v.rows = versions_.at(*base).rows;  // the blocks are shared until written
   } else {
@@ -74,8 +80,8 @@ Status ParityRows::Writable(Row* row, size_t b, uint64_t size, uint8_t** out) {
   return Status::Ok();
 }
 
-Status ParityRows::Apply(uint64_t version, std::optional<uint64_t> base, int slot, const GroupCode::Place& at,
-                         const uint8_t* delta, uint64_t len) {
+Status ParityRows::Apply(uint64_t version, std::optional<uint64_t> base, uint64_t epoch, int slot,
+                         const GroupCode::Place& at, const uint8_t* delta, uint64_t len) {
   if (slot < 0 || slot >= slots())
     return Status::InvalidArgument("parity slot " + std::to_string(slot) + " out of range");
   if (at.fragment < 0 || at.fragment >= code_->data()) {
@@ -86,8 +92,8 @@ Status ParityRows::Apply(uint64_t version, std::optional<uint64_t> base, int slo
     return Status::InvalidArgument("a delta at " + std::to_string(at.offset) + " of " + std::to_string(len) +
                                    " bytes runs past the longest parity row (" + std::to_string(kMaxRowBytes) + ")");
   }
-  Version* v = Building(version, base);
-  if (!v) return CanBuild(version, base);
+  Version* v = Building(version, base, epoch);
+  if (!v) return CanBuild(version, base, epoch);
   Row& row = v->rows[static_cast<size_t>(slot)];
   GroupCode::Place p = at;
   p.stripe = StripeOf(slot);
@@ -104,8 +110,8 @@ Status ParityRows::Apply(uint64_t version, std::optional<uint64_t> base, int slo
   return Status::Ok();
 }
 
-bool ParityRows::Done(uint64_t version, std::optional<uint64_t> base, int slot, int fragment) {
-  Version* v = Building(version, base);
+bool ParityRows::Done(uint64_t version, std::optional<uint64_t> base, uint64_t epoch, int slot, int fragment) {
+  Version* v = Building(version, base, epoch);
   if (!v || slot < 0 || slot >= slots()) return false;
   v->rows[static_cast<size_t>(slot)].done.insert(fragment);
   for (const Row& r : v->rows) {
@@ -132,6 +138,18 @@ void ParityRows::Committed(uint64_t version) { versions_.erase(versions_.begin()
 
 void ParityRows::DiscardAbove(std::optional<uint64_t> version) {
   versions_.erase(version ? versions_.upper_bound(*version) : versions_.begin(), versions_.end());
+}
+
+void ParityRows::StartsFrom(uint64_t epoch, std::optional<uint64_t> version) {
+  for (auto it = version ? versions_.upper_bound(*version) : versions_.begin(); it != versions_.end();) {
+    it = it->second.epoch < epoch ? versions_.erase(it) : std::next(it);
+  }
+}
+
+std::optional<uint64_t> ParityRows::EpochOf(uint64_t version) const {
+  auto it = versions_.find(version);
+  if (it == versions_.end()) return std::nullopt;
+  return it->second.epoch;
 }
 
 Status ParityRows::Read(uint64_t version, int slot, uint64_t offset, uint64_t len, uint8_t* out) const {

@@ -12,6 +12,14 @@
 // complete there, so the committed version's rows are kept until a newer
 // version commits (Committed).
 //
+// Each version remembers the epoch whose offers built it. A version is one
+// timeline's: a newer epoch (a restart, a new coordinator, a go-back to the
+// disk) saves the same version number again with other bytes, so what an
+// older epoch built of it (complete or half-built) is void, and is replaced
+// by the newer epoch's first delta instead of having that delta applied on
+// top of it (XOR: a delta applied twice is undone). StartsFrom drops them at
+// once, when the agent learns where the new epoch starts.
+//
 // Rows are kept in blocks of up to kBlock bytes, shared between versions: a
 // version copies a block of its base only when a delta touches it, so the
 // memory and the work follow the change. A row is as long as the furthest
@@ -49,19 +57,20 @@ class ParityRows {
   int slots() const { return code_->parity(); }
   int StripeOf(int slot) const { return code_->ParityStripes(member_)[static_cast<size_t>(slot)]; }
 
-  // Whether `version` may be built from `base` here: FailedPrecondition when
-  // the base is not held (nullopt, zeros, always is), or another base is
-  // already building that version.
-  Status CanBuild(uint64_t version, std::optional<uint64_t> base) const;
+  // Whether `version` may be built from `base` in `epoch` here:
+  // FailedPrecondition when the base is not held (nullopt, zeros, always
+  // is), another base is already building that version in this epoch, it is
+  // complete in this epoch, or a newer epoch built it.
+  Status CanBuild(uint64_t version, std::optional<uint64_t> base, uint64_t epoch) const;
   // Applies contributor `at.fragment`'s delta to the row in `slot` of
-  // `version` (built from `base`: CanBuild first). InvalidArgument for a
-  // slot, fragment or range out of bounds; ResourceExhausted when the store
-  // has no room for the blocks it writes.
-  Status Apply(uint64_t version, std::optional<uint64_t> base, int slot, const GroupCode::Place& at,
+  // `version` (built from `base` in `epoch`: CanBuild first). InvalidArgument
+  // for a slot, fragment or range out of bounds; ResourceExhausted when the
+  // store has no room for the blocks it writes.
+  Status Apply(uint64_t version, std::optional<uint64_t> base, uint64_t epoch, int slot, const GroupCode::Place& at,
                const uint8_t* delta, uint64_t len);
   // Contributor `fragment` of the row in `slot` sent every delta of
-  // `version`. True when that completed the version.
-  bool Done(uint64_t version, std::optional<uint64_t> base, int slot, int fragment);
+  // `version` in `epoch`. True when that completed the version.
+  bool Done(uint64_t version, std::optional<uint64_t> base, uint64_t epoch, int slot, int fragment);
 
   bool Complete(uint64_t version) const;
   std::optional<uint64_t> NewestComplete() const;
@@ -69,6 +78,11 @@ class ParityRows {
   void Committed(uint64_t version);
   // Versions above `version` go (nullopt: all): a failed generation's.
   void DiscardAbove(std::optional<uint64_t> version);
+  // Epoch `epoch` starts from `version` (nullopt: from nothing): the
+  // versions above it that older epochs built go.
+  void StartsFrom(uint64_t epoch, std::optional<uint64_t> version);
+  // The epoch that built `version` (nullopt: not held).
+  std::optional<uint64_t> EpochOf(uint64_t version) const;
 
   // Bytes of a complete version's row in `slot` (zeros past its end).
   Status Read(uint64_t version, int slot, uint64_t offset, uint64_t len, uint8_t* out) const;
@@ -98,11 +112,12 @@ class ParityRows {
   };
   struct Version {
     std::optional<uint64_t> base;
+    uint64_t epoch = 0;
     bool complete = false;
     std::vector<Row> rows;  // by slot
   };
 
-  Version* Building(uint64_t version, std::optional<uint64_t> base);
+  Version* Building(uint64_t version, std::optional<uint64_t> base, uint64_t epoch);
   // Block b of `row`, owned by it alone and at least `size` bytes (its
   // bytes copied from the one it replaces, zeros past them).
   Status Writable(Row* row, size_t b, uint64_t size, uint8_t** out);

@@ -14,6 +14,7 @@ import os
 import socket
 import struct
 import sys
+from rank_say import say
 
 MAGIC = 0x46545231
 HELLO, HELLO_OK, PROGRESS = 1, 2, 13
@@ -60,7 +61,7 @@ def main():
         result = misbehave(mode)
         with open(marker, "w") as f:
             json.dump(result, f)
-        print(f"bad rank ({mode}): {result}", flush=True)
+        say(f"bad rank ({mode}): {result}")
     os.execv(trainer[0], trainer)
 
 

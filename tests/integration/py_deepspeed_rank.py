@@ -15,6 +15,7 @@ import hashlib
 import os
 import sys
 import time
+from rank_say import say
 
 
 @dataclasses.dataclass
@@ -188,11 +189,6 @@ def restore(eng, checkpoint, zero_sd):
     eng.optimizer.load_state_dict(zero_sd["base_optimizer_state"])
     eng.global_steps = checkpoint["global_steps"]
 
-
-def say(line):
-    """One write per line: ranks share the agent's stdout, unbuffered (PYTHONUNBUFFERED=1),
-    and print() writes its pieces separately, so lines of two ranks could interleave."""
-    os.write(1, (line + "\n").encode())
 
 
 def rank_fail(rank, what):

@@ -27,6 +27,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
+from rank_say import say  # noqa: E402
 
 
 def parse():
@@ -41,11 +42,6 @@ def parse():
     p.add_argument("--step-ms", type=float, default=0)
     p.add_argument("--local_rank", type=int, default=0)  # DeepSpeed's and ftrun's launchers append it
     return p.parse_args()
-
-
-def say(line):
-    """One write() per line: the ranks share a pipe, and a line must not interleave with another's."""
-    os.write(1, (line + "\n").encode())
 
 
 def model():

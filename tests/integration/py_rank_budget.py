@@ -4,6 +4,7 @@ stays loadable, byte for byte."""
 import numpy as np
 
 import ftrun
+from rank_say import say
 
 client = ftrun.Client()
 w = np.arange((5 << 20) // 4, dtype=np.float32)  # 5 MiB
@@ -18,7 +19,7 @@ try:
 except ftrun.Error as e:
     assert e.code == "RESOURCE_EXHAUSTED", e.code
     assert "store.memory_budget" in e.message and "ftrun.yaml" in e.message, e.message
-    print("refused as expected:", e.message, flush=True)
+    say(f"refused as expected: {e.message}")
 
 version, tensors, user = client.load()
 assert version == 1 and user == b"v1", (version, user)
@@ -28,4 +29,4 @@ assert tensors["w"].tobytes() == original.tobytes()
 stats = client.save(3, {"w": original})
 assert stats["bytes_copied"] == 0, stats
 client.wait_committed(3, timeout_ms=30000)
-print("PYRANK OK budget", flush=True)
+say("PYRANK OK budget")

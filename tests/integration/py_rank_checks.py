@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 import ftrun
+from rank_say import say
 
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
@@ -137,7 +138,7 @@ for cuda, exc, needle in [
 version, tensors, _ = client.load(5)
 assert version == 5 and tensors["w"].tobytes() == state["w"].tobytes(), "the committed version survives bad inputs"
 del tensors
-os.write(1, f"PYRANK CUDA INPUTS OK {rank}\n".encode())
+say(f"PYRANK CUDA INPUTS OK {rank}")
 
 # Blocking calls release the GIL: another thread keeps running while this
 # one waits for a version that will never commit.
@@ -159,7 +160,5 @@ during = ticks[0]
 stop.set()
 t.join()
 assert during > 10000, f"the GIL was held during wait_committed ({during} ticks)"
-# One write per line: ranks share the output, and print() with several
-# arguments may be split between writes.
-os.write(1, f"PYRANK GIL OK {rank}\n".encode())
-os.write(1, f"PYRANK OK {rank}\n".encode())
+say(f"PYRANK GIL OK {rank}")
+say(f"PYRANK OK {rank}")

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 import ftrun
+from rank_say import say
 
 rank = int(os.environ["RANK"])
 client = ftrun.Client()
@@ -107,4 +108,4 @@ for addr in hits:
     ctypes.c_ubyte.from_address(addr + 100).value ^= 1
 assert client.load(9, map=True)[1]["big"].tobytes() == state["big"].tobytes()
 
-os.write(1, f"PYRANK OK mapped {rank}\n".encode())
+say(f"PYRANK OK mapped {rank}")

@@ -20,13 +20,14 @@ import torch
 import ftrun
 from ftrun.in_place import _Into
 from ftrun.state_client import get_client  # (the rank's one connection)
+from rank_say import say
 
 RANK = int(os.environ["RANK"])
 FLAGS = os.environ["FTRUN_TEST_FLAGS"]
 
 
 def fail(what):
-    print(f"RESTORE FAILED {RANK}: {what}", flush=True)
+    say(f"RESTORE FAILED {RANK}: {what}")
     sys.exit(1)
 
 
@@ -122,4 +123,4 @@ try:
     fail("a corrupted version was restored")
 except ftrun.Error as e:
     expect(e.code == "CORRUPTION", f"a corrupted chunk raises CORRUPTION, got {e.code}: {e}")
-print(f"RESTORE OK {RANK}", flush=True)
+say(f"RESTORE OK {RANK}")

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import torch
+from rank_say import say
 
 torch.set_num_threads(1)
 MODE = sys.argv[1]
@@ -30,11 +31,6 @@ class Thing:
         self.numbers = numbers
         self.tensor = tensor
 
-
-def say(line):
-    """One write per line: ranks share the agent's stdout, unbuffered (PYTHONUNBUFFERED=1),
-    and print() writes its pieces separately, so lines of two ranks could interleave."""
-    os.write(1, (line + "\n").encode())
 
 
 def fail(what):

@@ -20,6 +20,7 @@ import traceback
 import torch
 
 import ftrun
+from rank_say import say
 
 LAYERS, WIDTH, BATCH = 24, 1024, 256
 FLAG = os.environ["FTRUN_TEST_FLAG"]
@@ -46,8 +47,8 @@ def main(ctx):
     torch.manual_seed(0)
     report = REPORT
     if ctx.generation > 0:
-        print(f"INTERRUPT {ctx.rank} where={report.get('where')} ungraded={report.get('ungraded')} "
-              f"of={report.get('of')} warm={ctx.warm}", flush=True)
+        say(f"INTERRUPT {ctx.rank} where={report.get('where')} ungraded={report.get('ungraded')} "
+            f"of={report.get('of')} warm={ctx.warm}")
         return
     if ctx.rank == 1:
         while not os.path.exists(FLAG):
@@ -63,7 +64,7 @@ def main(ctx):
         report["ungraded"] = sum(p.grad is None for p in model.parameters())
         report["of"] = len(list(model.parameters()))
         raise
-    print(f"INTERRUPT {ctx.rank} backward finished: never interrupted", flush=True)
+    say(f"INTERRUPT {ctx.rank} backward finished: never interrupted")
     time.sleep(60)
 
 

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 import ftrun
+from rank_say import say
 
 FLAGS = sys.argv[1]
 BAD = sys.argv[2:] == ["bad"]
@@ -43,7 +44,7 @@ def main(ctx):
         from ftrun.state_client import get_client
         get_client().save(0, {"x": np.arange(16, dtype=np.float32)})
         get_client().wait_committed(0, timeout_ms=30000)
-        print(f"PREPARE OK {ctx.rank} 0", flush=True)
+        say(f"PREPARE OK {ctx.rank} 0")
         if ctx.rank == 1:
             while not any(f.startswith("standby-") for f in os.listdir(FLAGS)):
                 time.sleep(0.01)
@@ -51,7 +52,7 @@ def main(ctx):
         time.sleep(120)  # rank 0: until the agent ends this generation
         return
     assert model["standby"] == (ctx.rank == 1) and ctx.standby == (ctx.rank == 1), (model, ctx)
-    print(f"PREPARE OK {ctx.rank} {ctx.generation}", flush=True)
+    say(f"PREPARE OK {ctx.rank} {ctx.generation}")
 
 
 if __name__ == "__main__":

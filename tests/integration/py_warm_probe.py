@@ -9,6 +9,7 @@ import sys
 
 import ftrun
 from ftrun import warm
+from rank_say import say
 
 RANK = int(os.environ["FTRUN_RANK"])
 PATH = os.environ["FTRUN_AGENT_SOCKET"]
@@ -54,7 +55,7 @@ for what, kind, payload, want in cases:
     if t != 3 or want not in text:
         bad.append(f"{what}: answer type {t}, {text!r} (wanted an error with {want!r})")
 if bad:
-    print(f"WARMPROBE {RANK} FAILED: " + "; ".join(bad), flush=True)
+    say(f"WARMPROBE {RANK} FAILED: " + "; ".join(bad))
     sys.exit(1)
 
 
@@ -66,4 +67,4 @@ def train(ctx):
 
 if train() != 7:
     sys.exit(1)
-print(f"WARMPROBE {RANK} OK ({len(cases)} bad frames refused; {warm.__name__} ran the function)", flush=True)
+say(f"WARMPROBE {RANK} OK ({len(cases)} bad frames refused; {warm.__name__} ran the function)")

@@ -168,6 +168,70 @@ TEST_CASE("parity exchange: a 2+1 group, and a version with no change still comp
   g.CheckParity(2);
 }
 
+// Issue 33, finding 1: a new coordinator (etcd failover, --attach) starts
+// the agents in a new epoch without halting them first. Version 2, half
+// built when the leader died (member 0's deltas in, the others' not), is
+// saved again by the new generation with other bytes: its deltas must not
+// be added to the half-built rows (XOR: member 0's first deltas would stay
+// in), whether they arrive before the holder's own start order or after.
+TEST_CASE("parity exchange: a version half-built in an older epoch is built again, not added to",
+          "[erasure][parity_exchange]") {
+  const bool start_order_first = GENERATE(false, true);
+  Group g(2, 1, {{20000}, {12000}, {20000}}, 4096);
+  for (auto& m : g.members) m->exchange.SetEpoch(1);
+  g.Save(1, [](int, size_t) { return true; });
+  g.Contribute(1, std::nullopt);
+  for (auto& m : g.members) m->exchange.Committed(1);
+  const auto seeds_at_1 = g.seeds;
+  g.Save(2, [](int, size_t c) { return c % 2 == 0; });
+  REQUIRE(g.members[0]->exchange.Contribute(2, 1, g.members[0]->ranks).ok());
+  g.Run();
+  for (auto& m : g.members) CHECK(!m->exchange.rows().Complete(2));  // half built
+
+  // Epoch 2 starts from version 1; the ranks save version 2 again, otherwise.
+  for (auto& m : g.members) {
+    m->store.DiscardAbove(1);
+    if (start_order_first)
+      m->exchange.StartsFrom(2, 1);
+    else
+      m->exchange.SetEpoch(2);  // the holders learn of the start only later
+  }
+  g.seeds = seeds_at_1;
+  g.Save(2, [](int, size_t c) { return c % 3 == 0; });
+  g.Contribute(2, 1);
+  for (auto& m : g.members) {
+    CHECK(m->failed.empty());
+    CHECK(m->exchange.rows().EpochOf(2) == std::optional<uint64_t>(2));
+  }
+  g.CheckParity(2);
+}
+
+// Issue 33, finding 2: after going back to the disk's version 1, the
+// abandoned timeline's complete version 2 is void on every holder, so that
+// it can neither serve a rebuild nor be the base of the new timeline.
+TEST_CASE("parity exchange: a start from an older version voids the parity an older epoch built above it",
+          "[erasure][parity_exchange]") {
+  Group g(2, 1, {{8192}, {8192}, {8192}}, 4096);
+  for (auto& m : g.members) m->exchange.SetEpoch(1);
+  g.Save(1, [](int, size_t) { return true; });
+  g.Contribute(1, std::nullopt);
+  g.Save(2, [](int, size_t c) { return c == 0; });
+  g.Contribute(2, 1);
+  for (auto& m : g.members) REQUIRE(m->exchange.rows().Complete(2));
+  for (auto& m : g.members) {
+    m->exchange.StartsFrom(3, 1);
+    CHECK(m->exchange.rows().Complete(1));
+    CHECK(!m->exchange.rows().Complete(2));
+    CHECK(m->exchange.Manifests(2, 0) == nullptr);
+  }
+  // The new timeline's version 2 builds on version 1's parity, right.
+  for (auto& m : g.members) m->store.DiscardAbove(1);
+  g.Save(2, [](int, size_t c) { return c == 1; });
+  g.Contribute(2, 1);
+  for (auto& m : g.members) CHECK(m->failed.empty());
+  g.CheckParity(2);
+}
+
 TEST_CASE("parity exchange: offers that are not the sender's, and a chunk corrupted at the source, change nothing",
           "[erasure][parity_exchange][security]") {
   Group g(2, 1, {{8192}, {8192}, {8192}}, 4096);

@@ -21,7 +21,7 @@ struct Fixture {
   // Every contributor of every row of `version` done.
   void Finish(uint64_t version, std::optional<uint64_t> base, ParityRows& rows) {
     for (int slot = 0; slot < rows.slots(); ++slot)
-      for (int f = 0; f < code->data(); ++f) rows.Done(version, base, slot, f);
+      for (int f = 0; f < code->data(); ++f) rows.Done(version, base, 1, slot, f);
     REQUIRE(rows.Complete(version));
   }
   std::vector<char> arena;
@@ -36,7 +36,7 @@ TEST_CASE("parity rows live in the store's arena, within its budget", "[erasure]
   at.fragment = 0;
   {
     ParityRows rows(f.code.get(), 0, &f.store, f.arena.data());
-    REQUIRE(rows.Apply(1, std::nullopt, 0, at, delta.data(), delta.size()).ok());
+    REQUIRE(rows.Apply(1, std::nullopt, 1, 0, at, delta.data(), delta.size()).ok());
     f.Finish(1, std::nullopt, rows);
     const uint64_t one = f.store.Stats().block_bytes;
     CHECK(one >= delta.size());
@@ -45,7 +45,7 @@ TEST_CASE("parity rows live in the store's arena, within its budget", "[erasure]
 
     // Version 2 from 1: a small delta copies the block it touches, only.
     at.offset = 10;
-    REQUIRE(rows.Apply(2, 1, 0, at, delta.data(), 16).ok());
+    REQUIRE(rows.Apply(2, 1, 1, 0, at, delta.data(), 16).ok());
     f.Finish(2, 1, rows);
     CHECK(f.store.Stats().block_bytes == 2 * one);
     std::vector<uint8_t> a(delta.size()), b(delta.size());
@@ -57,7 +57,7 @@ TEST_CASE("parity rows live in the store's arena, within its budget", "[erasure]
     // version 2 still reads the same.
     at.offset = 0;
     std::vector<uint8_t> big(200 << 10, 9);
-    Status s = rows.Apply(3, 2, 0, at, big.data(), big.size());
+    Status s = rows.Apply(3, 2, 1, 0, at, big.data(), big.size());
     CHECK(s.code() == Code::kResourceExhausted);
     CHECK(s.message().find("erasure parity") != std::string::npos);
     CHECK(s.message().find("job.yaml:3: store.memory_budget") != std::string::npos);
