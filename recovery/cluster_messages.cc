@@ -48,6 +48,7 @@ std::string Encode(const RegisterMsg& m) {
   w.Put<uint64_t>(m.epoch);
   PutOptional(m.committed, &w);
   PutRankVersions(m.catalog, &w);
+  PutOptional(m.parity, &w);
   return w.data();
 }
 
@@ -59,6 +60,7 @@ Status Decode(const std::string& payload, RegisterMsg* m) {
   m->epoch = r.Get<uint64_t>();
   m->committed = GetOptional(&r);
   m->catalog = GetRankVersions(&r);
+  m->parity = GetOptional(&r);
   return CheckRead(r, RegisterMsg::kType, payload.size());
 }
 

@@ -97,6 +97,7 @@ struct RegisterMsg {
   uint64_t epoch = 0;
   std::optional<uint64_t> committed;
   std::vector<RankVersion> catalog;  // committed manifests it holds
+  std::optional<uint64_t> parity;    // the committed version whose erasure parity rows it holds complete
 };
 
 struct AssignMsg {

@@ -35,12 +35,15 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
   for (auto& [v, ranks] : held_) {
     for (auto& [rank, holders] : ranks) holders.erase(from);  // its old reports are void
   }
-  // Its parity too (an agent started again holds none): until the next
-  // commit its rows do not count.
+  // Its parity too: an agent started again holds none; one that kept
+  // running (a new coordinator adopting it) says which committed version
+  // its rows cover, and they count for the node it holds again.
   for (auto& [v, agents] : parity_held_) agents.erase(from);
   for (const auto& [rank, version] : m.catalog) {
     if (committed_ && version == *committed_) held_[version][rank].insert(from);
   }
+  if (m.parity && committed_ && *m.parity == *committed_ && (same_slot || (m.slot >= 0 && !slots_[static_cast<size_t>(m.slot)])))
+    parity_held_[*m.parity].insert(from);
   // An agent that holds a node and registers again for another place (a
   // spare, another node) leaves that node: it must not point at it.
   std::optional<int> left;

@@ -147,6 +147,9 @@ void Coordinator::PullAllFromDisk(Time now) {
 
 void Coordinator::WentBackTo(uint64_t version) {
   void_above_ = void_above_ ? std::min(*void_above_, version) : version;
+  // The abandoned timeline's parity: the new one saves those version
+  // numbers again, with bytes of its own, and its commits need their parity.
+  parity_held_.erase(parity_held_.upper_bound(version), parity_held_.end());
 }
 
 void Coordinator::RestoreFromDisk() {

@@ -119,6 +119,11 @@ void ClusterMember::Register() {
   RegisterMsg m = orders_->Registration();
   if (transport_) m.address = transport_->address();
   m.epoch = epoch_;
+  // A new coordinator (etcd failover, --attach) learns the parity that
+  // covers the committed version, as it learns the copies (the catalog).
+  if (const ParityExchange* x = erasure_ ? erasure_->exchange() : nullptr;
+      x && m.committed && x->rows().Complete(*m.committed))
+    m.parity = m.committed;
   Report(m);
 }
 

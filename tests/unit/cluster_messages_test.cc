@@ -56,6 +56,10 @@ TEST_CASE("cluster messages: each decodes what its encoder wrote, and refuses a 
   RoundTrip(CommitMsg{41, 6}, [](auto& a, auto& b) { return a.version == b.version && a.epoch == b.epoch; });
   RoundTrip(StopMsg{3, "giving up"}, [](auto& a, auto& b) { return a.code == b.code && a.message == b.message; });
   RoundTrip(DropAboveMsg{40}, [](auto& a, auto& b) { return a.version == b.version; });
+  RoundTrip(RegisterMsg{2, "10.0.0.3:7", "rack-a", 5, 40, {{4, 40}, {5, 40}}, 40}, [](auto& a, auto& b) {
+    return a.slot == b.slot && a.address == b.address && a.rack == b.rack && a.epoch == b.epoch &&
+           a.committed == b.committed && a.catalog == b.catalog && a.parity == b.parity;
+  });
   RoundTrip(StartMsg{4, 39, "10.0.0.1", 29500, "10.0.0.9:41234"}, [](auto& a, auto& b) {
     return a.epoch == b.epoch && a.version == b.version && a.master_addr == b.master_addr &&
            a.master_port == b.master_port && a.store == b.store;
