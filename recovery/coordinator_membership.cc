@@ -42,7 +42,8 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
   for (const auto& [rank, version] : m.catalog) {
     if (committed_ && version == *committed_) held_[version][rank].insert(from);
   }
-  if (m.parity && committed_ && *m.parity == *committed_ && (same_slot || (m.slot >= 0 && !slots_[static_cast<size_t>(m.slot)])))
+  if (m.parity && committed_ && *m.parity == *committed_ &&
+      (same_slot || (m.slot >= 0 && !slots_[static_cast<size_t>(m.slot)])))
     parity_held_[*m.parity].insert(from);
   // An agent that holds a node and registers again for another place (a
   // spare, another node) leaves that node: it must not point at it.

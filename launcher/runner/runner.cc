@@ -146,6 +146,7 @@ Status Runner::Setup() {
     FTRUN_RETURN_IF_ERROR(ResolveIpv4(name, "this host's name (for --coordinator_addr)", &t.listen_ip));
   }
   FTRUN_RETURN_IF_ERROR(ReadSecretFile(secret_file_, &t.secret));
+  secret_ = t.secret;
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
   outbox_ = std::make_unique<TransportOutbox>(transport_.get(), lead_ ? lead_->term() : 0);
   if (lead_) lead_->Announce(transport_->address());

@@ -18,6 +18,7 @@
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
 #include "launcher/runner/runner_impl.h"
+#include "launcher/runner/signed_state.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
 #include "plugin/common/proc_start.h"
@@ -184,7 +185,7 @@ void Runner::PublishState(const nlohmann::json& status) {
   std::string members = s["agents"].dump() + s["nodes"].dump();
   const bool urgent = members != published_members_;
   published_members_ = std::move(members);
-  lead_->Publish(std::move(text), urgent);
+  lead_->Publish(SignState(secret_, job_id_, text), urgent);
 }
 
 // Cut off from etcd (or another process leads): this process must not send

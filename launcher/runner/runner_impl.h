@@ -88,6 +88,7 @@ class Runner {
   std::vector<std::string> spare_hosts_;  // remote launchers: the hosts spares run on
   bool remote() const { return o_.launcher != "local"; }
   std::string job_id_, job_dir_, secret_file_;
+  std::string secret_;        // the job secret: signs the state in etcd (signed_state.h)
   UniqueFd job_dir_fd_;       // job_dir_, checked (safe_dir.h): runner.json and status.json are written in it
   std::string status_error_;  // the last status write error logged (logged once)
   std::unique_ptr<Transport> transport_;

@@ -11,8 +11,10 @@
 
 #include "launcher/runner/runner.h"
 #include "launcher/runner/runner_impl.h"
+#include "launcher/runner/signed_state.h"
 #include "plugin/common/fd.h"
 #include "plugin/common/log.h"
+#include "plugin/transport/secret.h"
 
 namespace ftrun {
 
@@ -84,9 +86,17 @@ int FollowJob(const Config& config, const std::string& job, const std::string& c
     if (!s.ok()) return FTRUN_LOG_ERROR("standby coordinator: {}", s.message()), 2;
     if (outcome == Leadership::Outcome::kStopped) return 128 + stop.signal();
     if (outcome == Leadership::Outcome::kEnded) return EndCode(job, end);
-    std::string text;
-    s = lead->ReadState(&text);
+    // Nothing etcd holds is believed unless the job secret signed it: read
+    // here, from this standby's own agent.run_dir (signed_state.h).
+    std::string value, text, secret;
     const std::string where = "etcd key " + lead->keys().state;
+    const std::string secret_file = config.agent.run_dir + "/" + job + "/secret";
+    s = lead->ReadState(&value);
+    if (s.ok()) {
+      s = ReadSecretFile(secret_file, &secret);
+      if (!s.ok()) s = s.Annotate("the job secret (agent.run_dir of this standby's --config)");
+    }
+    if (s.ok()) s = VerifyState(secret, secret_file, job, value, where, &text);
     RunnerOptions options;
     if (s.ok()) s = ParseSavedCommandLine(text, where, &options);
     const nlohmann::json state = s.ok() ? nlohmann::json::parse(text) : nlohmann::json();

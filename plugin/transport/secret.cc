@@ -10,9 +10,7 @@
 #include "plugin/common/fd.h"
 
 namespace ftrun {
-namespace {
-
-std::string Hex(const unsigned char* p, size_t n) {
+std::string ToHex(const unsigned char* p, size_t n) {
   static const char* kDigits = "0123456789abcdef";
   std::string s;
   for (size_t i = 0; i < n; ++i) {
@@ -22,14 +20,12 @@ std::string Hex(const unsigned char* p, size_t n) {
   return s;
 }
 
-}  // namespace
-
 Status WriteNewSecretFile(const std::string& path) {
   unsigned char raw[kSecretBytes];
   if (RAND_bytes(raw, sizeof(raw)) != 1) return Status::IoError("cannot generate a job secret: RAND_bytes failed");
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::FromErrno("cannot create secret file " + path, errno);
-  std::string text = Hex(raw, sizeof(raw)) + "\n";
+  std::string text = ToHex(raw, sizeof(raw)) + "\n";
   if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
     return Status::FromErrno("cannot write secret file " + path, errno);
   }

@@ -16,5 +16,7 @@ Status WriteNewSecretFile(const std::string& path);
 // Reads the secret from `path`. Errors name the file and what was expected:
 // a file readable by group or others is refused, as is a wrong length.
 Status ReadSecretFile(const std::string& path, std::string* secret);
+// Lowercase hex of `n` bytes.
+std::string ToHex(const unsigned char* p, size_t n);
 
 }  // namespace ftrun

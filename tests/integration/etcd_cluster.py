@@ -114,6 +114,16 @@ class EtcdCluster:
                 continue
         raise RuntimeError("no etcd member answered")
 
+    def delete(self, key):
+        """Through the first member that answers."""
+        body = {"key": base64.b64encode(key.encode()).decode()}
+        for e in self.endpoints():
+            try:
+                return post(e, "/v3/kv/deleterange", body)
+            except (OSError, ValueError):
+                continue
+        raise RuntimeError("no etcd member answered")
+
     def stop(self):
         for p in self.procs:
             if p is not None:

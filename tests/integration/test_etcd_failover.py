@@ -15,9 +15,12 @@ runner leads it through an etcd lease, a standby coordinator (`ftrun
   that, the job ends right, and once the partition heals the deposed runner
   ends with the job's exit code.
 """
+import hashlib
+import hmac
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 
@@ -246,6 +249,28 @@ def test_train_gpt_survives_a_coordinator_failover(check, etcd, seeds):
     check(weights(out) == want_weights and len(want_weights) == 4, f"final weights {weights(out)} != {want_weights}")
 
 
+def job_with_secret(prefix, job_id, etcd):
+    """A standby's config whose agent.run_dir holds job_id's secret (0600, as the runner writes it): (dir, config,
+    secret)."""
+    d = scratch(prefix)
+    config = os.path.join(d, "ftrun.yaml")
+    with open(config, "w") as f:
+        f.write(f"agent:\n  run_dir: {d}/run\n" + CONFIG % ",".join(etcd.endpoints()))
+    os.makedirs(os.path.join(d, "run", job_id), mode=0o700)
+    os.chmod(os.path.join(d, "run"), 0o700)
+    secret = os.urandom(32).hex()
+    fd = os.open(os.path.join(d, "run", job_id, "secret"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (secret + "\n").encode())
+    os.close(fd)
+    return d, config, secret
+
+
+def signed(secret, job_id, state):
+    """The etcd value a leader writes for `state` (launcher/runner/signed_state.h)."""
+    mac = hmac.new(secret.encode(), f"etcd-state|{job_id}|{state}".encode(), hashlib.sha256).hexdigest()
+    return json.dumps({"state": state, "mac": mac})
+
+
 @pytest.mark.parametrize("state, want", [
     ("not json", "expected {\"argv\": [...]} written by the job's runner"),
     ('{"argv": ["--num_nodes", "2", "train.py"]}', "expected a 'status' object next to 'argv'"),
@@ -256,16 +281,56 @@ def test_train_gpt_survives_a_coordinator_failover(check, etcd, seeds):
 ])
 def test_standby_refuses_a_bad_state(check, etcd, state, want):
     """The state a leader left in etcd is read as hostile: a standby that wins a job whose state is malformed
-    exits 2 naming the key and what is wrong, and lets its lease go for another."""
+    (signed with the job secret, as a leader's own bug would leave it) exits 2 naming the key and what is wrong,
+    and lets its lease go for another."""
     job_id = "job-bad-state-%d" % (abs(hash(state)) % 100000)
-    d = scratch("ftrun-etcd-bad-")
-    config = os.path.join(d, "ftrun.yaml")
-    with open(config, "w") as f:
-        f.write(f"agent:\n  run_dir: {d}/run\n" + CONFIG % ",".join(etcd.endpoints()))
-    etcd.put(f"/ftrun-test/{job_id}/state", state.replace("CONFIG", config))
+    d, config, secret = job_with_secret("ftrun-etcd-bad-", job_id, etcd)
+    etcd.put(f"/ftrun-test/{job_id}/state", signed(secret, job_id, state.replace("CONFIG", config)))
     standby, sout = start_standby(job_id, config, os.path.join(d, "standby.log"))
     rc = exit_code(standby, 60)
     log = read(sout)
     check(rc == 2, f"exit 2 (got {rc}):\n{log[-2000:]}")
     check(want in log and (f"/ftrun-test/{job_id}/state" in log), f"the error names the key and the fault:\n{log}")
     print(log.strip().splitlines()[-1], flush=True)
+
+
+@pytest.mark.parametrize("how", ["unsigned", "another key", "another job's"])
+def test_standby_obeys_no_state_the_job_did_not_sign(check, etcd, how):
+    """Issue 33, finding 3: anyone who can write the job's etcd prefix (etcd on loopback without auth: any local
+    user) rewrites its state: a command line that runs a command, a status file to overwrite, agents whose pids are
+    a same-user `sleep` (its real start time, from /proc) on this host; then deletes the leader key. The standby
+    wins the lease and refuses the state: exit 2, naming the key and the secret file; no command runs, no file is
+    written, nothing is killed."""
+    job_id = "job-hostile-" + how.replace(" ", "-").replace("'", "")
+    d, config, secret = job_with_secret("ftrun-etcd-hostile-", job_id, etcd)
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        with open(f"/proc/{victim.pid}/stat") as f:
+            start_time = int(f.read().rsplit(")", 1)[1].split()[19])
+        pwned, status_file = os.path.join(d, "pwned"), os.path.join(d, "victim-status.json")
+        state = json.dumps({
+            "argv": ["--num_nodes", "1", "--config", config, "--status_file", status_file, "--no_python",
+                     "touch", pwned],
+            "status": {"job_id": job_id, "coordinator": "127.0.0.1:1", "runner_host": socket.gethostname(),
+                       "agents": [{"id": 1, "slot": 0, "pid": victim.pid, "start_time": start_time,
+                                   "status_file": status_file}],
+                       "nodes": [{"node": 0, "agent": 1}]}})
+        value = {"unsigned": state,
+                 "another key": signed(os.urandom(32).hex(), job_id, state),
+                 "another job's": signed(secret, "some-other-job", state)}[how]
+        etcd.put(f"/ftrun-test/{job_id}/state", value)
+        etcd.delete(f"/ftrun-test/{job_id}/leader")
+        standby, sout = start_standby(job_id, config, os.path.join(d, "standby.log"))
+        rc = exit_code(standby, 60)
+        log = read(sout)
+        check(rc == 2, f"exit 2 (got {rc}):\n{log[-2000:]}")
+        check(f"/ftrun-test/{job_id}/state" in log and ("nothing of it is used" in log or "not signed" in log),
+              f"the error names the key and why:\n{log}")
+        time.sleep(1)
+        check(not os.path.exists(pwned), "the command line from etcd ran")
+        check(not os.path.exists(status_file), "the status file named in etcd was written")
+        check(victim.poll() is None, "the process etcd named as an agent was killed")
+        print(log.strip().splitlines()[-1], flush=True)
+    finally:
+        victim.kill()
+        victim.wait()

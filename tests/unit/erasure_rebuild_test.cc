@@ -153,7 +153,8 @@ TEST_CASE("erasure rebuild: a parity row corrupted at a survivor is decoded arou
     GroupCode::Place p;
     p.fragment = 0;
     p.offset = 100;
-    REQUIRE(c.g.members[0]->exchange.rows().Apply(3, 2, c.g.members[0]->exchange.epoch(), 0, p, junk, sizeof junk).ok());
+    REQUIRE(
+        c.g.members[0]->exchange.rows().Apply(3, 2, c.g.members[0]->exchange.epoch(), 0, p, junk, sizeof junk).ok());
     c.g.Contribute(3, 2);
     for (auto& m : c.g.members) REQUIRE(m->exchange.rows().Complete(3));
     c.version = 3;
