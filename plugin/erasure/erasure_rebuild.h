@@ -25,6 +25,7 @@
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -61,8 +62,8 @@ class ErasureRebuild {
   void PeerDown(PeerId peer);
 
   // Bytes of each fragment fetched at once (tests make it small).
-  static constexpr uint64_t kPieceBytes = 4 << 20;
-  void set_piece_bytes(uint64_t n) { piece_ = n; }
+  static constexpr uint64_t kPieceBytes = FragmentRequestMsg::kMaxLength;
+  void set_piece_bytes(uint64_t n) { piece_ = std::min(n, kPieceBytes); }
 
   // Every rank is in the store, every chunk checked.
   std::function<void(uint64_t epoch, uint64_t version, const std::vector<int>& ranks)> on_done;

@@ -57,6 +57,7 @@ void FragmentServer::Tick(std::chrono::steady_clock::time_point now) {
       ++it;
       continue;
     }
+    Refuse(it->first.first, it->first.second, "the fragment was staged here but not fetched within 5 s");
     pool_.Give(std::move(it->second.bytes));
     it = staged_.erase(it);
   }
@@ -72,6 +73,12 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
     }
     return SendMsg(t_, from, FragmentManifestsMsg{m.xfer, *v});
   }
+  if (m.length > FragmentRequestMsg::kMaxLength) {
+    return Refuse(from, m.xfer,
+                  "a request for " + std::to_string(m.length) + " bytes (at most " +
+                      std::to_string(FragmentRequestMsg::kMaxLength) + " per request)");
+  }
+  if (staged_.size() >= kMaxParked) return Refuse(from, m.xfer, "too many fragments staged here; ask again");
   std::vector<uint8_t> bytes = pool_.Take(m.length);
   Status s;
   if (m.kind == FragmentRequestMsg::kParity) {
@@ -81,9 +88,9 @@ void FragmentServer::Serve(PeerId from, const FragmentRequestMsg& m, std::chrono
   } else {
     s = DataSlice(m, &bytes);
   }
-  if (!s.ok() || staged_.size() >= kMaxParked) {
+  if (!s.ok()) {
     pool_.Give(std::move(bytes));
-    return Refuse(from, m.xfer, !s.ok() ? s.message() : "too many fragments staged here; ask again");
+    return Refuse(from, m.xfer, s.message());
   }
   staged_[{from, m.xfer}] = {std::move(bytes), m.tag, now};
   SendMsg(t_, from, FragmentReadyMsg{m.xfer});

@@ -10,8 +10,11 @@
 // A request from an agent the membership does not name in this node's
 // group (yet: the coordinator's new membership may still be on its way) is
 // parked up to kPatience, then refused. Staged bytes whose requester never
-// says go are dropped after kPatience too, and at most kMaxParked are
-// staged at once.
+// says go are dropped after kPatience too, and the requester is told (it
+// asks again or elsewhere, rather than wait for them). A request for more
+// than FragmentRequestMsg::kMaxLength is refused before anything is
+// allocated, as is one past kMaxParked staged at once: what requesters can
+// make a survivor hold is bounded by kMaxParked x kMaxLength.
 //
 // Not thread-safe: driven by the agent's event loop.
 #pragma once

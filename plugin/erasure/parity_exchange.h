@@ -16,7 +16,10 @@
 //
 // Holder side: checks that an offer comes from the agent whose fragment it
 // names, for a row this member holds, in this epoch, then receives the
-// deltas and applies them (ParityRows). A version whose rows all got every
+// deltas and applies them (ParityRows). A sender has at most kInflight
+// offers in flight per row this member holds; one more is refused before
+// its bytes are allocated, so what the group can make a holder allocate is
+// bounded by members x parity x kInflight x kOfferBytes. A version whose rows all got every
 // contributor's last offer is complete (on_complete): the commit needs it.
 //
 // What crosses the wire and what the CPUs do follows the change: a version
@@ -49,7 +52,7 @@ namespace ftrun {
 class ParityExchange {
  public:
   // One offer's deltas at most; the offers in flight to one holder at most.
-  static constexpr uint64_t kOfferBytes = 16ull << 20;
+  static constexpr uint64_t kOfferBytes = ParityOfferMsg::kMaxBytes;
   static constexpr int kInflight = 2;
 
   // `code` and `store` outlive the exchange; `arena_base` is the store's

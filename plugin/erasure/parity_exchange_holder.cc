@@ -81,6 +81,13 @@ void ParityExchange::Offer(PeerId from, ParityOfferMsg m) {
     return Reply(from, m.xfer, s, need_full);
   }
   const uint64_t bytes = m.bytes();
+  const auto pending = std::count_if(in_.begin(), in_.end(), [&](const auto& i) { return i.second.first == from; });
+  if (bytes > 0 && pending >= static_cast<long>(code_->parity()) * kInflight) {
+    return Reply(from, m.xfer,
+                 Status::ResourceExhausted("agent " + std::to_string(from) + " has " + std::to_string(pending) +
+                                           " parity offers in flight here already (at most " +
+                                           std::to_string(code_->parity() * kInflight) + ")"));
+  }
   if (bytes == 0) {
     In in{std::move(m), {}};
     return Land(from, in);

@@ -33,7 +33,7 @@ struct ParityOfferMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kParityOffer;
   // One offer's bytes at most (a contributor cuts a stripe's deltas into
   // offers no larger): what a holder allocates for one.
-  static constexpr uint64_t kMaxBytes = 64ull << 20;
+  static constexpr uint64_t kMaxBytes = 16ull << 20;
 
   uint64_t xfer = 0;
   uint64_t epoch = 0;
@@ -91,6 +91,9 @@ struct GroupManifestsMsg {
 // manifests, answered with kFragmentManifests.
 struct FragmentRequestMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kFragmentRequest;
+  // The most bytes one request may ask for (a rebuild's piece): what a
+  // survivor allocates for one, checked before it does.
+  static constexpr uint64_t kMaxLength = 4ull << 20;
   enum Kind : uint8_t { kData = 0, kParity = 1, kManifests = 2 };
   uint64_t xfer = 0;
   uint64_t epoch = 0;

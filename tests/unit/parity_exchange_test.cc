@@ -291,6 +291,78 @@ TEST_CASE("parity exchange: offers that are not the sender's, and a chunk corrup
   CHECK(!g.members[2]->exchange.rows().Complete(2));
 }
 
+// Issue 33, finding 6: what a group member can make another allocate is
+// bounded before anything is allocated: offers in flight per sender (the
+// holder posts a receive, of up to kOfferBytes, for each), and fragment
+// requests (a survivor stages the bytes asked for).
+TEST_CASE("parity exchange: a flood of offers and an oversize fragment request are refused before allocating",
+          "[erasure][parity_exchange][security]") {
+  Group g(2, 1, {{8192}, {8192}, {8192}}, 4096);
+  g.Save(1, [](int, size_t) { return true; });
+  g.Contribute(1, std::nullopt);
+  Member& holder = *g.members[0];  // holds row 0 of stripe 0, whose fragments are members 1 and 2's
+  std::vector<std::string> refused;
+  int wants = 0;
+  auto send = [&](PeerId from, ClusterMsg type, const std::string& payload) {
+    const bool handled = holder.exchange.Handle(from, static_cast<uint16_t>(type), payload) ||
+                         holder.server.Handle(from, static_cast<uint16_t>(type), payload, g.net.clock.Now());
+    REQUIRE(handled);
+    for (TransportEvent& e : g.net.events[from]) {
+      if (e.type == static_cast<uint16_t>(ClusterMsg::kParityRefused)) {
+        ParityRefusedMsg r;
+        REQUIRE(Decode(e.payload, &r).ok());
+        refused.push_back(r.message);
+      } else if (e.type == static_cast<uint16_t>(ClusterMsg::kFragmentRefused)) {
+        FragmentRefusedMsg r;
+        REQUIRE(Decode(e.payload, &r).ok());
+        refused.push_back(r.message);
+      } else if (e.type == static_cast<uint16_t>(ClusterMsg::kParityWant)) {
+        wants++;
+      }
+    }
+    g.net.events[from].clear();
+  };
+  ParityOfferMsg m;
+  m.version = 2;
+  m.base = 1;
+  m.stripe = 0;
+  m.fragment = 0;  // member 1's
+  m.extents = {{0, ParityOfferMsg::kMaxBytes}};
+  const int allowed = g.code->parity() * ParityExchange::kInflight;
+  for (int i = 0; i < 50; ++i) {
+    m.xfer = 100 + static_cast<uint64_t>(i);
+    send(11, ClusterMsg::kParityOffer, Encode(m));
+  }
+  CHECK(wants == allowed);  // a receive posted for each of those only
+  CHECK(g.net.recvs.size() == static_cast<size_t>(allowed));
+  REQUIRE(refused.size() == static_cast<size_t>(50 - allowed));
+  CHECK(refused[0].find("parity offers in flight here already") != std::string::npos);
+
+  // 64 GiB asked of a survivor: refused, nothing staged.
+  refused.clear();
+  FragmentRequestMsg r;
+  r.xfer = 7;
+  r.epoch = holder.exchange.epoch();
+  r.version = 1;
+  r.kind = FragmentRequestMsg::kParity;
+  r.index = 0;
+  r.length = 64ull << 30;
+  r.tag = 9;
+  send(12, ClusterMsg::kFragmentRequest, Encode(r));
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].find("at most " + std::to_string(FragmentRequestMsg::kMaxLength)) != std::string::npos);
+
+  // A fragment staged but never fetched: dropped after kPatience, and the requester told.
+  refused.clear();
+  r.length = 4096;
+  send(12, ClusterMsg::kFragmentRequest, Encode(r));
+  CHECK(refused.empty());
+  holder.server.Tick(g.net.clock.Now() + FragmentServer::kPatience + std::chrono::seconds(1));
+  send(12, ClusterMsg::kFragmentGo, Encode(FragmentGoMsg{7}));
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].find("not fetched within") != std::string::npos);
+}
+
 TEST_CASE(
     "parity exchange: a holder whose store is full refuses the parity, naming the budget; the committed "
     "version's stays",
