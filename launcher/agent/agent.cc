@@ -28,7 +28,7 @@ Status Agent::Setup() {
   // signals only ever arrive through the loop.
   FTRUN_RETURN_IF_ERROR(loop_.Open({SIGCHLD, SIGTERM, SIGINT, SIGHUP}, kTick));
   if (o_.each_rank_log_dir.empty()) {
-    rank_output_ = std::make_unique<RankOutput>(STDERR_FILENO);
+    rank_output_ = std::make_unique<RankOutput>(STDOUT_FILENO, STDERR_FILENO, c.job.output_prefix);
     FTRUN_RETURN_IF_ERROR(rank_output_->Start());
   }
   FTRUN_RETURN_IF_ERROR(InstanceLock::Claim(c.agent.run_dir, o_.job_id, o_.agent_id, &lock_));

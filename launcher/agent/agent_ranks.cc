@@ -78,8 +78,10 @@ Status Agent::SpawnRank(RankSlot& s, int generation) {
   spec.argv = BuildRankCommand(o_, s.local_rank);
   spec.env = BuildRankEnv(o_, id);
   if (!o_.each_rank_log_dir.empty()) spec.log_file = RankLogPath(o_.each_rank_log_dir, s.global_rank);
-  UniqueFd stderr_pipe;
-  FTRUN_RETURN_IF_ERROR(rank_output_ ? rank_output_->NewPipe(s.global_rank, &stderr_pipe) : Status::Ok());
+  UniqueFd stdout_pipe, stderr_pipe;
+  FTRUN_RETURN_IF_ERROR(rank_output_ ? rank_output_->NewPipes(s.global_rank, &stdout_pipe, &stderr_pipe)
+                                     : Status::Ok());
+  spec.stdout_fd = stdout_pipe.get();
   spec.stderr_fd = stderr_pipe.get();
   return ranks_->Spawn(s, spec);
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <vector>
 
 namespace ftrun {
@@ -25,12 +26,18 @@ void WriteAll(int fd, const char* p, size_t n) {
 
 }  // namespace
 
-RankOutput::RankOutput(int sink) : sink_(sink) {}
+RankOutput::RankOutput(int out, int err, bool prefix) : out_(out), err_(err), prefix_(prefix) {}
 
 RankOutput::~RankOutput() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
+    // What the ranks wrote last (their final lines, just before they
+    // exited) goes out before the agent does.
+    for (auto& [key, p] : pipes_) {
+      if (p.fd.valid()) DrainLocked(p);
+      ForwardLocked(p, true);
+    }
   }
   if (wake_.valid()) {
     uint64_t one = 1;
@@ -53,9 +60,15 @@ Status RankOutput::Start() {
   return Status::Ok();
 }
 
-Status RankOutput::NewPipe(int rank, UniqueFd* write_end) {
+Status RankOutput::NewPipes(int rank, UniqueFd* stdout_write, UniqueFd* stderr_write) {
+  FTRUN_RETURN_IF_ERROR(AddPipe(rank, out_, false, stdout_write));
+  return AddPipe(rank, err_, true, stderr_write);
+}
+
+Status RankOutput::AddPipe(int rank, int sink, bool keep_tail, UniqueFd* write_end) {
+  const char* what = keep_tail ? " stderr)" : " stdout)";
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe2 (rank " + std::to_string(rank) + " stderr)", errno);
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe2 (rank " + std::to_string(rank) + what, errno);
   UniqueFd rd(fds[0]);
   write_end->Reset(fds[1]);
   ::fcntl(rd.get(), F_SETFL, ::fcntl(rd.get(), F_GETFL) | O_NONBLOCK);
@@ -66,13 +79,38 @@ Status RankOutput::NewPipe(int rank, UniqueFd* write_end) {
   ev.data.fd = key;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, key, &ev) != 0) {
     write_end->Reset();
-    return Status::FromErrno("epoll_ctl (rank " + std::to_string(rank) + " stderr)", errno);
+    return Status::FromErrno("epoll_ctl (rank " + std::to_string(rank) + what, errno);
   }
   Pipe& p = pipes_[key];
   p.rank = rank;
+  p.sink = sink;
+  p.keep_tail = keep_tail;
   p.fd = std::move(rd);
-  current_[rank] = key;
+  if (keep_tail) current_[rank] = key;
   return Status::Ok();
+}
+
+void RankOutput::ForwardLocked(Pipe& p, bool all) {
+  size_t end = all ? p.held.size() : p.held.find_last_of("\n\r");
+  if (end == std::string::npos || end == 0) return;
+  if (!all) ++end;  // the line break goes too
+  if (!prefix_) {
+    WriteAll(p.sink, p.held.data(), end);
+  } else {
+    const std::string tag = "[rank " + std::to_string(p.rank) + "]: ";
+    std::string out;
+    out.reserve(end + tag.size() * 4);
+    for (size_t at = 0; at < end;) {
+      size_t eol = p.held.find_first_of("\n\r", at);
+      eol = eol == std::string::npos || eol >= end ? end : eol + 1;
+      out += tag;
+      out.append(p.held, at, eol - at);
+      at = eol;
+    }
+    if (all && !out.empty() && out.back() != '\n' && out.back() != '\r') out += '\n';
+    WriteAll(p.sink, out.data(), out.size());
+  }
+  p.held.erase(0, end);
 }
 
 bool RankOutput::DrainLocked(Pipe& p) {
@@ -81,17 +119,38 @@ bool RankOutput::DrainLocked(Pipe& p) {
     ssize_t n = ::read(p.fd.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return true;
-    if (n <= 0) return false;
-    WriteAll(sink_, buf, static_cast<size_t>(n));
-    p.tail.append(buf, static_cast<size_t>(n));
-    if (p.tail.size() > kTailBytes) p.tail.erase(0, p.tail.size() - kTailBytes);
+    if (n <= 0) {
+      ForwardLocked(p, true);  // a last line with no line break
+      return false;
+    }
+    const size_t before = p.held.size();
+    p.held.append(buf, static_cast<size_t>(n));
+    const size_t len = p.held.size();
+    ForwardLocked(p, len >= kHoldBytes);
+    // A partial line that began in these bytes is held from now.
+    if (before == 0 || p.held.size() != len) p.held_since = std::chrono::steady_clock::now();
+    if (p.keep_tail) {
+      p.tail.append(buf, static_cast<size_t>(n));
+      if (p.tail.size() > kTailBytes) p.tail.erase(0, p.tail.size() - kTailBytes);
+    }
   }
+}
+
+int RankOutput::WaitMsLocked() const {
+  std::optional<std::chrono::steady_clock::time_point> due;
+  for (const auto& [key, p] : pipes_) {
+    if (!p.held.empty() && (!due || p.held_since + kHoldFor < *due)) due = p.held_since + kHoldFor;
+  }
+  if (!due) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*due - std::chrono::steady_clock::now()).count();
+  return static_cast<int>(std::max<int64_t>(left, 0));
 }
 
 void RankOutput::Run() {
   std::vector<epoll_event> evs(32);
+  int wait_ms = -1;
   for (;;) {
-    int n = ::epoll_wait(epoll_.get(), evs.data(), static_cast<int>(evs.size()), -1);
+    int n = ::epoll_wait(epoll_.get(), evs.data(), static_cast<int>(evs.size()), wait_ms);
     if (n < 0 && errno == EINTR) continue;
     std::lock_guard<std::mutex> l(mu_);
     if (stop_ || n < 0) return;
@@ -101,10 +160,10 @@ void RankOutput::Run() {
       auto it = pipes_.find(key);
       if (it == pipes_.end() || DrainLocked(it->second)) continue;
       // EOF: every holder of the write end (the rank and its children) is
-      // gone. The tail stays readable while this is the rank's newest pipe.
+      // gone. A stderr tail stays readable while this is the rank's newest pipe.
       ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, key, nullptr);
       auto cur = current_.find(it->second.rank);
-      if (cur != current_.end() && cur->second == key) {
+      if (it->second.keep_tail && cur != current_.end() && cur->second == key) {
         // Keep the entry (its tail) under a key no fd can have.
         const int rank = it->second.rank;
         it->second.fd.Reset();
@@ -113,6 +172,12 @@ void RankOutput::Run() {
       }
       pipes_.erase(it);
     }
+    // Partial lines held long enough go as they are.
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [key, p] : pipes_) {
+      if (!p.held.empty() && now - p.held_since >= kHoldFor) ForwardLocked(p, true);
+    }
+    wait_ms = WaitMsLocked();
   }
 }
 

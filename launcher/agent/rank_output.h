@@ -1,16 +1,27 @@
-// RankOutput: the ranks' stderr, passed through to the agent's own stderr
-// and its last lines kept per rank, so that an error can quote what a rank
-// said before it died (a traceback, an argparse message).
+// RankOutput: the ranks' stdout and stderr, passed through to the
+// agent's own, a line at a time, and the last lines of each rank's stderr
+// kept, so that an error can quote what a rank said before it died (a
+// traceback, an argparse message).
+//
+// Ranks write their output unbuffered (PYTHONUNBUFFERED=1: nothing is lost
+// when one dies), so print() writes a line's text and its line break
+// separately, and two ranks printing at once would interleave inside a
+// line. Each pipe's bytes are forwarded up to their last line break ('\n',
+// or '\r' for a progress bar) in one write; the rest waits for its line
+// break, at most kHoldFor (then it goes as it is: a prompt, a partial
+// line), or until kHoldBytes are held. With `prefix`, every line starts
+// with "[rank N]: " (torchrun's --tee log-line prefix).
 //
 // One thread forwards every rank's pipe (epoll), so a slow reader of the
-// agent's stderr never stalls the agent's event loop; a rank writing faster
+// agent's output never stalls the agent's event loop; a rank writing faster
 // than that reader blocks on its own pipe, as it would on an inherited one.
 //
-// Thread-safe. The destructor stops the thread; pipes still open then are
-// closed (a rank that writes after that gets EPIPE/SIGPIPE, as with a
+// Thread-safe. The destructor forwards what is waiting in the pipes, then
+// stops the thread; pipes still open then are closed (a rank that writes after that gets EPIPE/SIGPIPE, as with a
 // closed terminal).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
@@ -23,18 +34,22 @@ namespace ftrun {
 
 class RankOutput {
  public:
-  // `sink`: where the bytes go (the agent's stderr); not owned.
-  explicit RankOutput(int sink);
+  static constexpr auto kHoldFor = std::chrono::milliseconds(100);
+  static constexpr size_t kHoldBytes = 65536;
+
+  // `out`, `err`: where a rank's stdout and stderr go (the agent's); not owned.
+  RankOutput(int out, int err, bool prefix = false);
   ~RankOutput();
   RankOutput(const RankOutput&) = delete;
   RankOutput& operator=(const RankOutput&) = delete;
 
   Status Start();
 
-  // A new pipe for `rank`'s stderr; `write_end` is for the child (the
-  // caller closes its copy once the child has it). Tail(rank) follows the
-  // new pipe from now on; an older one is still forwarded until its EOF.
-  Status NewPipe(int rank, UniqueFd* write_end);
+  // New pipes for `rank`'s stdout and stderr; the write ends are for the
+  // child (the caller closes its copies once the child has them). Tail(rank)
+  // follows the new stderr pipe from now on; older ones are still forwarded
+  // until their EOF.
+  Status NewPipes(int rank, UniqueFd* stdout_write, UniqueFd* stderr_write);
 
   // The last `max_lines` lines of the rank's current pipe, after taking
   // what is waiting in it (bytes a rank wrote just before it died).
@@ -43,18 +58,29 @@ class RankOutput {
  private:
   struct Pipe {
     int rank = 0;
+    int sink = -1;
+    bool keep_tail = false;  // stderr
     UniqueFd fd;
-    std::string tail;  // the last kTailBytes bytes
+    std::string held;  // after the last line break forwarded
+    std::chrono::steady_clock::time_point held_since;
+    std::string tail;  // stderr: the last kTailBytes bytes
   };
   static constexpr size_t kTailBytes = 8192;
 
+  Status AddPipe(int rank, int sink, bool keep_tail, UniqueFd* write_end);
   void Run();
-  // Reads what is waiting on `fd` (without blocking), forwards it and keeps
-  // its tail. Returns false at EOF or on an error. Requires mu_.
+  // Reads what is waiting on `fd` (without blocking), forwards its whole
+  // lines and keeps its tail. Returns false at EOF or on an error. Requires mu_.
   bool DrainLocked(Pipe& p);
+  // Forwards `p.held` up to its last line break (`all`: every byte).
+  // Requires mu_.
+  void ForwardLocked(Pipe& p, bool all);
+  // How long epoll may wait: until the oldest held partial line is due.
+  int WaitMsLocked() const;
 
   // Constant after construction.
-  const int sink_;
+  const int out_, err_;
+  const bool prefix_;
   UniqueFd epoll_, wake_;
 
   std::mutex mu_;

@@ -2,7 +2,7 @@
 // structs. Nothing else in ftrun looks keys up by string.
 //
 // File layout (see configs/schema.md for every key):
-//   job:   { id, max_restarts, hang_timeout, stop_grace }
+//   job:   { id, max_restarts, hang_timeout, stop_grace, output_prefix }
 //   store: { memory_budget, chunk_size, snapshot_bytes, prefault }
 //   agent: { run_dir, log_level, ranks_per_node }
 //   cluster: { replicas, redundancy, spares, heartbeat_interval, heartbeat_misses, lost_node_timeout,
@@ -49,6 +49,7 @@ struct JobConfig {
   int max_restarts = 3;                           // job.max_restarts, >= 0
   std::chrono::milliseconds hang_timeout{60000};  // job.hang_timeout, > 0
   std::chrono::milliseconds stop_grace{5000};     // job.stop_grace, >= 0
+  bool output_prefix = false;                     // job.output_prefix: "[rank N]: " before each line a rank writes
 };
 
 struct StoreConfig {

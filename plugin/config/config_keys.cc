@@ -147,6 +147,9 @@ const Key kTable[] = {
      [](const std::string& t, Config* c) { return ParseDuration(t, &c->job.stop_grace); },
      [](const Config& c) -> const char* { return c.job.stop_grace.count() >= 0 ? nullptr : "a duration >= 0 like 5s"; },
      [](const Config& c) { return Millis(c.job.stop_grace); }},
+    {"job", "output_prefix", "true or false",
+     [](const std::string& t, Config* c) { return ParseBool(t, &c->job.output_prefix); }, nullptr,
+     [](const Config& c) { return std::string(c.job.output_prefix ? "true" : "false"); }},
     {"store", "memory_budget", "a size like 4GiB or 512MiB",
      [](const std::string& t, Config* c) { return ParseSize(t, &c->store.memory_budget); },
      nullptr,  // checked against the other store fields in ValidateConfig
