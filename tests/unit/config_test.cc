@@ -96,10 +96,11 @@ TEST_CASE("configs/default.yaml matches DefaultConfig", "[config]") {
   CHECK(c.coordinator.etcd_prefix == d.coordinator.etcd_prefix);
   CHECK(c.coordinator.etcd_lease_ttl == d.coordinator.etcd_lease_ttl);
   CHECK(c.cluster.replicas == d.cluster.replicas);
+  CHECK(c.job.output_prefix == d.job.output_prefix);
   CHECK(c.cluster.erasure.data == d.cluster.erasure.data);
   CHECK(c.cluster.erasure.parity == d.cluster.erasure.parity);
   CHECK(c.store.memory_budget_loc.file == path);
-  CHECK(c.store.memory_budget_loc.line == 11);
+  CHECK(c.store.memory_budget_loc.line == 12);
   CHECK(c.store.memory_budget_loc.column == 3);
 }
 
@@ -187,7 +188,7 @@ TEST_CASE("empty documents and empty sections give defaults", "[config]") {
 
 TEST_CASE("unknown keys are errors", "[config]") {
   ExpectError("# comment\njob:\n  max_restart: 3\n", 3, "job.max_restart",
-              "unknown key (known: id, max_restarts, hang_timeout, stop_grace)");
+              "unknown key (known: id, max_restarts, hang_timeout, stop_grace, output_prefix)");
   ExpectError("store:\n  chunk_size: 1MiB\n  budget: 1GiB\n", 3, "store.budget",
               "unknown key (known: memory_budget, chunk_size, snapshot_bytes, prefault)");
   ExpectError("job: {}\nstorage:\n  x: 1\n", 2, "storage",
