@@ -171,3 +171,15 @@ def test_rewrite_same_directory(check, scratch):
     check_files(check, "no faults", result, out_dir)
     md = check_files(check, "no faults again", result, out_dir)
     check("No faults were injected." in md, "no faults: missing 'No faults were injected.'")
+
+
+def test_summary_lists_faults_not_injected_apart(check):
+    """Issue 33, finding 12: faults the schedule could not place (the job finished first) are listed in the
+    summary as the schedule's, not as a failed check."""
+    result = {"verdict": "pass", "plan": "mixed.yaml", "seed": 1,
+              "checks": [{"name": "the plan's faults were injected", "ok": True, "detail": "56 of 57"}],
+              "faults": [], "recoveries": [], "summary": {"faults_injected": 56, "faults_planned": 57},
+              "not_injected": ["1 random faults: the job ended or did not recover (stopped)"]}
+    text = report.format_summary(result)
+    check("PASS" in text and "failed checks" not in text, text)
+    check("not injected (the schedule, not a failure): 1: 1 random faults" in text, text)

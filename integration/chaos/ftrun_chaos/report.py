@@ -55,6 +55,10 @@ def format_summary(result):
              f"faults: {_text(injected)} injected of {_text(planned)} planned: {by_kind}",
              f"recoveries: {_text(count)}, median {_fmt(stats['median'], 3)} s, "
              f"max {_fmt(stats['max'], 3)} s"]
+    skipped = result.get("not_injected") or []
+    if skipped:
+        lines.append(f"not injected (the schedule, not a failure): {len(skipped)}: " +
+                     "; ".join(_text(x) for x in skipped[:3]))
     failed = _failed_checks(result)
     if failed:
         lines.append("failed checks:")

@@ -317,8 +317,12 @@ def _result(plan, r, golden, code, nodes, job_id, build, nranks, duration):
         V.check("the final state equals the failure-free run's", tl.digests == golden and len(golden) == nranks,
                 "%d of %d ranks' digests equal" % (sum(1 for k, d in golden.items() if tl.digests.get(k) == d),
                                                    len(golden))),
-        V.check("every planned fault was injected", not r.not_injected,
-                "; ".join(r.not_injected[:5]) or "%d of %d" % (len(faults), planned)),
+        # A fault the schedule could not place (the job finished first) is
+        # reported next to the checks, not failed: the verdict is about what
+        # the job survived. A plan none of whose faults ran proves nothing.
+        V.check("the plan's faults were injected", faults or not planned,
+                "%d of %d%s" % (len(faults), planned,
+                                "; not injected: " + "; ".join(r.not_injected[:5]) if r.not_injected else "")),
         V.check_restores(tl, nranks),
         V.check_nothing_lost(tl, plan.replicas, _erasure_groups(plan, job)),
     ]
@@ -348,6 +352,7 @@ def _result(plan, r, golden, code, nodes, job_id, build, nranks, duration):
         "faults": faults, "recoveries": recs, "steps": steps,
         "committed": [[round(t - t0, 3), v] for t, v in tl.committed],
         "summary": V.summarize(faults, recs, planned),
+        "not_injected": list(r.not_injected),
     }
 
 

@@ -3,7 +3,9 @@ the runner (launcher/runner/rendezvous_keeper.h) rather than by rank 0, so
 that no rank's death takes them down.
 
 They are torch's own TCPStore servers (the protocol is the one the ranks'
-torch speaks, whatever its version), listening on every interface. Ranks
+torch speaks, whatever its version), listening on the one address the
+job's ranks connect to (--host: the runner's; a socket bound here and
+handed to TCPStore, whose own server would listen on every interface). Ranks
 reach them as torchrun's workers reach their agent's store:
 TORCHELASTIC_USE_AGENT_STORE=True, MASTER_ADDR:MASTER_PORT the store. Each
 generation meets at a server of its own, as each of torchrun's rendezvous
@@ -23,6 +25,7 @@ or the port is taken.
 import argparse
 import os
 import select
+import socket
 import sys
 import time
 from datetime import timedelta
@@ -33,7 +36,7 @@ _KEEP = 3  # servers kept up: the newest generation's and the two before
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m ftrun.rendezvous_store")
     p.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
-    p.add_argument("--host", default="0.0.0.0", help="the address ranks connect to (the server listens on all)")
+    p.add_argument("--host", default="127.0.0.1", help="the address ranks connect to (the only one listened on)")
     a = p.parse_args(argv)
     parent = os.getppid()  # (started by hand: it ends when that shell does)
     try:
@@ -43,7 +46,17 @@ def main(argv=None):
         return 2
 
     def serve(port):
-        return TCPStore(a.host, port, None, True, timedelta(hours=1), wait_for_workers=False)
+        sock = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((a.host, port))
+            sock.listen(1024)
+        except OSError as e:
+            sock.close()
+            raise RuntimeError(f"{a.host}:{port}: {e.strerror}") from e
+        # The store owns the descriptor from here (it closes it when it goes).
+        return TCPStore(a.host, sock.getsockname()[1], None, True, timedelta(hours=1), wait_for_workers=False,
+                        master_listen_fd=sock.detach())
 
     try:
         servers = [serve(a.port)]
