@@ -132,6 +132,7 @@ void ErasureMember::PeerDown(PeerId peer) {
 
 void ErasureMember::Tick(Clock::Time now) {
   if (server_) server_->Tick(now);
+  if (rebuild_) rebuild_->Tick(now);
 }
 
 }  // namespace ftrun

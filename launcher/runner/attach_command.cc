@@ -63,6 +63,7 @@ int AttachJob(int argc, char** argv) {
   }
   RunnerOptions options;
   Status s = ParseSavedCommandLine(text, path, &options);
+  if (s.ok()) s = EnterSavedDirectory(options);
   if (!s.ok()) {
     std::fprintf(stderr, "ftrun --attach: %s (is agent.run_dir right? pass the job's --config)\n", s.message().c_str());
     return 2;

@@ -206,6 +206,7 @@ Status Runner::Setup() {
   {
     nlohmann::json r;  // what `ftrun --attach` needs to take the job over
     r["argv"] = o_.argv;
+    r["cwd"] = CurrentDirectory();
     FTRUN_RETURN_IF_ERROR(ReplaceFileAt(job_dir_fd_.get(), job_dir_, "runner.json", r.dump(1) + "\n"));
   }
   for (int a = 0; a < static_cast<int>(nodes_.size()) + spares_; ++a) {
@@ -270,8 +271,7 @@ Status Runner::SpawnAgent(AgentProc& a, bool as_spare) {
     FTRUN_RETURN_IF_ERROR(ShellSplit(o_.launcher_args, &l.launcher_args));
     l.ssh_port = o_.ssh_port;
     l.host = a.host;
-    char cwd[4096] = {};
-    l.cwd = ::getcwd(cwd, sizeof(cwd) - 1) ? cwd : ".";
+    l.cwd = CurrentDirectory();
     const char* home = ::getenv("HOME");
     l.env = ForwardedEnv(environ, {std::string(home ? home : "") + "/.deepspeed_env", "./.deepspeed_env"});
     l.env.push_back("FTRUN_JOB_ID=" + job_id_);

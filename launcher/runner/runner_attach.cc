@@ -178,7 +178,7 @@ void Runner::PublishState(const nlohmann::json& status) {
   for (const char* k : {"committed_version", "epoch", "restarts"}) {
     if (status.contains(k)) s[k] = status[k];
   }
-  std::string text = nlohmann::json{{"argv", o_.argv}, {"status", s}}.dump();
+  std::string text = nlohmann::json{{"argv", o_.argv}, {"cwd", CurrentDirectory()}, {"status", s}}.dump();
   if (text == published_) return;
   published_ = text;
   // Who runs where goes out at once; the committed version may wait a second.

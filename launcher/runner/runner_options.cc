@@ -1,6 +1,7 @@
 #include "launcher/runner/runner_options.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -346,7 +347,26 @@ Status ParseSavedCommandLine(const std::string& json_text, const std::string& wh
   for (auto& w : words) cargv.push_back(w.data());
   bool help = false;
   Status s = ParseRunnerOptions(static_cast<int>(cargv.size()), cargv.data(), out, &help);
-  return s.ok() ? s : Status::InvalidArgument(where + ": " + s.message());
+  if (!s.ok()) return Status::InvalidArgument(where + ": " + s.message());
+  if (saved.contains("cwd")) {
+    if (!saved["cwd"].is_string() || saved["cwd"].get<std::string>().rfind('/', 0) != 0)
+      return Status::InvalidArgument(where + ": 'cwd' must be an absolute directory");
+    out->saved_cwd = saved["cwd"].get<std::string>();
+  }
+  return Status::Ok();
+}
+
+std::string CurrentDirectory() {
+  char cwd[4096];
+  return ::getcwd(cwd, sizeof(cwd) - 1) ? cwd : ".";
+}
+
+Status EnterSavedDirectory(const RunnerOptions& o) {
+  if (o.saved_cwd.empty() || ::chdir(o.saved_cwd.c_str()) == 0) return Status::Ok();
+  return Status::FromErrno("cannot enter " + o.saved_cwd +
+                               ", the directory the job's command line was given in (its relative paths mean "
+                               "files there)",
+                           errno);
 }
 
 }  // namespace ftrun

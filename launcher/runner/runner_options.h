@@ -66,6 +66,7 @@ struct RunnerOptions {
   std::vector<std::string> command;  // SCRIPT and its arguments, untouched
 
   std::vector<std::string> argv;  // every argument as given (kept for `ftrun --attach`)
+  std::string saved_cwd;          // a successor's: the directory that command line was given in
   std::string attach_job;         // set by AttachJob: take over this running job's agents
   std::string attach_state;       // a standby coordinator's: the old leader's state from etcd (JSON)
 };
@@ -82,9 +83,15 @@ struct RunnerOptions {
 Status ParseRunnerOptions(int argc, char** argv, RunnerOptions* out, bool* help);
 
 // A job's first command line as its runner saved it for a successor (JSON
-// {"argv": [strings], ...}: runner.json for `ftrun --attach`, the etcd state
-// for a standby coordinator), parsed as above. Errors name `where`.
+// {"argv": [strings], "cwd": "/dir", ...}: runner.json for `ftrun --attach`,
+// the etcd state for a standby coordinator), parsed as above. Errors name
+// `where`.
 Status ParseSavedCommandLine(const std::string& json_text, const std::string& where, RunnerOptions* out);
+// A successor runs in the directory the saved command line was given in
+// (its relative --config, hostfile and script mean what they meant there).
+Status EnterSavedDirectory(const RunnerOptions& o);
+// This process's working directory ("." when it cannot be named).
+std::string CurrentDirectory();
 
 // The hosts to run on. Reads o.hostfile. When --hostfile was not given and
 // the default file does not exist, that is not an error (DeepSpeed runs

@@ -99,6 +99,7 @@ int FollowJob(const Config& config, const std::string& job, const std::string& c
     if (s.ok()) s = VerifyState(secret, secret_file, job, value, where, &text);
     RunnerOptions options;
     if (s.ok()) s = ParseSavedCommandLine(text, where, &options);
+    if (s.ok()) s = EnterSavedDirectory(options);
     const nlohmann::json state = s.ok() ? nlohmann::json::parse(text) : nlohmann::json();
     if (s.ok() && (!state.contains("status") || !state["status"].is_object()))
       s = Status::InvalidArgument(where + ": expected a 'status' object next to 'argv'");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 #include "plugin/common/log.h"
 
@@ -41,6 +42,7 @@ void ErasureRebuild::Begin(uint64_t epoch, uint64_t version, std::vector<int> ra
   Cancel();
   active_ = true;
   stats_ = {};
+  misses_.clear();
   epoch_ = epoch;
   version_ = version;
   ranks_ = std::move(ranks);
@@ -145,7 +147,7 @@ bool ErasureRebuild::Handle(PeerId from, uint16_t type, const std::string& paylo
         if (!dead && active_) AskManifests();
         return true;
       }
-      if (!it->second.dead) Lost(it->second.piece, it->second.fragment);
+      if (!it->second.dead) Lost(it->second.piece, it->second.fragment, from);
       return true;
     }
     default:
@@ -194,7 +196,7 @@ void ErasureRebuild::Fetch(size_t u) {
   for (int f = 0; f < code_->members(); ++f) {
     const int m = stripe.MemberOf(f);
     const ErasureSource& g = group_[static_cast<size_t>(m)];
-    if (m == self_ || g.agent == kNoAgent || s.excluded.count(f) || !(f < code_->data() ? g.data : g.parity)) continue;
+    if (m == self_ || g.agent == kNoAgent || !(f < code_->data() ? g.data : g.parity)) continue;
     avail.push_back(f);
   }
   s.chosen.clear();
@@ -257,9 +259,15 @@ void ErasureRebuild::AbandonAsks(size_t u) {
   }
 }
 
-void ErasureRebuild::Lost(size_t u, int fragment) {
+void ErasureRebuild::Lost(size_t u, int fragment, PeerId peer) {
   AbandonAsks(u);
-  pieces_[u].excluded.insert(fragment);
+  (void)fragment;  // asked for again, from the same survivor while it has misses left
+  if (++misses_[peer] == kMisses) {
+    FTRUN_LOG_WARN("agent {} failed the rebuild {} times: its fragments are decoded around from now on", peer, kMisses);
+    for (ErasureSource& g : group_) {
+      if (g.agent == peer) g.data = g.parity = false;
+    }
+  }
   pieces_[u].tried.erase(pieces_[u].chosen);  // (the choice was not decoded)
   Fetch(u);
 }
@@ -272,12 +280,41 @@ bool ErasureRebuild::BulkDone(uint64_t token, const Status& status) {
   if (ask.dead || !active_) return true;
   if (!status.ok()) {
     FTRUN_LOG_WARN("a fragment from agent {} for the rebuild did not arrive: {}", ask.peer, status.message());
-    Lost(ask.piece, ask.fragment);
+    Lost(ask.piece, ask.fragment, ask.peer);
     return true;
   }
   stats_.fragment_bytes += ask.buf->size();
   if (--pieces_[ask.piece].outstanding == 0) Decode(ask.piece);
   return true;
+}
+
+void ErasureRebuild::Tick(std::chrono::steady_clock::time_point now) {
+  if (!active_) return;
+  bool manifests = false;
+  std::vector<std::tuple<size_t, int, PeerId>> late;  // (piece, fragment, survivor)
+  for (auto& [xfer, ask] : asks_) {
+    if (ask.dead) continue;
+    if (!ask.seen) {
+      ask.seen = now;
+      continue;
+    }
+    if (now - *ask.seen < kAskTimeout) continue;
+    FTRUN_LOG_WARN("agent {} has not served the rebuild's {} within {} s: asking again or elsewhere", ask.peer,
+                   ask.manifests ? "manifests" : "fragment " + std::to_string(ask.fragment),
+                   std::chrono::duration_cast<std::chrono::seconds>(kAskTimeout).count());
+    if (ask.manifests) {
+      manifests = true;
+      ask.dead = true;  // (its answer, if one comes, is ignored)
+    } else {
+      late.emplace_back(ask.piece, ask.fragment, ask.peer);
+    }
+  }
+  if (manifests) AskManifests();
+  std::set<size_t> done;
+  for (const auto& [u, fragment, peer] : late) {
+    if (!active_) return;
+    if (done.insert(u).second) Lost(u, fragment, peer);  // (abandons the piece's other asks too)
+  }
 }
 
 void ErasureRebuild::PeerDown(PeerId peer) {

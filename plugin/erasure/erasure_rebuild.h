@@ -22,10 +22,18 @@
 // out), until the choices run out. Only then does each rank's manifest
 // enter the store, and the rebuild is done: the ranks may start.
 //
+// Nothing waits forever: an ask unanswered for kAskTimeout (a survivor that
+// stalls, or staged the bytes and dropped them) is abandoned like a refused
+// one. A fragment refused or abandoned is asked for again; a survivor that
+// failed kMisses asks in all is left out, and its fragments are decoded
+// around; when the choices run out the rebuild fails (on_failed), and the
+// coordinator falls back to the disk or stops, naming why.
+//
 // Not thread-safe: driven by the agent's event loop.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,6 +68,11 @@ class ErasureRebuild {
   bool Handle(PeerId from, uint16_t type, const std::string& payload);
   bool BulkDone(uint64_t token, const Status& status);
   void PeerDown(PeerId peer);
+  // Asks older than kAskTimeout (counted from the first Tick that saw them) are abandoned.
+  void Tick(std::chrono::steady_clock::time_point now);
+
+  static constexpr auto kAskTimeout = std::chrono::seconds(10);
+  static constexpr int kMisses = 3;
 
   // Bytes of each fragment fetched at once (tests make it small).
   static constexpr uint64_t kPieceBytes = FragmentRequestMsg::kMaxLength;
@@ -84,7 +97,6 @@ class ErasureRebuild {
   struct Piece {
     int slice = 0, stripe = 0, fragment = 0;
     uint64_t offset = 0, length = 0;
-    std::set<int> excluded;            // fragments that failed to arrive
     std::set<std::vector<int>> tried;  // choices decoded already
     std::vector<int> chosen;           // the choice being fetched
     std::vector<Buffer> bufs;          // its fragments, as they land
@@ -94,8 +106,9 @@ class ErasureRebuild {
   void Plan();
   void Fetch(size_t u);
   void FetchMore();
-  // Fragment `fragment` of piece u's stripe did not come: another choice.
-  void Lost(size_t u, int fragment);
+  // Fragment `fragment` of piece u's stripe did not come from `peer`: asked
+  // for again, or (the peer's kMisses-th miss) decoded around.
+  void Lost(size_t u, int fragment, PeerId peer);
   void AbandonAsks(size_t u);
   void Decode(size_t u);
   void Verify();
@@ -131,8 +144,10 @@ class ErasureRebuild {
     bool dead = false;    // abandoned: forgotten once its receive ends (or at once, not posted)
     bool posted = false;  // its receive is posted (kFragmentReady came)
     int fragment = -1;
+    std::optional<std::chrono::steady_clock::time_point> seen;  // by the first Tick after it was sent
   };
   std::map<uint64_t, Ask> asks_;  // xfer (= tag = receive token) -> what it is for
+  std::map<PeerId, int> misses_;  // survivor -> asks it failed (refused, lost, too late)
   Stats stats_;
 };
 

@@ -8,6 +8,7 @@ committed version from their catalogs, restarts every rank from it, and the
 job ends with every rank's digest equal to the failure-free run's. Without an
 attach, the agents and their ranks are gone after lost_node_timeout.
 """
+import json
 import os
 import subprocess
 import time
@@ -47,8 +48,12 @@ def test_attach_after_runner_sigkill(check):
         time.sleep(1.0)
         check(all(alive(p) for p in agents if p), f"the agents outlive the SIGKILLed runner ({agents})")
         out = open(os.path.join(job.dir, "attach.log"), "w+")
+        # From another directory: the attach runs where the job's command line was given (runner.json's cwd).
+        with open(os.path.join(job.dir, "run", st["job_id"], "runner.json")) as f:
+            saved = json.load(f)
+        check(saved.get("cwd") == os.getcwd(), f"runner.json names the job's directory: {saved.get('cwd')!r}")
         attach = subprocess.run([RUNNER, "--attach", st["job_id"], "--config", job.config], stdout=out,
-                                stderr=subprocess.STDOUT, timeout=240)
+                                stderr=subprocess.STDOUT, timeout=240, cwd="/")
         out.seek(0)
         log = out.read()
         print(log[-2500:], flush=True)

@@ -40,6 +40,7 @@ struct Member {
   std::vector<int> ranks;
   std::vector<uint64_t> contributed, complete;
   std::vector<Status> failed;
+  bool stalled = false;  // a process that stopped (SIGSTOP): its messages wait, unread
 };
 
 // Rank `rank` saves `version` into m's store: a tensor of `bytes` bytes cut
@@ -128,6 +129,7 @@ struct Group {
     for (bool busy = true; busy;) {
       busy = false;
       for (auto& m : members) {
+        if (m->stalled) continue;
         for (TransportEvent& e : m->transport.Poll()) {
           busy = true;
           if (e.kind == TransportEvent::Kind::kMessage) {

@@ -142,6 +142,36 @@ TEST_CASE("erasure rebuild: a restarted agent keeps the chunks it still holds an
   CHECK(x.rebuild.stats().fragment_bytes < c.want[5].size() * 4);
 }
 
+// Issue 33, findings 5 and 11: a survivor that stops answering (SIGSTOP)
+// holds the rebuild up for kAskTimeout per try at most; its fragment is
+// asked for again, then decoded around; the rebuild finishes, bit-identical.
+// A survivor that comes back late answers asks nobody waits for any more.
+TEST_CASE("erasure rebuild: a stalled survivor costs a deadline, not the rebuild", "[erasure][rebuild]") {
+  Committed c;
+  c.Lose(1);
+  Member& stalled = *c.g.members[3];
+  stalled.stalled = true;
+  std::vector<Status> failed;
+  c.Rebuild(&failed);
+  Member& x = *c.g.members[1];
+  auto t = c.g.net.clock.Now();
+  int rounds = 0;
+  while (x.contributed.empty() && failed.empty() && rounds++ < 20) {
+    x.rebuild.Tick(t);  // (the asks' clocks start)
+    t += ErasureRebuild::kAskTimeout + std::chrono::seconds(1);
+    x.rebuild.Tick(t);
+    c.g.Run();
+  }
+  INFO((failed.empty() ? std::string() : failed[0].message()));
+  REQUIRE(failed.empty());
+  REQUIRE(x.contributed == std::vector<uint64_t>{99});  // done
+  CHECK(rounds <= 3 * ErasureRebuild::kMisses + 2);
+  CHECK(Shard(x, 2) == c.want[1]);
+  stalled.stalled = false;
+  c.g.Run();  // its late answers change nothing
+  CHECK(Shard(x, 2) == c.want[1]);
+}
+
 TEST_CASE("erasure rebuild: a parity row corrupted at a survivor is decoded around; too few fragments fail clearly",
           "[erasure][rebuild]") {
   Committed c;
