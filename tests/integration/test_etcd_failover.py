@@ -334,3 +334,46 @@ def test_standby_obeys_no_state_the_job_did_not_sign(check, etcd, how):
     finally:
         victim.kill()
         victim.wait()
+
+
+EC_ARGS = ["--steps", "500", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "20", "--change-fraction", "0.3"]
+EC_CONFIG = ("job:\n  max_restarts: 10\n  stop_grace: 2s\nstore:\n  memory_budget: 256MiB\n  chunk_size: 1MiB\n"
+             "  prefault: false\ncluster:\n  redundancy: {erasure: {data: 2, parity: 1}}\n"
+             "  heartbeat_interval: 200ms\n  heartbeat_misses: 10\n  lost_node_timeout: 60s\n"
+             "coordinator:\n  etcd_endpoints: %s\n  etcd_prefix: /ftrun-test\n  etcd_lease_ttl: " + str(TTL_S) + "s\n")
+
+
+def test_erasure_protection_survives_a_failover(check, etcd):
+    """Issue 33, findings 1 and 4: a 2+1 erasure-coded job (3 nodes x 2 ranks + a spare) whose leading runner is
+    SIGKILLed mid-run (commit rounds every few steps: mid-round). The standby starts the agents in a new epoch with
+    no halt, counts the parity they register with, and the versions it commits have right parity: a node SIGKILLed
+    after its first commits is rebuilt on the spare from the group, and the job ends with the failure-free
+    digests."""
+    want = golden(6, EC_ARGS)
+    job = ClusterJob(3, 2, EC_ARGS, config=EC_CONFIG % ",".join(etcd.endpoints()), spares=1)
+    st = running(job, 10)
+    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+        return
+    job_id, before = st["job_id"], st["committed_version"]
+    standby, sout = start_standby(job_id, job.config, os.path.join(job.dir, "standby.log"))
+    job.proc.kill()
+    job.proc.wait()
+    # The standby leads, right away knows the group survives one loss (the agents' registered parity), and
+    # commits versions of its own.
+    job.proc = standby  # the status file is the standby's now (the job's --status_file)
+    st = job.wait_for(lambda s: s.get("phase") == "running" and s.get("epoch", 0) >= 1 and
+                      (s.get("committed_version") or 0) > before + 5 and
+                      [g["survives"] for g in (s.get("erasure") or {}).get("groups", [])] == [1], timeout=120)
+    if not check(st is not None, f"the standby leads and commits with the group's parity complete:\n"
+                 f"{read(sout)[-3000:]}"):
+        standby.kill()
+        return
+    check(job.kill_node(0), "node 0 killed")
+    rc = exit_code(standby, 240)
+    log = read(sout)
+    print(log[-2500:], flush=True)
+    check(rc == 0, f"the standby ends the job with exit 0 (got {rc})")
+    ranks_out = read(job.out)
+    check("from the erasure group" in ranks_out, "node 0 was rebuilt from its erasure group")
+    check(digests(ranks_out) == want, f"digests after the failover and the node loss equal the failure-free run's "
+          f"({digests(ranks_out)} vs {want})")
