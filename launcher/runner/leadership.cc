@@ -138,6 +138,11 @@ bool Leadership::Renew() {
   const Clock::time_point sent = Clock::now();
   int64_t left = 0;
   Status s = client_.KeepAlive(lease_, &left);
+  // The leader key itself, checked with every renewal (not only at the
+  // next write, which an idle job may not make for long): deleted or
+  // created again by anyone, this process no longer leads.
+  std::optional<EtcdValue> key;
+  const bool key_read = s.ok() && client_.Get(keys_.leader, &key).ok();
   std::lock_guard<std::mutex> l(mu_);
   if (!s.ok()) {
     lost_why_ = "cannot renew the lease: " + s.message();
@@ -146,6 +151,13 @@ bool Leadership::Renew() {
   if (left <= 0) {
     valid_until_ns_ = 0;
     lost_why_ = "the lease lapsed on etcd's side";
+    return false;
+  }
+  if (key_read && (!key || key->create_revision != term_)) {
+    valid_until_ns_ = 0;
+    lost_why_ = "etcd key " + keys_.leader +
+                (key ? " was created again (term " + std::to_string(key->create_revision) + ")" : " was deleted") +
+                ", not by this coordinator (term " + std::to_string(term_) + ")";
     return false;
   }
   const auto granted = std::min(ttl_, std::chrono::milliseconds(left * 1000));

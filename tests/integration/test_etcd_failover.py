@@ -377,3 +377,34 @@ def test_erasure_protection_survives_a_failover(check, etcd):
     check("from the erasure group" in ranks_out, "node 0 was rebuilt from its erasure group")
     check(digests(ranks_out) == want, f"digests after the failover and the node loss equal the failure-free run's "
           f"({digests(ranks_out)} vs {want})")
+
+
+LONG_ARGS = ["--steps", "600", "--state-bytes", "4MiB", "--tensors", "2", "--step-ms", "20"]
+
+
+def test_a_deleted_leader_key_is_noticed_at_the_next_renewal(check, etcd):
+    """Issue 33, finding 8: the leader key deleted under a running job (an etcd writer, or an operator): the
+    leading runner notices at its next lease renewal (ttl/3) or state write, whichever comes first (an idle job
+    writes nothing), and steps down; the standby leads, and the job ends with the failure-free digests."""
+    want = golden(4, LONG_ARGS)
+    job = ClusterJob(2, 2, LONG_ARGS, config=CONFIG % ",".join(etcd.endpoints()))
+    st = running(job, 10)
+    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+        return
+    job_id = st["job_id"]
+    standby, sout = start_standby(job_id, job.config, os.path.join(job.dir, "standby.log"))
+    etcd.delete(f"/ftrun-test/{job_id}/leader")
+    deleted = time.time()
+    # At the next renewal, or sooner at the next write of the state (a busy job writes every second).
+    while time.time() < deleted + 30 and "stepping down" not in read(job.out):
+        time.sleep(0.05)
+    noticed = first(read(job.out), "stepping down")
+    check(noticed is not None and noticed - deleted < TTL_S,
+          f"the runner steps down within the lease TTL:\n{read(job.out)[-3000:]}")
+    if noticed is not None:
+        print(f"leader key deleted: the runner stepped down {noticed - deleted:.2f} s later "
+              f"(lease TTL {TTL_S} s)", flush=True)
+    rc = exit_code(standby, 240)
+    check(rc == 0, f"the standby ends the job with exit 0 (got {rc}):\n{read(sout)[-2500:]}")
+    job.wait(timeout=60)
+    check(digests(read(job.out)) == want, f"digests equal the failure-free run's ({digests(read(job.out))})")
