@@ -82,6 +82,7 @@ def source_dir():
 
 def _release(owner, failed):
     owner.stop_processes()
+    ftrun_testlib.remove_stale_deepspeed_shm()
     if failed:
         _kept.extend(owner.dirs)
     else:
