@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
-#include <tuple>
+#include <utility>
 
 #include "plugin/common/log.h"
 
@@ -147,7 +147,7 @@ bool ErasureRebuild::Handle(PeerId from, uint16_t type, const std::string& paylo
         if (!dead && active_) AskManifests();
         return true;
       }
-      if (!it->second.dead) Lost(it->second.piece, it->second.fragment, from);
+      if (!it->second.dead) Lost(it->second.piece, from);
       return true;
     }
     default:
@@ -259,14 +259,17 @@ void ErasureRebuild::AbandonAsks(size_t u) {
   }
 }
 
-void ErasureRebuild::Lost(size_t u, int fragment, PeerId peer) {
+void ErasureRebuild::LeaveOut(PeerId peer) {
+  for (ErasureSource& g : group_) {
+    if (g.agent == peer) g.data = g.parity = false;
+  }
+}
+
+void ErasureRebuild::Lost(size_t u, PeerId peer) {
   AbandonAsks(u);
-  (void)fragment;  // asked for again, from the same survivor while it has misses left
   if (++misses_[peer] == kMisses) {
     FTRUN_LOG_WARN("agent {} failed the rebuild {} times: its fragments are decoded around from now on", peer, kMisses);
-    for (ErasureSource& g : group_) {
-      if (g.agent == peer) g.data = g.parity = false;
-    }
+    LeaveOut(peer);
   }
   pieces_[u].tried.erase(pieces_[u].chosen);  // (the choice was not decoded)
   Fetch(u);
@@ -280,7 +283,7 @@ bool ErasureRebuild::BulkDone(uint64_t token, const Status& status) {
   if (ask.dead || !active_) return true;
   if (!status.ok()) {
     FTRUN_LOG_WARN("a fragment from agent {} for the rebuild did not arrive: {}", ask.peer, status.message());
-    Lost(ask.piece, ask.fragment, ask.peer);
+    Lost(ask.piece, ask.peer);
     return true;
   }
   stats_.fragment_bytes += ask.buf->size();
@@ -291,7 +294,7 @@ bool ErasureRebuild::BulkDone(uint64_t token, const Status& status) {
 void ErasureRebuild::Tick(std::chrono::steady_clock::time_point now) {
   if (!active_) return;
   bool manifests = false;
-  std::vector<std::tuple<size_t, int, PeerId>> late;  // (piece, fragment, survivor)
+  std::vector<std::pair<size_t, PeerId>> late;  // (piece, survivor)
   for (auto& [xfer, ask] : asks_) {
     if (ask.dead) continue;
     if (!ask.seen) {
@@ -306,14 +309,14 @@ void ErasureRebuild::Tick(std::chrono::steady_clock::time_point now) {
       manifests = true;
       ask.dead = true;  // (its answer, if one comes, is ignored)
     } else {
-      late.emplace_back(ask.piece, ask.fragment, ask.peer);
+      late.emplace_back(ask.piece, ask.peer);
     }
   }
   if (manifests) AskManifests();
   std::set<size_t> done;
-  for (const auto& [u, fragment, peer] : late) {
+  for (const auto& [u, peer] : late) {
     if (!active_) return;
-    if (done.insert(u).second) Lost(u, fragment, peer);  // (abandons the piece's other asks too)
+    if (done.insert(u).second) Lost(u, peer);  // (abandons the piece's other asks too)
   }
 }
 
@@ -329,9 +332,7 @@ void ErasureRebuild::PeerDown(PeerId peer) {
       hit.insert(ask.piece);
     }
   }
-  for (ErasureSource& g : group_) {
-    if (g.agent == peer) g.data = g.parity = false;  // gone for this rebuild
-  }
+  LeaveOut(peer);  // gone for this rebuild
   if (!active_) return;
   if (manifests) AskManifests();
   for (size_t u : hit) {

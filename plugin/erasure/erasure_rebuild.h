@@ -106,9 +106,11 @@ class ErasureRebuild {
   void Plan();
   void Fetch(size_t u);
   void FetchMore();
-  // Fragment `fragment` of piece u's stripe did not come from `peer`: asked
-  // for again, or (the peer's kMisses-th miss) decoded around.
-  void Lost(size_t u, int fragment, PeerId peer);
+  // A fragment of piece u did not come from `peer`: asked for again, or
+  // (the peer's kMisses-th miss) decoded around.
+  void Lost(size_t u, PeerId peer);
+  // `peer` serves nothing more to this rebuild.
+  void LeaveOut(PeerId peer);
   void AbandonAsks(size_t u);
   void Decode(size_t u);
   void Verify();

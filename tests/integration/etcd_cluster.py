@@ -104,25 +104,21 @@ class EtcdCluster:
             return base64.b64decode(kvs[0].get("value", "")).decode(), int(kvs[0]["create_revision"])
         raise RuntimeError("no etcd member answered")
 
-    def put(self, key, value):
+    def _post_any(self, path, body):
         """Through the first member that answers (a test may have killed some)."""
-        body = {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value.encode()).decode()}
         for e in self.endpoints():
             try:
-                return post(e, "/v3/kv/put", body)
+                return post(e, path, body)
             except (OSError, ValueError):
                 continue
         raise RuntimeError("no etcd member answered")
 
+    def put(self, key, value):
+        return self._post_any("/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                             "value": base64.b64encode(value.encode()).decode()})
+
     def delete(self, key):
-        """Through the first member that answers."""
-        body = {"key": base64.b64encode(key.encode()).decode()}
-        for e in self.endpoints():
-            try:
-                return post(e, "/v3/kv/deleterange", body)
-            except (OSError, ValueError):
-                continue
-        raise RuntimeError("no etcd member answered")
+        return self._post_any("/v3/kv/deleterange", {"key": base64.b64encode(key.encode()).decode()})
 
     def stop(self):
         for p in self.procs:

@@ -104,15 +104,25 @@ def read(out):
     return out.read()
 
 
+def started_with_standby(check, etcd, args, at_least, config=CONFIG, nodes=2, spares=0):
+    """A job of `nodes` x 2 ranks running until it committed `at_least`, and a standby coordinator waiting on it:
+    (job, its status, the standby, the standby's output); None (a failed check) when the job never commits."""
+    job = ClusterJob(nodes, 2, args, config=config % ",".join(etcd.endpoints()), spares=spares)
+    st = running(job, at_least)
+    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+        return None
+    standby, sout = start_standby(st["job_id"], job.config, os.path.join(job.dir, "standby.log"))
+    return job, st, standby, sout
+
+
 def test_standby_takes_over_when_the_leader_dies(check, etcd, want):
     """SIGKILL the leading runner: the standby leads within the lease TTL plus a second or so, and the job
     ends with the failure-free digests."""
-    job = ClusterJob(2, 2, ARGS, config=CONFIG % ",".join(etcd.endpoints()))
-    st = running(job, 20)
-    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+    started = started_with_standby(check, etcd, ARGS, 20)
+    if started is None:
         return
+    job, st, standby, sout = started
     job_id = st["job_id"]
-    standby, sout = start_standby(job_id, job.config, os.path.join(job.dir, "standby.log"))
     record, term = leader_of(etcd, job_id)
     check(record and record.get("pid") == job.proc.pid and record.get("address") == st["coordinator"],
           f"etcd names the runner the job's coordinator: {record}")
@@ -350,12 +360,11 @@ def test_erasure_protection_survives_a_failover(check, etcd):
     after its first commits is rebuilt on the spare from the group, and the job ends with the failure-free
     digests."""
     want = golden(6, EC_ARGS)
-    job = ClusterJob(3, 2, EC_ARGS, config=EC_CONFIG % ",".join(etcd.endpoints()), spares=1)
-    st = running(job, 10)
-    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+    started = started_with_standby(check, etcd, EC_ARGS, 10, config=EC_CONFIG, nodes=3, spares=1)
+    if started is None:
         return
-    job_id, before = st["job_id"], st["committed_version"]
-    standby, sout = start_standby(job_id, job.config, os.path.join(job.dir, "standby.log"))
+    job, st, standby, sout = started
+    before = st["committed_version"]
     job.proc.kill()
     job.proc.wait()
     # The standby leads, right away knows the group survives one loss (the agents' registered parity), and
@@ -387,12 +396,11 @@ def test_a_deleted_leader_key_is_noticed_at_the_next_renewal(check, etcd):
     leading runner notices at its next lease renewal (ttl/3) or state write, whichever comes first (an idle job
     writes nothing), and steps down; the standby leads, and the job ends with the failure-free digests."""
     want = golden(4, LONG_ARGS)
-    job = ClusterJob(2, 2, LONG_ARGS, config=CONFIG % ",".join(etcd.endpoints()))
-    st = running(job, 10)
-    if not check(st is not None, f"the job runs and commits:\n{read(job.out)[-3000:]}"):
+    started = started_with_standby(check, etcd, LONG_ARGS, 10)
+    if started is None:
         return
+    job, st, standby, sout = started
     job_id = st["job_id"]
-    standby, sout = start_standby(job_id, job.config, os.path.join(job.dir, "standby.log"))
     etcd.delete(f"/ftrun-test/{job_id}/leader")
     deleted = time.time()
     # At the next renewal, or sooner at the next write of the state (a busy job writes every second).

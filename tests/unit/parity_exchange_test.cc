@@ -28,6 +28,41 @@ uint64_t SentBytes(Group& g) {
   return n;
 }
 
+// What the holder sent `to` in answer: the refusals' messages (of offers
+// and of fragment requests) and the kParityWant count; taken off the net.
+struct Answers {
+  std::vector<std::string> refused;
+  int wants = 0;
+};
+void TakeAnswers(Group& g, PeerId to, Answers* out) {
+  for (TransportEvent& e : g.net.events[to]) {
+    if (e.type == static_cast<uint16_t>(ClusterMsg::kParityRefused)) {
+      ParityRefusedMsg r;
+      REQUIRE(Decode(e.payload, &r).ok());
+      out->refused.push_back(r.message);
+    } else if (e.type == static_cast<uint16_t>(ClusterMsg::kFragmentRefused)) {
+      FragmentRefusedMsg r;
+      REQUIRE(Decode(e.payload, &r).ok());
+      out->refused.push_back(r.message);
+    } else if (e.type == static_cast<uint16_t>(ClusterMsg::kParityWant)) {
+      out->wants++;
+    }
+  }
+  g.net.events[to].clear();
+}
+
+// An offer of version 2 since version 1 for row 0 of stripe 0, naming
+// fragment 0 (member 1's), of `bytes` bytes.
+ParityOfferMsg OfferOfVersion2(uint64_t bytes) {
+  ParityOfferMsg m;
+  m.version = 2;
+  m.base = 1;
+  m.stripe = 0;
+  m.fragment = 0;
+  m.extents = {{0, bytes}};
+  return m;
+}
+
 TEST_CASE("parity exchange: every version's parity equals a full encode, and an increment sends only its change",
           "[erasure][parity_exchange]") {
   // 4+2 with uneven ranks (two nodes of two ranks, one a short shard);
@@ -239,26 +274,15 @@ TEST_CASE("parity exchange: offers that are not the sender's, and a chunk corrup
   g.Contribute(1, std::nullopt);
   g.CheckParity(1);
   Member& holder = *g.members[0];  // holds row 0 of stripe 0, whose fragments are members 1 and 2's
-  std::vector<std::string> refused;
+  Answers answers;
+  const std::vector<std::string>& refused = answers.refused;
   auto offer = [&](PeerId from, ParityOfferMsg m) {
     m.xfer = 77;
     holder.exchange.Handle(from, static_cast<uint16_t>(ClusterMsg::kParityOffer), Encode(m));
-    for (TransportEvent& e : g.net.events[from]) {
-      if (e.type == static_cast<uint16_t>(ClusterMsg::kParityRefused)) {
-        ParityRefusedMsg r;
-        REQUIRE(Decode(e.payload, &r).ok());
-        refused.push_back(r.message);
-      }
-    }
-    g.net.events[from].clear();
+    TakeAnswers(g, from, &answers);
   };
-  ParityOfferMsg m;
-  m.version = 2;
-  m.base = 1;
-  m.stripe = 0;
-  m.fragment = 0;  // member 1's
+  ParityOfferMsg m = OfferOfVersion2(16);
   m.last = true;
-  m.extents = {{0, 16}};
   offer(99, m);  // not a member
   offer(12, m);  // member 2 naming member 1's fragment
   m.stripe = 1;
@@ -301,39 +325,21 @@ TEST_CASE("parity exchange: a flood of offers and an oversize fragment request a
   g.Save(1, [](int, size_t) { return true; });
   g.Contribute(1, std::nullopt);
   Member& holder = *g.members[0];  // holds row 0 of stripe 0, whose fragments are members 1 and 2's
-  std::vector<std::string> refused;
-  int wants = 0;
+  Answers answers;
+  std::vector<std::string>& refused = answers.refused;
   auto send = [&](PeerId from, ClusterMsg type, const std::string& payload) {
     const bool handled = holder.exchange.Handle(from, static_cast<uint16_t>(type), payload) ||
                          holder.server.Handle(from, static_cast<uint16_t>(type), payload, g.net.clock.Now());
     REQUIRE(handled);
-    for (TransportEvent& e : g.net.events[from]) {
-      if (e.type == static_cast<uint16_t>(ClusterMsg::kParityRefused)) {
-        ParityRefusedMsg r;
-        REQUIRE(Decode(e.payload, &r).ok());
-        refused.push_back(r.message);
-      } else if (e.type == static_cast<uint16_t>(ClusterMsg::kFragmentRefused)) {
-        FragmentRefusedMsg r;
-        REQUIRE(Decode(e.payload, &r).ok());
-        refused.push_back(r.message);
-      } else if (e.type == static_cast<uint16_t>(ClusterMsg::kParityWant)) {
-        wants++;
-      }
-    }
-    g.net.events[from].clear();
+    TakeAnswers(g, from, &answers);
   };
-  ParityOfferMsg m;
-  m.version = 2;
-  m.base = 1;
-  m.stripe = 0;
-  m.fragment = 0;  // member 1's
-  m.extents = {{0, ParityOfferMsg::kMaxBytes}};
+  ParityOfferMsg m = OfferOfVersion2(ParityOfferMsg::kMaxBytes);
   const int allowed = g.code->parity() * ParityExchange::kInflight;
   for (int i = 0; i < 50; ++i) {
     m.xfer = 100 + static_cast<uint64_t>(i);
     send(11, ClusterMsg::kParityOffer, Encode(m));
   }
-  CHECK(wants == allowed);  // a receive posted for each of those only
+  CHECK(answers.wants == allowed);  // a receive posted for each of those only
   CHECK(g.net.recvs.size() == static_cast<size_t>(allowed));
   REQUIRE(refused.size() == static_cast<size_t>(50 - allowed));
   CHECK(refused[0].find("parity offers in flight here already") != std::string::npos);
