@@ -68,7 +68,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 # The checkpoint backends: ftrun, or the status quo (beside this script).
 from train_gpt_checkpoints import FtrunCheckpoint, TorchCheckpoint, tensor_bytes  # noqa: E402
 from train_gpt_fsdp import (fsdp_mean_loss, fsdp_restore, fsdp_state, local_digest, local_tensors,  # noqa: E402
-                            saved_line, shard_model)
+                            saved_line, sharded_model)
 
 _T_IMPORTED = time.monotonic()  # ftrun and torch imported
 
@@ -97,6 +97,7 @@ def parse_args(argv=None):
     p.add_argument("--timing", action="store_true", help="print TIMING and FIRSTSTEP lines (see above)")
     p.add_argument("--fsdp", type=int, choices=[0, 1, 2], default=0,
                    help="2: FSDP2 fully_shard, 1: FSDP1 with a sharded state dict, 0 (default): data parallel + ZeRO")
+    p.add_argument("--meta-init", action="store_true", help="--fsdp 2: built on the meta device; ranks make own shards")
     p.add_argument("--resilient", action="store_true",
                    help="run under @ftrun.resilient: warm recovery in the surviving processes and warm standbys")
     p.add_argument("--raise-at", metavar="RANK:STEP", default=None,
@@ -111,8 +112,8 @@ def parse_args(argv=None):
         p.error(f"--d-model ({a.d_model}) must be a multiple of --heads ({a.heads})")
     if a.resilient and (a.fsdp or a.checkpoint != "ftrun"):
         p.error("--resilient restores through ftrun.restore: --checkpoint ftrun, no --fsdp")
-    if a.fsdp and a.checkpoint != "ftrun":
-        p.error("--fsdp saves through ftrun only (--checkpoint ftrun)")
+    if (a.fsdp and a.checkpoint != "ftrun") or (a.meta_init and a.fsdp != 2):
+        p.error("--fsdp saves through ftrun only (--checkpoint ftrun); --meta-init needs --fsdp 2")
     if min(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.batch) < 1 or a.steps < 0:
         p.error("sizes must be positive")
     return a
@@ -269,14 +270,13 @@ def main(ctx=None):
     timing("process_group_s", time.monotonic() - t_begun)
 
     # A survivor's model (or a warm standby's, built while it waited) is kept and restored in place.
-    model = (ctx.keep("model", lambda: prepare_model()["model"]) if ctx else prepare_model()["model"]).to(device)
-    if a.fsdp:
-        model = shard_model(a.fsdp, model, Block, world, device)  # every rank keeps its shard of it
-        params = list(model.parameters())
-        opt = torch.optim.Adam(params, lr=a.lr)
+    if a.fsdp:  # every rank keeps its shard of the model (--meta-init: only ever makes that shard)
+        model = sharded_model(a, lambda: prepare_model()["model"], Block, world, device)
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     else:
-        params = list(model.parameters())
-        opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.Adam, lr=a.lr)
+        model = (ctx.keep("model", lambda: prepare_model()["model"]) if ctx else prepare_model()["model"]).to(device)
+        opt = ZeroRedundancyOptimizer(list(model.parameters()), optimizer_class=torch.optim.Adam, lr=a.lr)
+    params = list(model.parameters())
     torch.manual_seed(a.seed + 1 + rank)  # dropout masks differ between ranks
     if device.type == "cuda":
         torch.cuda.manual_seed(a.seed + 1 + rank)

@@ -12,7 +12,8 @@ loaded shards into the live state dicts in place (ftrun.restore_into) and
 hands them to `set_state_dict`. WEIGHTS is then the digest of the rank's own
 local shards (it differs between ranks), and every save prints
 `SAVED <rank> <step> <bytes_total of the save> <local shard bytes of the
-state> <global bytes of the state>`.
+state> <global bytes of the state>`. `--meta-init` (with `--fsdp 2`): see
+sharded_model.
 """
 import hashlib
 import math
@@ -78,6 +79,26 @@ def shard_model(version, model, block_class, world, device):
     model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block_class}), use_orig_params=True,
                  sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=device)
     FSDP.set_state_dict_type(model, StateDictType.SHARDED_STATE_DICT)
+    return model
+
+
+def sharded_model(a, build, block_class, world, device):
+    """The model to train, sharded (shard_model). With --meta-init no rank ever
+    holds the whole model: it is built on the meta device, sharded, and each
+    rank allocates (to_empty) and initializes only its own shards, from the
+    same seed on every rank, with no broadcast; a restore then overwrites them
+    with the rank's shards from ftrun (fsdp_restore)."""
+    if not a.meta_init:
+        return shard_model(a.fsdp, build().to(device), block_class, world, device)
+    with torch.device("meta"):
+        model = build()
+    model = shard_model(a.fsdp, model, block_class, world, device)
+    model.to_empty(device=device)
+    torch.manual_seed(a.seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "reset_parameters"):
+                m.reset_parameters()
     return model
 
 

@@ -1,5 +1,8 @@
 """FSDP (torch 2.x) under the ftrun runner: integration/examples/train_gpt.py
---fsdp 2 (FSDP2 fully_shard) and --fsdp 1 (FSDP1, SHARDED_STATE_DICT), a small
+--fsdp 2 (FSDP2 fully_shard), --fsdp 2 --meta-init (FSDP2 on a model built on
+the meta device: each rank materializes and initializes only its own shards,
+no rank loads or broadcasts the whole model) and --fsdp 1 (FSDP1,
+SHARDED_STATE_DICT), a small
 GPT on 2 local nodes x 2 ranks with gloo on CPU processes, saving
 get_state_dict(model, optimizer) through ftrun.save every step.
 
@@ -26,8 +29,10 @@ from test_train_gpt import GptJob, LOSS_RE, RESUMED_RE, STEPS, WORLD, PER_NODE, 
 
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 SAVED_RE = re.compile(r"^SAVED (\d+) (\d+) (-?\d+) (\d+) (\d+)$", re.M)
-MODES = {2: ("FSDP2 fully_shard", 6, "from torch.distributed.fsdp import fully_shard"),
-         1: ("FSDP1 SHARDED_STATE_DICT", 4, "from torch.distributed.fsdp import FullyShardedDataParallel, StateDictType")}
+MODES = {"2": ("FSDP2 fully_shard", 6, "from torch.distributed.fsdp import fully_shard"),
+         "1": ("FSDP1 SHARDED_STATE_DICT", 4, "from torch.distributed.fsdp import FullyShardedDataParallel, StateDictType"),
+         # every rank builds on the meta device and materializes its own shards only; a restart fills them from ftrun
+         "2-meta": ("FSDP2 fully_shard, meta-device init", 6, "from torch.distributed.fsdp import fully_shard")}
 _golden = {}
 
 
@@ -43,7 +48,8 @@ def seeds():
 
 
 def args(mode, model_seed):
-    return ["--steps", str(STEPS), "--seed", str(model_seed), "--backend", "gloo", "--fsdp", str(mode)]
+    return (["--steps", str(STEPS), "--seed", str(model_seed), "--backend", "gloo", "--fsdp", mode[0]]
+            + (["--meta-init"] if mode.endswith("-meta") else []))
 
 
 def golden(mode, seeds):
@@ -59,7 +65,7 @@ def golden(mode, seeds):
     return _golden[mode]
 
 
-@pytest.mark.parametrize("mode", [2, 1])
+@pytest.mark.parametrize("mode", ["2", "1", "2-meta"])
 def test_failure_free_and_local_shards_only(check, seeds, mode):
     """The failure-free run prints every loss once and one local-shard digest per rank; every save of a rank
     stored its local shard bytes only (about 1/world of the state), never the whole model."""
@@ -84,7 +90,7 @@ def test_failure_free_and_local_shards_only(check, seeds, mode):
               flush=True)
 
 
-@pytest.mark.parametrize("mode", [2, 1])
+@pytest.mark.parametrize("mode", ["2", "1", "2-meta"])
 def test_rank_killed_mid_run(check, seeds, mode):
     """One rank SIGKILLed mid-run: every rank resumes from one committed version and the run ends bit-identical
     to the failure-free one (losses, every rank's local shards)."""

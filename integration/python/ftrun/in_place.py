@@ -33,6 +33,7 @@ import pickle
 
 import torch
 
+from . import ddp_buckets
 from . import sharded as _sharded
 from .state import set_rng_state
 from .state_client import get_client
@@ -61,6 +62,7 @@ def restore(*, version=None, rng=True, extra=None, **targets):
             _restore_one(key, target, state[key])
     if rng and "rng" in state:
         set_rng_state(state["rng"])
+    ddp_buckets.restore(loaded.payload.get("ddp"))
     if extra is not None:
         extra.update({k: v for k, v in state.items() if k not in targets})
     return int(step) + 1

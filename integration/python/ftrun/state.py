@@ -103,7 +103,7 @@ import random
 import numpy as np
 import torch
 
-from . import state_client
+from . import ddp_buckets, state_client
 from .state_client import _warn_once, configure, get_client
 from .state_pack import _FORMAT_VERSION, _Packer
 from .state_unpack import _Loaded, _load_version, load_maps  # noqa: F401  (_Loaded: ftrun.deepspeed, persisted)
@@ -145,7 +145,7 @@ def save(step, state, *, wait=False, overlap=False):
     skeleton = packer.pack(state)
     stats = packer.save(get_client(), step, {
         "format": _FORMAT, "format_version": _FORMAT_VERSION, "step": step, "skeleton": skeleton,
-        "torch": torch.__version__,
+        "torch": torch.__version__, "ddp": ddp_buckets.layouts_to_save(),
     }, overlap=overlap)
     _last_saved = step
     if wait:
@@ -175,6 +175,7 @@ def load(version=None, map_location=None, *, device_mesh=None):
         return None
     with use_mesh(device_mesh):
         state = loaded.unpack(loaded.payload["skeleton"], map_location)
+    ddp_buckets.restore(loaded.payload.get("ddp"))
     return loaded.payload["step"], state
 
 

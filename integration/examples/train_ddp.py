@@ -1,0 +1,130 @@
+"""nanoGPT's way of training, under ftrun: a GPT with tied embedding and output
+weights, wrapped in torch's DistributedDataParallel, gradient accumulation
+that turns DDP's gradient sync off for all but the last micro-step
+(`model.require_backward_grad_sync`, as nanoGPT's train.py does), dropout,
+AdamW; ftrun.save every iteration and ftrun.load at start, where nanoGPT calls
+torch.save and torch.load (the example of the README's DDP section, and the
+rank of tests/integration/test_ddp_exact.py).
+
+    ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_ddp.py --steps 30
+
+A run killed and restarted any number of times ends bit-identical to the run
+without failures (every loss, every rank's final weights): ftrun keeps DDP's
+rebuilt gradient buckets with the state and gives them to the DDP built after
+the restart (ftrun.ddp_buckets; docs/architecture.md).
+
+Output: rank 0 prints `LOSS <step> <its last micro-batch's loss, float.hex()>`
+for every step it runs, every rank `RESUMED <rank> <step>` after a restore and
+`WEIGHTS <rank> <sha256 of every parameter's bytes>` at the end.
+"""
+import argparse
+import os
+import sys
+import time
+
+try:
+    import ftrun
+except ImportError as e:
+    sys.stderr.write(f"train_ddp.py: cannot import ftrun ({e}); run it under ftrun or ftrun-agent\n")
+    sys.exit(2)
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from train_gpt import Block, batch, say, weights_digest  # noqa: E402  (beside this script)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--seed", type=int, default=1234, help="the model's initialization and the data")
+    p.add_argument("--accum", type=int, default=2, help="gradient accumulation micro-steps per step")
+    p.add_argument("--find-unused", action="store_true", help="DDP(find_unused_parameters=True)")
+    p.add_argument("--static-graph", action="store_true", help="DDP(static_graph=True)")
+    p.add_argument("--wrap-first", action="store_true",
+                   help="build the DDP before ftrun.load (as Lightning does) instead of after (as nanoGPT does)")
+    p.add_argument("--step-ms", type=float, default=0, help="sleep this long every step (tests: kills land mid-run)")
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.accum < 1 or a.steps < 0 or a.d_model % a.heads:
+        p.error("--accum must be >= 1, --steps >= 0, --d-model a multiple of --heads")
+    return a
+
+
+class TiedGPT(nn.Module):
+    """nanoGPT's shape: the output layer's weight IS the token embedding's."""
+
+    def __init__(self, a):
+        super().__init__()
+        self.tok = nn.Embedding(a.vocab, a.d_model)
+        self.pos = nn.Embedding(a.seq, a.d_model)
+        self.drop = nn.Dropout(a.dropout)
+        self.blocks = nn.ModuleList(Block(a.d_model, a.heads, a.dropout) for _ in range(a.layers))
+        self.ln = nn.LayerNorm(a.d_model)
+        self.head = nn.Linear(a.d_model, a.vocab, bias=False)
+        self.head.weight = self.tok.weight
+        for name, p in self.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx):
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+def main():
+    a = parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo")
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(a.seed)
+    raw = TiedGPT(a)
+    optimizer = torch.optim.AdamW(raw.parameters(), lr=3e-3, weight_decay=0.1)
+    wrap = lambda: DDP(raw, find_unused_parameters=a.find_unused, static_graph=a.static_graph)  # noqa: E731
+    model = wrap() if a.wrap_first else None
+    torch.manual_seed(a.seed + 1 + rank)  # dropout: each rank its own stream
+
+    start = 0
+    resumed = ftrun.load()  # nanoGPT: checkpoint = torch.load(ckpt_path)
+    if resumed is not None:
+        step, state = resumed
+        raw.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optim"])
+        ftrun.set_rng_state(state["rng"])
+        start = step + 1
+        say(f"RESUMED {rank} {step}")
+    if model is None:
+        model = wrap()
+
+    for step in range(start, a.steps):
+        for micro in range(a.accum):
+            model.require_backward_grad_sync = micro == a.accum - 1  # nanoGPT's no_sync
+            x, y = batch(a, step * a.accum + micro, rank, "cpu")
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / a.accum
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if rank == 0:
+            say(f"LOSS {step} {loss.item().hex()}")
+        ftrun.save(step, {"model": raw.state_dict(), "optim": optimizer.state_dict(), "rng": ftrun.rng_state()})
+        if a.step_ms:
+            time.sleep(a.step_ms / 1000)
+    ftrun.wait()
+    say(f"WEIGHTS {rank} {weights_digest(raw)}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""torch's DistributedDataParallel under ftrun, killed twice, ends bit-identical
+to the run without failures: integration/examples/train_ddp.py (nanoGPT's way:
+tied weights, dropout, gradient accumulation toggling
+require_backward_grad_sync, AdamW, ftrun.save every step) on 2 local nodes x 2
+ranks and a spare, with gloo. For each DDP configuration, a failure-free run
+gives the golden losses and weights; then a rank is SIGKILLed mid-run and,
+after the restart, a whole node (agent and ranks). Every step's last loss and
+every rank's final weights must equal the golden run's, bit for bit.
+
+Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
+restart reduces its first step in DDP's start bucket layout instead of the
+rebuilt one, and the losses drift from there on."""
+import os
+import re
+import time
+
+import pytest
+
+from ftrun_testlib import SOURCE, ScriptClusterJob, seeded_rng
+
+SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_ddp.py")
+NODES, PER_NODE = 2, 2
+WORLD = NODES * PER_NODE
+STEPS = 24
+CONFIG = "job:\n  max_restarts: 4\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
+LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
+WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
+RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)
+
+# DDP's configurations: the bucket rebuild differs between them.
+CONFIGS = {
+    "default": [],                                      # one rebuild after the first synced step
+    "find_unused": ["--find-unused"],                   # never rebuilds
+    "static_graph": ["--static-graph", "--accum", "1"],  # rebuilds after its second step (no no_sync: torch)
+    "wrap_first": ["--wrap-first"],                     # the DDP exists before ftrun.load (Lightning's order)
+}
+
+
+def job(args):
+    return ScriptClusterJob(SCRIPT, ["--steps", str(STEPS)] + args, NODES, PER_NODE, CONFIG,
+                            prefix="ftrun-ddp-", ports=6, spares=1)
+
+
+def losses(log):
+    return {int(s): v for s, v in LOSS_RE.findall(log)}  # the last one printed for each step
+
+
+def weights(log):
+    return {int(r): d for r, d in WEIGHTS_RE.findall(log)}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_ddp_killed_twice_ends_bit_identical(check, name):
+    rng = seeded_rng()
+    args = CONFIGS[name] + ["--seed", str(rng.randrange(1 << 20))]
+    golden = job(args)
+    rc = golden.wait(timeout=180)
+    want_loss, want_weights = losses(golden.log), weights(golden.log)
+    assert rc == 0 and sorted(want_loss) == list(range(STEPS)) and len(set(want_weights.values())) == 1 \
+        and sorted(want_weights) == list(range(WORLD)), f"failure-free run: exit {rc}\n{golden.log[-4000:]}"
+
+    t0 = time.time()
+    run = job(args + ["--step-ms", "80"])
+    # 0: the version saved right after DDP's first step (static_graph: see the README's DDP section)
+    first = rng.randrange(1 if name == "static_graph" else 0, 5)
+    victim = rng.randrange(WORLD)
+    killed, st = run.kill_after_commits(victim, first, rng, timeout=120)
+    check(killed is not None, f"rank {victim} SIGKILLed after version {first} (status {st})")
+    print(f"{name}: SIGKILLed rank {victim} with version {killed and killed[1]} committed", flush=True)
+    st = run.wait_for(lambda s: s.get("phase") == "running" and (s.get("restarts") or 0) >= 1
+                      and (s.get("committed_version") or -1) >= first + 5, timeout=120)
+    node = rng.randrange(NODES)
+    check(st is not None and run.kill_node(node), f"node {node} killed whole after the restart (status {st})")
+    print(f"{name}: killed node {node} with version {st and st.get('committed_version')} committed", flush=True)
+    rc = run.wait(timeout=240)
+    st = run.state() or {}
+    print(f"{name}: exit {rc} in {time.time() - t0:.1f} s, restarts {st.get('restarts')}, "
+          f"resumed {RESUMED_RE.findall(run.log)}", flush=True)
+    check(rc == 0, f"run with kills: exit {rc}\n{run.log[-4000:]}")
+    check((st.get("restarts") or 0) >= 2, f"two restarts expected, status says {st.get('restarts')}")
+    got_loss = losses(run.log)
+    bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s)]
+    check(not bad, f"{name}: losses differ from the failure-free run at steps {bad}:\n" +
+          "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:8]))
+    check(weights(run.log) == want_weights, f"{name}: final weights {weights(run.log)} != {want_weights}")
