@@ -86,7 +86,7 @@ class TiedGPT(nn.Module):
 
 def main():
     a = parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(a.seed)

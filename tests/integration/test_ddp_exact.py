@@ -21,7 +21,7 @@ from ftrun_testlib import SOURCE, ScriptClusterJob, seeded_rng
 SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_ddp.py")
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
-STEPS = 24
+STEPS = 16
 CONFIG = "job:\n  max_restarts: 4\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
 LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
@@ -60,7 +60,7 @@ def test_ddp_killed_twice_ends_bit_identical(check, name):
         and sorted(want_weights) == list(range(WORLD)), f"failure-free run: exit {rc}\n{golden.log[-4000:]}"
 
     t0 = time.time()
-    run = job(args + ["--step-ms", "80"])
+    run = job(args + ["--step-ms", "60"])
     # 0: the version saved right after DDP's first step (static_graph: see the README's DDP section)
     first = rng.randrange(1 if name == "static_graph" else 0, 5)
     victim = rng.randrange(WORLD)
@@ -68,7 +68,7 @@ def test_ddp_killed_twice_ends_bit_identical(check, name):
     check(killed is not None, f"rank {victim} SIGKILLed after version {first} (status {st})")
     print(f"{name}: SIGKILLed rank {victim} with version {killed and killed[1]} committed", flush=True)
     st = run.wait_for(lambda s: s.get("phase") == "running" and (s.get("restarts") or 0) >= 1
-                      and (s.get("committed_version") or -1) >= first + 5, timeout=120)
+                      and (s.get("committed_version") or -1) >= first + 4, timeout=120)
     node = rng.randrange(NODES)
     check(st is not None and run.kill_node(node), f"node {node} killed whole after the restart (status {st})")
     print(f"{name}: killed node {node} with version {st and st.get('committed_version')} committed", flush=True)
