@@ -5,7 +5,8 @@ require_backward_grad_sync, AdamW, ftrun.save every step) on 2 local nodes x 2
 ranks and a spare, with gloo. For each DDP configuration, a failure-free run
 gives the golden losses and weights; then a rank is SIGKILLed mid-run and,
 after the restart, a whole node (agent and ranks). Every step's last loss and
-every rank's final weights must equal the golden run's, bit for bit.
+every rank's final weights must equal the golden run's, bit for bit. The
+same with Lightning Fabric's DDPStrategy (integration/examples/train_fabric.py).
 
 Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
 restart reduces its first step in DDP's start bucket layout instead of the
@@ -18,7 +19,7 @@ import pytest
 
 from ftrun_testlib import SOURCE, ScriptClusterJob, seeded_rng
 
-SCRIPT = os.path.join(os.path.abspath(SOURCE), "integration", "examples", "train_ddp.py")
+EXAMPLES = os.path.join(os.path.abspath(SOURCE), "integration", "examples")
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
 STEPS = 16
@@ -27,18 +28,20 @@ LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)
 
-# DDP's configurations: the bucket rebuild differs between them.
+# DDP's configurations (the bucket rebuild differs between them), and Lightning Fabric's DDP.
 CONFIGS = {
-    "default": [],                                      # one rebuild after the first synced step
-    "find_unused": ["--find-unused"],                   # never rebuilds
-    "static_graph": ["--static-graph", "--accum", "1"],  # rebuilds after its second step (no no_sync: torch)
-    "wrap_first": ["--wrap-first"],                     # the DDP exists before ftrun.load (Lightning's order)
+    "default": ("train_ddp.py", []),                    # one rebuild after the first synced step
+    "find_unused": ("train_ddp.py", ["--find-unused"]),  # never rebuilds
+    "static_graph": ("train_ddp.py", ["--static-graph", "--accum", "1"]),  # after its second step; no no_sync
+    "wrap_first": ("train_ddp.py", ["--wrap-first"]),   # the DDP exists before ftrun.load
+    "fabric": ("train_fabric.py", []),                  # Lightning Fabric's DDPStrategy: also built before
 }
 
 
-def job(args):
-    return ScriptClusterJob(SCRIPT, ["--steps", str(STEPS)] + args, NODES, PER_NODE, CONFIG,
-                            prefix="ftrun-ddp-", ports=6, spares=1)
+def job(name, args):
+    script, extra = CONFIGS[name]
+    return ScriptClusterJob(os.path.join(EXAMPLES, script), ["--steps", str(STEPS)] + extra + args, NODES,
+                            PER_NODE, CONFIG, prefix="ftrun-ddp-", ports=6, spares=1)
 
 
 def losses(log):
@@ -52,15 +55,15 @@ def weights(log):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_ddp_killed_twice_ends_bit_identical(check, name):
     rng = seeded_rng()
-    args = CONFIGS[name] + ["--seed", str(rng.randrange(1 << 20))]
-    golden = job(args)
+    args = ["--seed", str(rng.randrange(1 << 20))]
+    golden = job(name, args)
     rc = golden.wait(timeout=180)
     want_loss, want_weights = losses(golden.log), weights(golden.log)
     assert rc == 0 and sorted(want_loss) == list(range(STEPS)) and len(set(want_weights.values())) == 1 \
         and sorted(want_weights) == list(range(WORLD)), f"failure-free run: exit {rc}\n{golden.log[-4000:]}"
 
     t0 = time.time()
-    run = job(args + ["--step-ms", "60"])
+    run = job(name, args + ["--step-ms", "60"])
     # 0: the version saved right after DDP's first step (static_graph: see the README's DDP section)
     first = rng.randrange(1 if name == "static_graph" else 0, 5)
     victim = rng.randrange(WORLD)

@@ -22,7 +22,7 @@ from test_train_gpt import LOSS_RE, SCRIPT, losses, seeds, weights  # noqa: F401
 
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
-STEPS = 30
+STEPS = 60  # (the repeated kills wait for fresh standbys between kills: seconds each)
 BASE_CONFIG = ("job:\n  max_restarts: 6\n  stop_grace: 2s\n  hang_timeout: %s\n"
                "store:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
                "restart:\n  abort_timeout: 5s\n  warm_standbys: %s\n")
@@ -224,7 +224,7 @@ def test_hang_and_exception(check, seeds, golden):
     leave within restart.abort_timeout and is killed, and a standby takes its place."""
     _, rng, model_seed = seeds
     raiser = rng.randrange(WORLD)
-    job = WarmJob(model_seed, extra=["--raise-at", f"{raiser}:8"], hang_timeout="8s", step_ms=20)
+    job = WarmJob(model_seed, extra=["--raise-at", f"{raiser}:8"], hang_timeout="15s", step_ms=20)
     pids = job.wait_running(0, 2)
     check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
     new = job.wait_running(1, 7) if pids else None
