@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes the project's Python environment, .venv/, from the machine's CPython
 # 3.11 and installs requirements.txt into it (torch 2.13.0 CPU, DeepSpeed,
-# Lightning, pytest, the pinned clang-format, ...). The build, the tests, the
+# Lightning, transformers, accelerate, pytest, the pinned clang-format, ...). The build, the tests, the
 # demo, the benchmarks and every rank they start use .venv/bin/python.
 # Safe to run again: nothing is installed while .venv/ already holds exactly
 # requirements.txt (a stamp file records its hash). pip's output goes to

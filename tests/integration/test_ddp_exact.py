@@ -35,6 +35,7 @@ CONFIGS = {
     "static_graph": ("train_ddp.py", ["--static-graph", "--accum", "1"]),  # after its second step; no no_sync
     "wrap_first": ("train_ddp.py", ["--wrap-first"]),   # the DDP exists before ftrun.load
     "fabric": ("train_fabric.py", []),                  # Lightning Fabric's DDPStrategy: also built before
+    "huggingface": ("train_hf.py", []),                 # a transformers Trainer (DDP through accelerate)
 }
 
 
@@ -82,7 +83,10 @@ def test_ddp_killed_twice_ends_bit_identical(check, name):
     check(rc == 0, f"run with kills: exit {rc}\n{run.log[-4000:]}")
     check((st.get("restarts") or 0) >= 2, f"two restarts expected, status says {st.get('restarts')}")
     got_loss = losses(run.log)
-    bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s)]
+    # The Trainer logs a step's loss after its callbacks' on_step_end, where ftrun saves it: a kill in between
+    # leaves that step's loss unprinted, and the restart goes on after it (its weights are checked below).
+    unprinted = {int(v) - 1 for _, v in RESUMED_RE.findall(run.log)} if name == "huggingface" else set()
+    bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s) and not (s in unprinted and s not in got_loss)]
     check(not bad, f"{name}: losses differ from the failure-free run at steps {bad}:\n" +
           "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:8]))
     check(weights(run.log) == want_weights, f"{name}: final weights {weights(run.log)} != {want_weights}")

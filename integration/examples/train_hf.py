@@ -1,0 +1,89 @@
+"""A Hugging Face transformers Trainer under ftrun: a small GPT-2 built from a
+config (nothing downloaded), a synthetic dataset, data-parallel over the
+ranks (DDP through accelerate, gloo on the CPU), dropout, gradient
+accumulation, a linear schedule; two lines of ftrun (the README's Hugging
+Face section; a rank of tests/integration/test_ddp_exact.py):
+
+    trainer = Trainer(..., callbacks=[ftrun.huggingface.Checkpoint()])
+    trainer.train(resume_from_checkpoint=ftrun.huggingface.resume_from_checkpoint())
+
+    ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_hf.py --steps 16
+
+Output: rank 0 prints `LOSS <step> <the logged loss>` for every step it
+runs, every rank `RESUMED <rank> <step>` after a restore and `WEIGHTS <rank>
+<sha256 of every parameter's bytes>` at the end.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+try:
+    import ftrun.huggingface
+except ImportError as e:
+    sys.stderr.write(f"train_hf.py: cannot import ftrun.huggingface ({e}); run it under ftrun or ftrun-agent\n")
+    sys.exit(2)
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+from train_gpt import say, weights_digest  # noqa: E402  (beside this script)
+
+
+class Tokens(torch.utils.data.Dataset):
+    """Arithmetic sequences modulo the vocabulary, fixed by the seed."""
+
+    def __init__(self, n, seq, vocab, seed):
+        g = torch.Generator().manual_seed(seed)
+        start = torch.randint(0, vocab, (n, 1), generator=g)
+        stride = torch.randint(1, 8, (n, 1), generator=g)
+        self.ids = (start + stride * torch.arange(seq)) % vocab
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class Report(TrainerCallback):
+    def __init__(self, step_ms):
+        self.step_ms = step_ms
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs and "loss" in logs:
+            say(f"LOSS {state.global_step - 1} {float(logs['loss']).hex()}")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.step_ms:
+            time.sleep(self.step_ms / 1000)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--step-ms", type=float, default=0)
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    rank = int(os.environ["RANK"])
+    torch.manual_seed(a.seed)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4))
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="ftrun-hf-out-"), max_steps=a.steps,
+                             per_device_train_batch_size=4, gradient_accumulation_steps=2, learning_rate=3e-3,
+                             lr_scheduler_type="linear", logging_steps=1, save_strategy="no", report_to=[],
+                             use_cpu=True, ddp_backend="gloo", seed=a.seed, dataloader_num_workers=0,
+                             disable_tqdm=True, full_determinism=True)
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens(512, 32, 128, a.seed),
+                      callbacks=[ftrun.huggingface.Checkpoint(), Report(a.step_ms)])
+    resume = ftrun.huggingface.resume_from_checkpoint()
+    if resume is not None:
+        say(f"RESUMED {rank} {resume.rsplit('ftrun-trainer-', 1)[1].split('-')[0]}")
+    trainer.train(resume_from_checkpoint=resume)
+    ftrun.wait()
+    say(f"WEIGHTS {rank} {weights_digest(model)}")
+
+
+if __name__ == "__main__":
+    main()

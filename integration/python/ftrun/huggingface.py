@@ -1,0 +1,83 @@
+"""ftrun.huggingface: a transformers Trainer saved through ftrun at every
+optimizer step and resumed from the agent's memory after a restart.
+
+    import ftrun.huggingface as fth
+
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[fth.Checkpoint()])
+    trainer.train(resume_from_checkpoint=fth.resume_from_checkpoint())
+
+Checkpoint() saves, on every rank, what a Trainer checkpoint holds: the
+model's and optimizer's state dicts, the scheduler's, the random generators
+(in the Trainer's own format) and the TrainerState, as version global_step.
+resume_from_checkpoint() returns None on a fresh start; after a restart it
+writes the committed version as a Trainer checkpoint directory in memory
+(/dev/shm, this rank's own, removed at exit) and returns its path, so the
+Trainer resumes exactly as from its own checkpoint: weights, optimizer,
+scheduler, the step, the data position (it skips the batches already
+trained in the epoch) and every rank's generators.
+"""
+import atexit
+import dataclasses
+import json
+import os
+import random
+import shutil
+import tempfile
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from . import state as _state
+
+
+def _rng_state():
+    # The Trainer's _save_rng_state format (CPU; CUDA when available).
+    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.random.get_rng_state_all()
+    return rng
+
+
+class Checkpoint(TrainerCallback):
+    """Saves the Trainer's state through ftrun every `every` optimizer steps."""
+
+    def __init__(self, every=1):
+        if int(every) < 1:
+            raise ValueError(f"ftrun.huggingface.Checkpoint: every must be >= 1, not {every!r}")
+        self.every = int(every)
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+        if state.global_step % self.every:
+            return
+        _state.save(state.global_step, {
+            "model": model.state_dict(), "optim": optimizer.state_dict(),
+            "sched": lr_scheduler.state_dict() if lr_scheduler is not None else None,
+            "rng": _rng_state(), "trainer_state": json.dumps(dataclasses.asdict(state)),
+        })
+
+
+def resume_from_checkpoint(directory=None):
+    """None on a fresh start; else the path of a Trainer checkpoint directory
+    holding the version ftrun restores (in `directory`, default /dev/shm)."""
+    resumed = _state.load(map_location="cpu")
+    if resumed is None:
+        return None
+    step, saved = resumed
+    missing = [k for k in ("model", "optim", "sched", "rng", "trainer_state") if k not in saved]
+    if missing:
+        raise ValueError(f"ftrun.huggingface: version {step} was not saved by ftrun.huggingface.Checkpoint "
+                         f"(it lacks {', '.join(missing)})")
+    base = directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+    path = tempfile.mkdtemp(prefix=f"ftrun-trainer-{step}-", dir=base)
+    atexit.register(shutil.rmtree, path, True)
+    torch.save(saved["model"], os.path.join(path, "pytorch_model.bin"))
+    torch.save(saved["optim"], os.path.join(path, "optimizer.pt"))
+    if saved["sched"] is not None:
+        torch.save(saved["sched"], os.path.join(path, "scheduler.pt"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    name = f"rng_state_{os.environ.get('RANK', '0')}.pth" if world > 1 else "rng_state.pth"
+    torch.save(saved["rng"], os.path.join(path, name))
+    with open(os.path.join(path, "trainer_state.json"), "w") as f:
+        f.write(saved["trainer_state"])
+    return path
