@@ -3,7 +3,8 @@
 torch.distributed.checkpoint's dcp.save to local disk ("dcp"), (b') its
 dcp.async_save ("dcp_async": the stall is what blocks training, staging and
 the wait for the previous save's future), (c) ftrun.save
-of the sharded state dict ("ftrun"); the save stall of each, and the peak CPU
+of the sharded state dict ("ftrun"), and (d) no save at all ("none": the
+training steps' own memory); the save stall of each, and the peak CPU
 memory (VmHWM) of rank 0 and of the other ranks during the saves.
 
     PYTHONPATH=build/python FTRUN_PYTHON=/path/to/python \
@@ -29,6 +30,13 @@ save, KiB> <VmHWM at the end, KiB> <state bytes of the rank>`; the driver prints
   rank0_over_other_peak_<method> rank 0's peak / the others' largest
   save_peak_growth_over_shard_max_<method>  the largest VmHWM growth of a rank during the
                                  saves / one rank's shard of the state (params + Adam)
+  save_private_growth_mib_max_<method>   the largest growth of a rank's private memory
+                                 (RssAnon, sampled every 10 ms) during the saves; and
+                                 _over_shard_: that / one rank's shard
+  save_shared_growth_mib_max_<method>    the same for shared memory (RssShmem): for ftrun,
+                                 the pages of the node's store the rank maps (the agent's
+                                 RAM, where the versions live: counted once per node, not
+                                 per rank, but VmHWM counts them in every process)
 
 Targets of the issue: stall_ratio_dcp_over_ftrun >= 10 and
 rank0_over_other_peak_ftrun <= ~1. Not measured here: kill -> first step
@@ -43,7 +51,7 @@ import sys
 import tempfile
 import time
 
-METHODS = ("full", "dcp", "dcp_async", "ftrun")
+METHODS = ("none", "full", "dcp", "dcp_async", "ftrun")
 
 
 def vm_hwm_kib():
@@ -52,6 +60,44 @@ def vm_hwm_kib():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     return -1
+
+
+def _status_kib(*fields):
+    out = dict.fromkeys(fields, -1)
+    with open("/proc/self/status") as f:
+        for line in f:
+            key = line.split(":", 1)[0]
+            if key in out:
+                out[key] = int(line.split()[1])
+    return out
+
+
+class _MemoryPeaks:
+    """Samples the process's private memory (RssAnon: gathers, copies, staging)
+    and its shared memory (RssShmem: ftrun's store, mapped from the agent)
+    every 10 ms from the first save on; VmHWM alone adds both up. The
+    training steps' own memory (gradients, FSDP's all-gathers) is in it too:
+    method "none" (no save) measures that part alone."""
+
+    def __init__(self):
+        import threading
+
+        base = _status_kib("RssAnon", "RssShmem")
+        self.anon0, self.shmem0 = base["RssAnon"], base["RssShmem"]
+        self.anon, self.shmem = self.anon0, self.shmem0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(0.01):
+            now = _status_kib("RssAnon", "RssShmem")
+            self.anon, self.shmem = max(self.anon, now["RssAnon"]), max(self.shmem, now["RssShmem"])
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        return f"{self.anon0} {self.anon} {self.shmem0} {self.shmem}"
 
 
 def rank_main(a):
@@ -85,6 +131,9 @@ def rank_main(a):
         import ftrun
     if a.rank_mode.startswith("dcp"):
         import torch.distributed.checkpoint as dcp
+    # async_save's background collectives need their own group: on the default one they would interleave
+    # with FSDP's all-gathers of the next step (gloo: "collective mismatch").
+    async_group = dist.new_group(backend="gloo") if a.rank_mode == "dcp_async" else None
     pending = None  # dcp_async: the previous save's future, waited for before the next save (DCP's pattern)
     stalls = []
     hwm0 = None
@@ -95,9 +144,12 @@ def rank_main(a):
         opt.zero_grad()
         if hwm0 is None:
             hwm0 = vm_hwm_kib()
+            peaks = _MemoryPeaks()
         dist.barrier()
         t0 = time.monotonic()
-        if a.rank_mode == "full":
+        if a.rank_mode == "none":
+            pass
+        elif a.rank_mode == "full":
             opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
             msd, osd = get_state_dict(model, opt, options=opts)
             if rank == 0:
@@ -116,7 +168,8 @@ def rank_main(a):
             elif a.rank_mode == "dcp_async":
                 if pending is not None:
                     pending.result()
-                pending = dcp.async_save(state, checkpoint_id=os.path.join(a.dir, f"step{step}"))
+                pending = dcp.async_save(state, checkpoint_id=os.path.join(a.dir, f"step{step}"),
+                                         process_group=async_group)
             else:
                 ftrun.save(step, state)
             if not state_bytes:
@@ -141,7 +194,7 @@ def rank_main(a):
         ftrun.wait()
     dist.barrier()
     os.write(1, (f"BENCH {a.rank_mode} {rank} {statistics.median(stalls)!r} {max(stalls)!r} {hwm0} "
-                 f"{vm_hwm_kib()} {state_bytes} {' '.join(repr(s) for s in stalls)}\n").encode())
+                 f"{vm_hwm_kib()} {state_bytes} {peaks.stop()} {' '.join(repr(s) for s in stalls)}\n").encode())
     dist.destroy_process_group()
 
 
@@ -150,7 +203,9 @@ def run_method(a, method, workdir):
     run = tempfile.mkdtemp(prefix=f"fsdp-{method}-", dir=workdir)
     cfg = os.path.join(run, "ftrun.yaml")
     with open(cfg, "w") as f:
-        f.write(f"agent:\n  run_dir: {run}/run\njob:\n  max_restarts: 0\nstore:\n  memory_budget: {a.store_mib}MiB\n")
+        # (hang_timeout: the baselines never call ftrun, so the agent sees no progress from them)
+        f.write(f"agent:\n  run_dir: {run}/run\njob:\n  max_restarts: 0\n  hang_timeout: 3600s\n"
+                f"store:\n  memory_budget: {a.store_mib}MiB\n")
     argv = [os.path.join(a.build, "ftrun"), "--num_nodes", str(a.nodes), "--num_gpus", str(a.per_node),
             "--config", cfg, "--master_addr", "127.0.0.1", "--master_port", str(a.port),
             here, "--rank-mode", method, "--dir", run, "--mib-per-rank", str(a.mib_per_rank),
@@ -167,7 +222,8 @@ def run_method(a, method, workdir):
         f = line.split()
         if len(f) >= 8 and f[0] == "BENCH" and f[1] == method:
             rows[int(f[2])] = {"median": float(f[3]), "max": float(f[4]), "hwm0": int(f[5]), "hwm": int(f[6]),
-                               "bytes": int(f[7]), "stalls": [float(x) for x in f[8:]]}
+                               "bytes": int(f[7]), "anon0": int(f[8]), "anon": int(f[9]), "shmem0": int(f[10]),
+                               "shmem": int(f[11]), "stalls": [float(x) for x in f[12:]]}
     shutil.rmtree(run, ignore_errors=True)
     if p.returncode != 0 or len(rows) != a.nodes * a.per_node:
         sys.stderr.write(f"baseline-fsdp: method {method}: exit {p.returncode}, {len(rows)} ranks reported\n"
@@ -229,6 +285,13 @@ def main():
         print(f"rank0_over_other_peak_{m}={peak0[m] / max(others):.3f}")
         shard_mib = max((r[0]["bytes"] for r in res.values() if r), default=0) / (1 << 20) or float("nan")
         print(f"save_peak_growth_over_shard_max_{m}={max(g0, go) / shard_mib:.3f}")
+        anon = max((rows[r]["anon"] - rows[r]["anon0"]) / 1024 for r in rows)
+        shmem = max((rows[r]["shmem"] - rows[r]["shmem0"]) / 1024 for r in rows)
+        print(f"save_private_growth_mib_max_{m}={anon:.1f}")
+        print(f"save_private_growth_over_shard_max_{m}={anon / shard_mib:.3f}")
+        print(f"save_shared_growth_mib_max_{m}={shmem:.1f}")
+    if "none" in res and res["none"]:
+        print("(save_*_growth of a method minus that of 'none': the save's own memory)")
     if "ftrun" in stall and stall["ftrun"] > 0:
         for m in ("dcp", "dcp_async", "full"):
             if m in stall:

@@ -8,6 +8,8 @@ its Adam state through torch.distributed.checkpoint with ftrun.dcp's storage.
 2. The same state saved by plain DCP (FileSystemWriter, a directory on disk),
    loaded by plain DCP into a third model, saved into ftrun (version 2), loaded
    from ftrun into a fourth model: equal to the original.
+3. dcp.async_save (the thread checkpointer) into ftrun while the next
+   optimizer step runs; loaded back: the state as it was at async_save.
 
 Prints `DCP OK <rank> <bytes stored by the first save> <local shard bytes>` at the end; any difference raises."""
 import hashlib
@@ -137,6 +139,30 @@ dcp.load(sd4, storage_reader=ftrun.dcp.StorageReader())  # the newest committed 
 set_state_dict(m4, o4, model_state_dict=sd4["model"], optim_state_dict=sd4["optim"])
 expect(digest(state(m4, o4)) == want, "disk DCP -> ftrun -> load differs")
 say(f"rank {rank}: plain DCP on disk -> ftrun -> back equal")
+
+# 3. dcp.async_save through ftrun (the thread checkpointer): training goes on while the version is written;
+# the version holds the state as it was when async_save returned.
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType  # noqa: E402
+
+m5, o5 = build(5)
+sd5 = state(m5, o5)
+want5 = digest(sd5)
+# (async_save's collectives run in its thread: on their own group, not among the next step's FSDP collectives)
+group = dist.new_group(backend="gloo")
+future = dcp.async_save(sd5, storage_writer=ftrun.dcp.StorageWriter(3, process_group=group), process_group=group,
+                        async_checkpointer_type=AsyncCheckpointerType.THREAD)
+x = torch.randn(4, 16, generator=torch.Generator().manual_seed(500 + rank))
+m5(x).sum().backward()  # the next step, while the save runs
+o5.step()
+expect(digest(state(m5, o5)) != want5, "the step after async_save changed nothing")
+future.result()
+ftrun.get_client().wait_committed(3, timeout_ms=60000)
+m6, o6 = build(6)
+sd6 = state(m6, o6)
+dcp.load(sd6, storage_reader=ftrun.dcp.StorageReader(3))
+set_state_dict(m6, o6, model_state_dict=sd6["model"], optim_state_dict=sd6["optim"])
+expect(digest(state(m6, o6)) == want5, "dcp.async_save -> ftrun -> dcp.load differs from the state at async_save")
+say(f"rank {rank}: dcp.async_save -> ftrun -> dcp.load equal")
 
 dist.barrier()
 say(f"DCP OK {rank} {stored} {local_bytes(sd1)}")

@@ -3,7 +3,9 @@ runner (2 local nodes x 2 ranks, gloo, CPU processes, an FSDP2 model with
 Adam; the ranks are tests/torch2/py_dcp_rank.py): dcp.save / dcp.load through
 ftrun round-trip every local shard, the optimizer state and the param groups;
 a checkpoint written to disk by plain DCP, loaded, saved into ftrun and loaded
-back is equal; each rank stored about its local shard bytes, not the model.
+back is equal; dcp.async_save (the thread checkpointer, on its own gloo group)
+into ftrun while the next optimizer step runs loads back as the state was at
+async_save; each rank stored about its local shard bytes, not the model.
 Skips visibly where the ranks' Python has torch < 2.6."""
 import os
 import re
