@@ -32,6 +32,11 @@ sharded state dicts (FSDP, DTensor) a rank stores its own shards:
   DefaultSavePlanner does) and sends it, with the step, to every rank in its
   plan's storage_data.
 
+dcp.async_save works with the thread checkpointer (give it and the writer
+their own process group: its collectives run beside the next step's). The
+process checkpointer's writer runs in another process, which the agent does
+not take as the rank (one connection per rank): the writer says so.
+
 The step (ftrun version) is StorageWriter(step), or `checkpoint_id=step` of
 dcp.save (an int, or a string of digits, or "ftrun:<step>"), or, when neither
 is given, the coordinator's newest version + 1. Steps must increase.
@@ -49,6 +54,7 @@ give the same one as to dcp.save / dcp.load.
 
 import dataclasses
 import io
+import os
 import pickle
 import sys
 from collections import ChainMap
@@ -118,8 +124,19 @@ class StorageWriter(_storage.StorageWriter):
         self.process_group = process_group
         self.is_coordinator = False
         self.last_stats = None      # Client.save's statistics of this rank's last save
+        self._pid = os.getpid()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_client"] = None     # a connection stays in its process
+        return state
 
     def _get_client(self):
+        if os.getpid() != self._pid:
+            raise _ftrun_error("FAILED_PRECONDITION", f"ftrun.dcp.StorageWriter was made in process {self._pid} and "
+                               f"is used in process {os.getpid()}: the agent takes one connection per rank, from the "
+                               "rank's own process. With dcp.async_save use async_checkpointer_type="
+                               "AsyncCheckpointerType.THREAD (the default), not PROCESS")
         return self._client if self._client is not None else get_client()
 
     def reset(self, checkpoint_id=None):
