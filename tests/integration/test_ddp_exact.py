@@ -86,7 +86,8 @@ def test_ddp_killed_twice_ends_bit_identical(check, name):
     # The Trainer logs a step's loss after its callbacks' on_step_end, where ftrun saves it: a kill in between
     # leaves that step's loss unprinted, and the restart goes on after it (its weights are checked below).
     unprinted = {int(v) - 1 for _, v in RESUMED_RE.findall(run.log)} if name == "huggingface" else set()
-    bad = [s for s in range(STEPS) if got_loss.get(s) != want_loss.get(s) and not (s in unprinted and s not in got_loss)]
+    bad = [s for s in range(STEPS)
+           if got_loss.get(s) != want_loss.get(s) and not (s in unprinted and s not in got_loss)]
     check(not bad, f"{name}: losses differ from the failure-free run at steps {bad}:\n" +
           "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:8]))
     check(weights(run.log) == want_weights, f"{name}: final weights {weights(run.log)} != {want_weights}")

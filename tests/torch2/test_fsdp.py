@@ -30,7 +30,8 @@ from test_train_gpt import GptJob, LOSS_RE, RESUMED_RE, STEPS, WORLD, PER_NODE, 
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 SAVED_RE = re.compile(r"^SAVED (\d+) (\d+) (-?\d+) (\d+) (\d+)$", re.M)
 MODES = {"2": ("FSDP2 fully_shard", 6, "from torch.distributed.fsdp import fully_shard"),
-         "1": ("FSDP1 SHARDED_STATE_DICT", 4, "from torch.distributed.fsdp import FullyShardedDataParallel, StateDictType"),
+         "1": ("FSDP1 SHARDED_STATE_DICT", 4,
+               "from torch.distributed.fsdp import FullyShardedDataParallel, StateDictType"),
          # every rank builds on the meta device and materializes its own shards only; a restart fills them from ftrun
          "2-meta": ("FSDP2 fully_shard, meta-device init", 6, "from torch.distributed.fsdp import fully_shard")}
 _golden = {}
