@@ -6,6 +6,7 @@ layouts are refused with a warning and change nothing.
 
 Run from the build tree: PYTHONPATH=build/python python3 -m pytest tests/unit_py/test_ddp_buckets.py
 """
+import gc
 import socket
 import warnings
 
@@ -105,3 +106,28 @@ def test_a_layout_no_ddp_takes_is_reported_at_the_next_save(check):
         ddp_buckets.layouts_to_save()
     check(any("matched no DDP module" in str(w.message) for w in caught), f"{[str(w.message) for w in caught]}")
     check(ddp_buckets._original is None, "the assignment is torch's own again")
+
+
+def test_a_ddp_built_first_keeps_its_python_comm_hook_and_static_graph(check):
+    """The reducer built again for a DDP made before the restore keeps what the user set on the old one."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    gc.collect()  # other tests' DDP modules that never ran would take layouts too
+    _, saved = saved_after_one_step()
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(bucket.index())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    hooked = DDP(model())
+    hooked.register_comm_hook(None, counting_hook)
+    static = DDP(model(), static_graph=True)
+    ddp_buckets.restore(saved + [dict(saved[0])])  # one layout for each
+    check(len(layout(hooked)[0].split(",")) == 2 and len(layout(static)[0].split(",")) == 2,
+          f"both start with the saved buckets: {layout(hooked)[0]!r}, {layout(static)[0]!r}")
+    step(hooked)
+    check(sorted(calls) == [0, 1], f"the comm hook ran for both buckets of the rebuilt reducer: {calls}")
+    for _ in range(3):
+        step(static)  # static graph: its first step delays every all-reduce to the end; no error
+    check(static.static_graph and static.reducer is not None, "the static graph DDP trains on")
