@@ -1,0 +1,97 @@
+"""train_ddp.py's model and data under a Lightning Trainer (DDPStrategy, CPU,
+gloo, torchdata's StatefulDataLoader over a DistributedSampler, a LR
+schedule), saved through ftrun at every
+optimizer step and resumed from it after a restart: the README's Lightning
+section, and a rank of tests/integration/test_ddp_exact.py.
+
+    trainer = L.Trainer(..., plugins=[ftrun.lightning.CheckpointIO()], callbacks=[ftrun.lightning.Checkpoint()])
+    trainer.fit(model, train_dataloaders=loader, ckpt_path=ftrun.lightning.ckpt_path())
+
+    ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_lightning.py --steps 16
+
+Output as train_ddp.py's (LOSS <step> for every optimizer step rank 0 runs).
+"""
+import os
+import sys
+import time
+
+try:
+    import ftrun.lightning
+except ImportError as e:
+    sys.stderr.write(f"train_lightning.py: cannot import ftrun.lightning ({e}); run it under ftrun or ftrun-agent\n")
+    sys.exit(2)
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.strategies import DDPStrategy
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from train_ddp import TiedGPT, parse_args  # noqa: E402  (beside this script)
+from train_gpt import say, weights_digest  # noqa: E402
+
+
+class Sequences(torch.utils.data.Dataset):
+    """Arithmetic sequences modulo the vocabulary (as train_gpt's batches), one per item."""
+
+    def __init__(self, a, n):
+        g = torch.Generator().manual_seed(a.seed)
+        start = torch.randint(0, a.vocab, (n, 1), generator=g)
+        stride = torch.randint(1, 8, (n, 1), generator=g)
+        self.seq = (start + stride * torch.arange(a.seq + 1)) % a.vocab
+
+    def __len__(self):
+        return len(self.seq)
+
+    def __getitem__(self, i):
+        return self.seq[i, :-1], self.seq[i, 1:]
+
+
+class Module(L.LightningModule):
+    def __init__(self, a):
+        super().__init__()
+        self.a = a
+        self.net = TiedGPT(a)
+
+    def training_step(self, xy, batch_idx):
+        x, y = xy
+        loss = F.cross_entropy(self.net(x).flatten(0, 1), y.flatten())
+        if self.global_rank == 0:
+            say(f"LOSS {self.global_step} {loss.item().hex()}")
+        if self.a.step_ms:
+            time.sleep(self.a.step_ms / 1000)
+        return loss
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=3e-3, weight_decay=0.1)
+        sched = torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.1, total_iters=self.a.steps)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def main():
+    a = parse_args()
+    torch.manual_seed(a.seed)
+    model = Module(a)
+    trainer = L.Trainer(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]),
+                        num_nodes=int(os.environ["GROUP_WORLD_SIZE"]),
+                        strategy=DDPStrategy(process_group_backend="gloo", find_unused_parameters=a.find_unused),
+                        max_steps=a.steps, deterministic=True, use_distributed_sampler=False, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        plugins=[ftrun.lightning.CheckpointIO()], callbacks=[ftrun.lightning.Checkpoint()])
+    # The loader's own DistributedSampler: its order depends on the seed and the epoch only, so the loader's
+    # saved position finds the same batches after a restart (Lightning's wrapper around a RandomSampler would
+    # draw a new order from the global generator).
+    data = Sequences(a, 24 * a.batch * int(os.environ["WORLD_SIZE"]))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=int(os.environ["WORLD_SIZE"]),
+                                                  rank=int(os.environ["RANK"]), shuffle=True, seed=a.seed)
+    loader = StatefulDataLoader(data, batch_size=a.batch, sampler=sampler)
+    ckpt = ftrun.lightning.ckpt_path()
+    if ckpt is not None:
+        say(f"RESUMED {trainer.global_rank} restore")
+    trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt)
+    ftrun.wait()
+    say(f"WEIGHTS {trainer.global_rank} {weights_digest(model.net)}")
+
+
+if __name__ == "__main__":
+    main()
