@@ -1,6 +1,6 @@
 """train_ddp.py's model and data under a Lightning Trainer (DDPStrategy, CPU,
-gloo, torchdata's StatefulDataLoader over a DistributedSampler, a LR
-schedule), saved through ftrun at every
+gloo, torchdata's StatefulDataLoader over a DistributedSampler, gradient
+accumulation, a LR schedule), saved through ftrun at every
 optimizer step and resumed from it after a restart: the README's Lightning
 section, and a rank of tests/integration/test_ddp_exact.py.
 
@@ -9,7 +9,8 @@ section, and a rank of tests/integration/test_ddp_exact.py.
 
     ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_lightning.py --steps 16
 
-Output as train_ddp.py's (LOSS <step> for every optimizer step rank 0 runs).
+Output as train_ddp.py's (LOSS <step> for every micro-batch rank 0 runs: the
+last one printed for a step is its last micro-batch's).
 """
 import os
 import sys
@@ -75,7 +76,8 @@ def main():
     trainer = L.Trainer(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]),
                         num_nodes=int(os.environ["GROUP_WORLD_SIZE"]),
                         strategy=DDPStrategy(process_group_backend="gloo", find_unused_parameters=a.find_unused),
-                        max_steps=a.steps, deterministic=True, use_distributed_sampler=False, logger=False,
+                        max_steps=a.steps, accumulate_grad_batches=a.accum, deterministic=True,
+                        use_distributed_sampler=False, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         plugins=[ftrun.lightning.CheckpointIO()], callbacks=[ftrun.lightning.Checkpoint()])
     # The loader's own DistributedSampler: its order depends on the seed and the epoch only, so the loader's

@@ -167,8 +167,13 @@ def test_repeated_rank_kills(check, seeds, golden):
         check(new[victim] != killed and new[victim] in standbys_before,
               f"kill {n}: rank {victim}'s new pid {new[victim]} is not a standby started before the kill")
         pids = new
-    store = (job.state() or {}).get("rendezvous_store") or {}
-    used = {ast.get("rendezvous_store") for ast in job.agents()}
+    deadline = time.time() + 15  # an agent's status file may still name the previous generation's store
+    while True:
+        store = (job.state() or {}).get("rendezvous_store") or {}
+        used = {ast.get("rendezvous_store") for ast in job.agents()}
+        if used == {store.get("address")} or time.time() > deadline:
+            break
+        time.sleep(0.1)
     check(store.get("pid") == first_store.get("pid") and store.get("address") and used == {store["address"]},
           f"every later generation meets at the runner's store, which no kill took down: {first_store} -> "
           f"{store}, agents' {used}")

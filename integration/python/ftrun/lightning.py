@@ -67,6 +67,9 @@ class Checkpoint(Callback):
         self.every = int(every)
         self._saved = None
 
+    def on_train_start(self, trainer, pl_module):
+        self._saved = trainer.global_step  # 0, or the restored step: saved already
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if _pending_rng:
             _state.set_rng_state(_pending_rng.pop())
@@ -74,7 +77,7 @@ class Checkpoint(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
         if step == self._saved or step % self.every:
-            return  # no optimizer step since the last save (gradient accumulation)
+            return  # no optimizer step since the last save or the start (gradient accumulation)
         checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         _state.save(step, {"checkpoint": checkpoint, "rng": _state.rng_state()})
         self._saved = step
