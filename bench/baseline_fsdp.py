@@ -54,14 +54,6 @@ import time
 METHODS = ("none", "full", "dcp", "dcp_async", "ftrun")
 
 
-def vm_hwm_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return -1
-
-
 def _status_kib(*fields):
     out = dict.fromkeys(fields, -1)
     with open("/proc/self/status") as f:
@@ -70,6 +62,10 @@ def _status_kib(*fields):
             if key in out:
                 out[key] = int(line.split()[1])
     return out
+
+
+def vm_hwm_kib():
+    return _status_kib("VmHWM")["VmHWM"]
 
 
 class _MemoryPeaks:

@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from train_gpt import Block, batch, say, weights_digest  # noqa: E402  (beside this script)
+from train_gpt import GPT, batch, say, weights_digest  # noqa: E402  (beside this script)
 
 
 def parse_args(argv=None):
@@ -61,27 +61,55 @@ def parse_args(argv=None):
     return a
 
 
-class TiedGPT(nn.Module):
-    """nanoGPT's shape: the output layer's weight IS the token embedding's."""
+class TiedGPT(GPT):
+    """train_gpt's GPT in nanoGPT's shape: the output layer's weight IS the token embedding's."""
 
     def __init__(self, a):
-        super().__init__()
-        self.tok = nn.Embedding(a.vocab, a.d_model)
-        self.pos = nn.Embedding(a.seq, a.d_model)
-        self.drop = nn.Dropout(a.dropout)
-        self.blocks = nn.ModuleList(Block(a.d_model, a.heads, a.dropout) for _ in range(a.layers))
-        self.ln = nn.LayerNorm(a.d_model)
-        self.head = nn.Linear(a.d_model, a.vocab, bias=False)
+        super().__init__(a)
         self.head.weight = self.tok.weight
         for name, p in self.named_parameters():
             if name.endswith("weight") and p.dim() == 2:
                 nn.init.normal_(p, std=0.02)
 
-    def forward(self, idx):
-        x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln(x))
+
+def sequences(n, length, vocab, seed):
+    """n arithmetic sequences modulo the vocabulary (learnable), fixed by the seed:
+    the datasets of train_lightning.py and train_hf.py."""
+    g = torch.Generator().manual_seed(seed)
+    start = torch.randint(0, vocab, (n, 1), generator=g)
+    stride = torch.randint(1, 8, (n, 1), generator=g)
+    return (start + stride * torch.arange(length)) % vocab
+
+
+def resume(raw, optimizer, rank):
+    """ftrun.load where nanoGPT calls torch.load: the step to go on from (0 on a fresh start)."""
+    resumed = ftrun.load()
+    if resumed is None:
+        return 0
+    step, state = resumed
+    raw.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optim"])
+    ftrun.set_rng_state(state["rng"])
+    say(f"RESUMED {rank} {step}")
+    return step + 1
+
+
+def train(a, rank, raw, optimizer, start, micro_step):
+    """Steps start .. a.steps - 1, a.accum micro-batches each (micro_step(x, y, last) runs the forward and
+    backward pass, the gradient sync only when last, and returns the loss), ftrun.save after every step."""
+    for step in range(start, a.steps):
+        for micro in range(a.accum):
+            x, y = batch(a, step * a.accum + micro, rank, "cpu")
+            loss = micro_step(x, y, micro == a.accum - 1)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if rank == 0:
+            say(f"LOSS {step} {loss.item().hex()}")
+        ftrun.save(step, {"model": raw.state_dict(), "optim": optimizer.state_dict(), "rng": ftrun.rng_state()})
+        if a.step_ms:
+            time.sleep(a.step_ms / 1000)
+    ftrun.wait()
+    say(f"WEIGHTS {rank} {weights_digest(raw)}")
 
 
 def main():
@@ -95,34 +123,16 @@ def main():
     wrap = lambda: DDP(raw, find_unused_parameters=a.find_unused, static_graph=a.static_graph)  # noqa: E731
     model = wrap() if a.wrap_first else None
     torch.manual_seed(a.seed + 1 + rank)  # dropout: each rank its own stream
+    start = resume(raw, optimizer, rank)
+    model = model or wrap()
 
-    start = 0
-    resumed = ftrun.load()  # nanoGPT: checkpoint = torch.load(ckpt_path)
-    if resumed is not None:
-        step, state = resumed
-        raw.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optim"])
-        ftrun.set_rng_state(state["rng"])
-        start = step + 1
-        say(f"RESUMED {rank} {step}")
-    if model is None:
-        model = wrap()
+    def micro_step(x, y, last):
+        model.require_backward_grad_sync = last  # nanoGPT's no_sync
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / a.accum
+        loss.backward()
+        return loss
 
-    for step in range(start, a.steps):
-        for micro in range(a.accum):
-            model.require_backward_grad_sync = micro == a.accum - 1  # nanoGPT's no_sync
-            x, y = batch(a, step * a.accum + micro, rank, "cpu")
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / a.accum
-            loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if rank == 0:
-            say(f"LOSS {step} {loss.item().hex()}")
-        ftrun.save(step, {"model": raw.state_dict(), "optim": optimizer.state_dict(), "rng": ftrun.rng_state()})
-        if a.step_ms:
-            time.sleep(a.step_ms / 1000)
-    ftrun.wait()
-    say(f"WEIGHTS {rank} {weights_digest(raw)}")
+    train(a, rank, raw, optimizer, start, micro_step)
     dist.destroy_process_group()
 
 

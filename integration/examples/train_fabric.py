@@ -14,10 +14,9 @@ bit-identical to the run without failures. Output as train_ddp.py's.
 """
 import os
 import sys
-import time
 
 try:
-    import ftrun
+    import ftrun  # noqa: F401  (train_ddp uses it; a clear message first)
 except ImportError as e:
     sys.stderr.write(f"train_fabric.py: cannot import ftrun ({e}); run it under ftrun or ftrun-agent\n")
     sys.exit(2)
@@ -27,8 +26,7 @@ import torch
 import torch.nn.functional as F
 from lightning.fabric.strategies import DDPStrategy
 
-from train_ddp import TiedGPT, parse_args  # noqa: E402  (beside this script)
-from train_gpt import batch, say, weights_digest  # noqa: E402
+from train_ddp import TiedGPT, parse_args, resume, train  # noqa: E402  (beside this script)
 
 
 def main():
@@ -46,32 +44,15 @@ def main():
     model, optimizer = fabric.setup(raw, optimizer)  # DDP is built here, before the restore
     torch.manual_seed(a.seed + 1 + rank)
 
-    start = 0
-    resumed = ftrun.load()  # a Fabric loop: fabric.load(path, state)
-    if resumed is not None:
-        step, state = resumed
-        raw.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optim"])
-        ftrun.set_rng_state(state["rng"])
-        start = step + 1
-        say(f"RESUMED {rank} {step}")
+    start = resume(raw, optimizer, rank)  # a Fabric loop: fabric.load(path, state)
 
-    for step in range(start, a.steps):
-        for micro in range(a.accum):
-            with fabric.no_backward_sync(model, enabled=micro < a.accum - 1):
-                x, y = batch(a, step * a.accum + micro, rank, "cpu")
-                loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / a.accum
-                fabric.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if rank == 0:
-            say(f"LOSS {step} {loss.item().hex()}")
-        ftrun.save(step, {"model": raw.state_dict(), "optim": optimizer.state_dict(), "rng": ftrun.rng_state()})
-        if a.step_ms:
-            time.sleep(a.step_ms / 1000)
-    ftrun.wait()
-    say(f"WEIGHTS {rank} {weights_digest(raw)}")
+    def micro_step(x, y, last):
+        with fabric.no_backward_sync(model, enabled=not last):
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / a.accum
+            fabric.backward(loss)
+        return loss
 
+    train(a, rank, raw, optimizer, start, micro_step)
 
 if __name__ == "__main__":
     main()

@@ -28,17 +28,15 @@ except ImportError as e:
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
-from train_gpt import say, weights_digest  # noqa: E402  (beside this script)
+from train_ddp import sequences  # noqa: E402  (beside this script)
+from train_gpt import say, weights_digest  # noqa: E402
 
 
 class Tokens(torch.utils.data.Dataset):
-    """Arithmetic sequences modulo the vocabulary, fixed by the seed."""
+    """train_ddp.sequences, each its own labels."""
 
     def __init__(self, n, seq, vocab, seed):
-        g = torch.Generator().manual_seed(seed)
-        start = torch.randint(0, vocab, (n, 1), generator=g)
-        stride = torch.randint(1, 8, (n, 1), generator=g)
-        self.ids = (start + stride * torch.arange(seq)) % vocab
+        self.ids = sequences(n, seq, vocab, seed)
 
     def __len__(self):
         return len(self.ids)

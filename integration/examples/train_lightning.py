@@ -28,18 +28,15 @@ import torch.nn.functional as F
 from lightning.pytorch.strategies import DDPStrategy
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from train_ddp import TiedGPT, parse_args  # noqa: E402  (beside this script)
+from train_ddp import TiedGPT, parse_args, sequences  # noqa: E402  (beside this script)
 from train_gpt import say, weights_digest  # noqa: E402
 
 
 class Sequences(torch.utils.data.Dataset):
-    """Arithmetic sequences modulo the vocabulary (as train_gpt's batches), one per item."""
+    """train_ddp.sequences, one (input, target) pair per item."""
 
     def __init__(self, a, n):
-        g = torch.Generator().manual_seed(a.seed)
-        start = torch.randint(0, a.vocab, (n, 1), generator=g)
-        stride = torch.randint(1, 8, (n, 1), generator=g)
-        self.seq = (start + stride * torch.arange(a.seq + 1)) % a.vocab
+        self.seq = sequences(n, a.seq + 1, a.vocab, a.seed)
 
     def __len__(self):
         return len(self.seq)
