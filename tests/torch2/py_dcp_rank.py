@@ -11,6 +11,10 @@ its Adam state through torch.distributed.checkpoint with ftrun.dcp's storage.
 3. dcp.async_save (the thread checkpointer) into ftrun while the next
    optimizer step runs; loaded back: the state as it was at async_save.
 
+Rank 0 also writes the full (gathered) model and optimizer state of version 1
+to <dir>/full-1.pt: tests/torch2/py_dcp_reshard.py compares its resharded
+load of the persisted version 1 with it.
+
 Prints `DCP OK <rank> <bytes stored by the first save> <local shard bytes>` at the end; any difference raises."""
 import hashlib
 import os
@@ -20,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
@@ -104,6 +108,9 @@ writer = ftrun.dcp.StorageWriter(1)
 dcp.save(sd1, storage_writer=writer)
 ftrun.get_client().wait_committed(1, timeout_ms=60000)
 stored = writer.last_stats["bytes_total"]
+full = get_state_dict(m1, o1, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+if rank == 0:
+    torch.save({"model": full[0], "optim": full[1]}, os.path.join(shared, "full-1.pt"))
 m2, o2 = build(2)
 sd2 = state(m2, o2)
 expect(digest(sd2) != want, "the second model starts equal to the first")

@@ -67,9 +67,9 @@ from torch.futures import Future
 
 from .state_client import _ftrun_error, get_client
 from .state_pack import _FORMAT_VERSION, _Packer
-from .state_unpack import _load_version
+from .state_unpack import _Loaded, _load_version
 
-__all__ = ["StorageWriter", "StorageReader"]
+__all__ = ["StorageWriter", "StorageReader", "PersistedReader"]
 
 _FORMAT = "ftrun.dcp"
 
@@ -279,20 +279,31 @@ class StorageReader(_storage.StorageReader):
             self._objects = (tensors, loaded.payload["bytes"])
         return self._objects
 
+    def _sources(self, plan):
+        """owner rank -> (its tensors, its bytes items), by store name, for the items of `plan`:
+        this rank's own version, and what other ranks stored, passed over the process group."""
+        me = _group_rank(self.process_group)
+        own = self._local_objects()
+        remote = {}
+        if (plan.storage_data or {}).get("ftrun_exchange"):
+            for (owner, key), obj in self._exchange(plan, self.metadata.storage_data, me, *own).items():
+                remote.setdefault(owner, {})[key] = obj
+        return lambda owner: own if owner == me else (remote.get(owner, {}),) * 2
+
     def read_data(self, plan, planner):
         where = self.metadata.storage_data
-        me = _group_rank(self.process_group)
-        tensors, blobs = self._local_objects()
-        got = {}
-        if (plan.storage_data or {}).get("ftrun_exchange"):
-            got = self._exchange(plan, where, me, tensors, blobs)
+        sources = self._sources(plan)
         for ri in plan.items:
             owner, key = where[ri.storage_index]
+            tensors, blobs = sources(owner)
+            held = blobs if ri.type == LoadItemType.BYTE_IO else tensors
+            if key not in held:
+                raise _ftrun_error("CORRUPTION", f"ftrun.dcp: version {self.version} of rank {owner} lacks "
+                                   f"item '{key}', which the checkpoint's metadata says it stored")
             if ri.type == LoadItemType.BYTE_IO:
-                b = blobs[key] if owner == me else got[(owner, key)]
-                planner.load_bytes(ri, io.BytesIO(b))
+                planner.load_bytes(ri, io.BytesIO(held[key]))
                 continue
-            src = tensors[key] if owner == me else got[(owner, key)]
+            src = held[key]
             for dim, (off, length) in enumerate(zip(ri.storage_offsets, ri.lengths)):
                 src = src.narrow(dim, int(off), int(length))
             target = planner.resolve_tensor(ri).detach()
@@ -326,3 +337,49 @@ class StorageReader(_storage.StorageReader):
         if missing:
             raise _ftrun_error("CORRUPTION", f"ftrun.dcp: no rank sent the items {missing[:5]}")
         return {k: got[k] for k in wanted}
+
+
+class PersistedReader(StorageReader):
+    """DCP StorageReader over a version that ftrun wrote to a persist
+    directory (persist.dir), read without any agent, onto any world size:
+    resharding. The loading job may have another number of ranks than the one
+    that saved (or be one process without a process group, which gets full
+    tensors); DCP's planner maps every saved shard onto this rank's shards.
+
+        reader = ftrun.dcp.PersistedReader("/data/ftrun", "my-job")      # the newest complete version
+        dcp.load(state, storage_reader=reader)
+
+    Each rank reads, whole and hash-checked, the files of every saving rank
+    whose items it needs (all of them, for a process loading full tensors).
+    version None: the newest complete version when the reader first reads;
+    give the version when the saving job may still be writing newer ones."""
+
+    def __init__(self, dir, job, version=None, *, map_location="cpu"):
+        super().__init__(version, map_location=map_location)
+        self.dir = os.fspath(dir)
+        self.job = job
+        self._ranks = {}
+
+    def reset(self, checkpoint_id=None):
+        super().reset(checkpoint_id)
+        self._ranks = {}
+
+    def _rank_objects(self, rank):
+        """(tensors, bytes items) of saving rank `rank` of the version, read once."""
+        if rank not in self._ranks:
+            from .persisted import read_persisted
+
+            loaded = _Loaded(read_persisted(self.dir, self.job, self.version, rank), _FORMAT)
+            self.version = loaded.version  # None named the newest: keep every later read on that one
+            self._ranks[rank] = (loaded, loaded.unpack(loaded.payload["skeleton"], self.map_location),
+                                 loaded.payload["bytes"])
+        return self._ranks[rank]
+
+    def _load(self):
+        return self._rank_objects(0)[0]  # every saving rank's version holds the global metadata
+
+    def prepare_global_plan(self, plans):
+        return plans  # each rank reads what it needs from the files: nothing is exchanged
+
+    def _sources(self, plan):
+        return lambda owner: self._rank_objects(owner)[1:]
