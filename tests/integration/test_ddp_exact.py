@@ -6,8 +6,9 @@ ranks and a spare, with gloo. For each DDP configuration, a failure-free run
 gives the golden losses and weights; then a rank is SIGKILLed mid-run and,
 after the restart, a whole node (agent and ranks). Every step's last loss and
 every rank's final weights must equal the golden run's, bit for bit. The
-same with Lightning Fabric's DDPStrategy, a Lightning Trainer and a Hugging Face
-Trainer (integration/examples/train_fabric.py, train_lightning.py, train_hf.py).
+same with Lightning Fabric's DDPStrategy, a Lightning Trainer, a Hugging Face
+Trainer and an accelerate loop (integration/examples/train_fabric.py,
+train_lightning.py, train_hf.py, train_accelerate.py).
 
 Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
 restart reduces its first step in DDP's start bucket layout instead of the
@@ -38,6 +39,7 @@ CONFIGS = {
     "fabric": ("train_fabric.py", []),                  # Lightning Fabric's DDPStrategy: also built before
     "huggingface": ("train_hf.py", []),                 # a transformers Trainer (DDP through accelerate)
     "lightning": ("train_lightning.py", []),            # a Lightning Trainer, resumed mid-epoch
+    "accelerate": ("train_accelerate.py", []),          # an accelerate loop: ftrun.accelerate.save_state/load_state
 }
 
 

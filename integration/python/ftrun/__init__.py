@@ -75,7 +75,8 @@ __all__ = ["Client", "Error", "InvalidArgumentError", "LoadResult", "LATEST"]
 # The torch layer, imported on first use so that `import ftrun` needs no torch.
 _STATE_NAMES = ("save", "load", "wait", "rng_state", "set_rng_state", "restore_into", "get_client", "configure")
 _PERSISTED_NAMES = ("load_persisted", "load_exported", "read_persisted", "read_exported", "persisted_versions")
-_SUBMODULES = ("state", "deepspeed", "persisted", "sharded", "dcp", "warm", "in_place", "huggingface", "lightning")
+_SUBMODULES = ("state", "deepspeed", "persisted", "sharded", "dcp", "warm", "in_place", "huggingface", "lightning",
+               "accelerate")
 _RESILIENT_NAMES = ("resilient", "Restart")
 
 
