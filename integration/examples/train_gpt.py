@@ -214,7 +214,7 @@ def sync_gradients(params, loss, world):
 def weights_digest(model):
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        h.update(p.detach().cpu().flatten().clone().view(torch.uint8).numpy().tobytes())  # a copy
     return h.hexdigest()
 
 

@@ -8,6 +8,12 @@ section, and a rank of tests/integration/test_ddp_exact.py.
     trainer.fit(model, train_dataloaders=loader, ckpt_path=ftrun.lightning.ckpt_path())
 
     ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_lightning.py --steps 16
+    ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_lightning.py --steps 16 --fsdp
+
+--fsdp: FSDPStrategy in lit-gpt's configuration (every transformer Block its
+own FSDP unit with activation checkpointing, limit_all_gathers) and
+state_dict_type="sharded": every rank saves only its own shards through
+ftrun, nothing is gathered.
 
 Output as train_ddp.py's (LOSS <step> for every micro-batch rank 0 runs: the
 last one printed for a step is its last micro-batch's).
@@ -25,11 +31,34 @@ except ImportError as e:
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from train_ddp import TiedGPT, parse_args, sequences  # noqa: E402  (beside this script)
-from train_gpt import say, weights_digest  # noqa: E402
+from train_gpt import Block, say, weights_digest  # noqa: E402
+
+
+class CPUFSDPStrategy(FSDPStrategy):
+    """FSDPStrategy on CPUs, for this example and CI without a GPU: the Trainer refuses the FSDPStrategy
+    class itself without one (an exact type check), and it gives FSDP no device_id on the CPU, which
+    FSDP then refuses. The wrap is FSDPStrategy's, with device_id the CPU; the rest is FSDPStrategy's."""
+
+    def _setup_model(self, model):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        model = FullyShardedDataParallel(module=model, cpu_offload=self.cpu_offload,
+                                         mixed_precision=self.mixed_precision_config,
+                                         sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"),
+                                         **self.kwargs)
+        self.kwargs.pop("auto_wrap_policy", None)  # applied (FSDPStrategy then takes the model as wrapped)
+        return super()._setup_model(model)
+
+
+def fsdp_strategy():
+    """lit-gpt's FSDP configuration, saving sharded state dicts."""
+    cls = FSDPStrategy if torch.cuda.is_available() else CPUFSDPStrategy
+    return cls(process_group_backend="gloo", auto_wrap_policy={Block}, activation_checkpointing_policy={Block},
+               limit_all_gathers=True, state_dict_type="sharded", sharding_strategy="FULL_SHARD")
 
 
 class Sequences(torch.utils.data.Dataset):
@@ -67,12 +96,14 @@ class Module(L.LightningModule):
 
 
 def main():
-    a = parse_args()
+    fsdp = "--fsdp" in sys.argv
+    a = parse_args([arg for arg in sys.argv[1:] if arg != "--fsdp"])
     torch.manual_seed(a.seed)
     model = Module(a)
     trainer = L.Trainer(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]),
                         num_nodes=int(os.environ["GROUP_WORLD_SIZE"]),
-                        strategy=DDPStrategy(process_group_backend="gloo", find_unused_parameters=a.find_unused),
+                        strategy=fsdp_strategy() if fsdp else
+                        DDPStrategy(process_group_backend="gloo", find_unused_parameters=a.find_unused),
                         max_steps=a.steps, accumulate_grad_batches=a.accum, deterministic=True,
                         use_distributed_sampler=False, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -89,7 +120,13 @@ def main():
         say(f"RESUMED {trainer.global_rank} restore")
     trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt)
     ftrun.wait()
-    say(f"WEIGHTS {trainer.global_rank} {weights_digest(model.net)}")
+    if fsdp:  # every rank's digest of the whole model
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with FSDP.summon_full_params(trainer.strategy.model):
+            say(f"WEIGHTS {trainer.global_rank} {weights_digest(model.net)}")
+    else:
+        say(f"WEIGHTS {trainer.global_rank} {weights_digest(model.net)}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ ranks and a spare, with gloo. For each DDP configuration, a failure-free run
 gives the golden losses and weights; then a rank is SIGKILLed mid-run and,
 after the restart, a whole node (agent and ranks). Every step's last loss and
 every rank's final weights must equal the golden run's, bit for bit. The
-same with Lightning Fabric's DDPStrategy, a Lightning Trainer, a Hugging Face
-Trainer and an accelerate loop (integration/examples/train_fabric.py,
+same with Lightning Fabric's DDPStrategy, a Lightning Trainer (DDPStrategy, and
+FSDPStrategy with sharded state dicts), a Hugging Face Trainer and an accelerate loop (integration/examples/train_fabric.py,
 train_lightning.py, train_hf.py, train_accelerate.py).
 
 Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
@@ -39,6 +39,7 @@ CONFIGS = {
     "fabric": ("train_fabric.py", []),                  # Lightning Fabric's DDPStrategy: also built before
     "huggingface": ("train_hf.py", []),                 # a transformers Trainer (DDP through accelerate)
     "lightning": ("train_lightning.py", []),            # a Lightning Trainer, resumed mid-epoch
+    "lightning_fsdp": ("train_lightning.py", ["--fsdp"]),  # its FSDPStrategy (lit-gpt's), sharded state dicts
     "accelerate": ("train_accelerate.py", []),          # an accelerate loop: ftrun.accelerate.save_state/load_state
 }
 

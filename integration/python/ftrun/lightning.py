@@ -23,11 +23,19 @@ DistributedSampler and Trainer(use_distributed_sampler=False). Lightning's
 wrapper around a RandomSampler draws a new order from the global generator
 each time an iterator is made, so a restored run would see other batches.
 The generators are put back right before the first restored batch.
+
+FSDPStrategy (state_dict_type="sharded"; a "full" one would gather the whole
+model on rank 0 at every save, and is refused): every rank saves its own
+shards of the model and optimizer states (the Trainer's sharded state dicts),
+nothing gathered. The strategy loads its checkpoints itself, without a
+CheckpointIO, so Checkpoint() gives it the ftrun path: the restored shards go
+straight into the live FSDP model and optimizers (torch's set_state_dict).
 """
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from . import state as _state
+from .sharded import restore_into
 
 RESTORE = "ftrun:restore"
 _pending_rng = []  # the restored generators, for Checkpoint to put back before the first batch
@@ -40,22 +48,71 @@ def ckpt_path():
     return RESTORE if lv["restore"] is not None or lv["committed"] else None
 
 
+def _restored_checkpoint():
+    """The Trainer checkpoint of the version ftrun restores; its generators wait for the first batch."""
+    resumed = _state.load(map_location="cpu")
+    if resumed is None:
+        raise FileNotFoundError(f"ftrun.lightning: {RESTORE}: ftrun has no committed version to restore")
+    step, saved = resumed
+    if not isinstance(saved, dict) or "checkpoint" not in saved:
+        raise ValueError(f"ftrun.lightning: version {step} was not saved by ftrun.lightning.Checkpoint")
+    # The generators go back right before the first restored batch: between here and there Lightning makes
+    # its dataloader iterator, which may draw from them (a RandomSampler's seed).
+    _pending_rng[:] = [saved["rng"]]
+    return saved["checkpoint"]
+
+
 class CheckpointIO(TorchCheckpointIO):
     """Loads "ftrun:restore" from ftrun; every other path as TorchCheckpointIO."""
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
         if str(path) != RESTORE:
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
-        resumed = _state.load(map_location="cpu")
-        if resumed is None:
-            raise FileNotFoundError(f"ftrun.lightning: {RESTORE}: ftrun has no committed version to restore")
-        step, saved = resumed
-        if not isinstance(saved, dict) or "checkpoint" not in saved:
-            raise ValueError(f"ftrun.lightning: version {step} was not saved by ftrun.lightning.Checkpoint")
-        # The generators go back right before the first restored batch: between here and there Lightning makes
-        # its dataloader iterator, which may draw from them (a RandomSampler's seed).
-        _pending_rng[:] = [saved["rng"]]
-        return saved["checkpoint"]
+        return _restored_checkpoint()
+
+
+def _load_fsdp(trainer, checkpoint):
+    """The restored sharded model and optimizer states into the live FSDP model and optimizers, in
+    place (what FSDPStrategy.load_checkpoint does for its own sharded directory)."""
+    from lightning.pytorch.trainer.states import TrainerFn
+    from torch.distributed.checkpoint import state_dict as dsd
+
+    model = trainer.strategy.model
+    saved_model = checkpoint.get("state_dict") or {}
+    optimizers = trainer.strategy.optimizers if trainer.state.fn == TrainerFn.FITTING else []
+    saved_optims = checkpoint.get("optimizer_states") or []
+    if optimizers and len(saved_optims) != len(optimizers):
+        raise ValueError(f"ftrun.lightning: the restored version holds {len(saved_optims)} optimizer states, "
+                         f"the strategy has {len(optimizers)} optimizers")
+    if not optimizers:
+        msd = dsd.get_model_state_dict(model)
+        dsd.set_model_state_dict(model, restore_into(msd, saved_model))
+    for opt, saved in zip(optimizers, saved_optims):
+        msd, osd = dsd.get_state_dict(model, opt)
+        dsd.set_state_dict(model, opt, model_state_dict=restore_into(msd, saved_model),
+                           optim_state_dict=restore_into(osd, saved))
+
+
+def _take_fsdp_loads(strategy):
+    """Makes an FSDPStrategy load RESTORE from ftrun (it loads without a CheckpointIO)."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if not isinstance(strategy, FSDPStrategy) or getattr(strategy, "_ftrun_loads", False):
+        return
+    if strategy._state_dict_type != "sharded":
+        raise ValueError("ftrun.lightning: FSDPStrategy(state_dict_type='full') gathers the whole model on rank 0 "
+                         "at every save; use state_dict_type='sharded' (every rank saves its own shards)")
+    original = strategy.load_checkpoint
+
+    def load_checkpoint(checkpoint_path, *args, **kwargs):
+        if str(checkpoint_path) != RESTORE:
+            return original(checkpoint_path, *args, **kwargs)
+        checkpoint = _restored_checkpoint()
+        _load_fsdp(strategy.lightning_module.trainer, checkpoint)
+        return checkpoint
+
+    strategy.load_checkpoint = load_checkpoint
+    strategy._ftrun_loads = True
 
 
 class Checkpoint(Callback):
@@ -66,6 +123,9 @@ class Checkpoint(Callback):
             raise ValueError(f"ftrun.lightning.Checkpoint: every must be >= 1, not {every!r}")
         self.every = int(every)
         self._saved = None
+
+    def setup(self, trainer, pl_module, stage):
+        _take_fsdp_loads(trainer.strategy)
 
     def on_train_start(self, trainer, pl_module):
         self._saved = trainer.global_step  # 0, or the restored step: saved already
