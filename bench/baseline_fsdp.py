@@ -3,7 +3,10 @@
 torch.distributed.checkpoint's dcp.save to local disk ("dcp"), (b') its
 dcp.async_save ("dcp_async": the stall is what blocks training, staging and
 the wait for the previous save's future), (c) ftrun.save
-of the sharded state dict ("ftrun"), and (d) no save at all ("none": the
+of the sharded state dict ("ftrun"), (c') ftrun.save(overlap=True)
+("ftrun_overlap": the copy runs behind the next forward and backward pass;
+the stall is the save call plus the wait for the copy at the next optimizer
+step, ftrun.save_behind), and (d) no save at all ("none": the
 training steps' own memory); the save stall of each, and the peak CPU
 memory (VmHWM) of rank 0 and of the other ranks during the saves.
 
@@ -51,7 +54,7 @@ import sys
 import tempfile
 import time
 
-METHODS = ("none", "full", "dcp", "dcp_async", "ftrun")
+METHODS = ("none", "full", "dcp", "dcp_async", "ftrun", "ftrun_overlap")
 
 
 def _status_kib(*fields):
@@ -123,8 +126,9 @@ def rank_main(a):
     fully_shard(model, mesh=mesh)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(2, d)
-    if a.rank_mode == "ftrun":
+    if a.rank_mode.startswith("ftrun"):
         import ftrun
+        from ftrun import save_behind
     if a.rank_mode.startswith("dcp"):
         import torch.distributed.checkpoint as dcp
     # async_save's background collectives need their own group: on the default one they would interleave
@@ -134,9 +138,13 @@ def rank_main(a):
     stalls = []
     hwm0 = None
     state_bytes = 0
+    state_dict_s = []
     for step in range(a.steps):
         model(x).sum().backward()
-        opt.step()
+        waited = save_behind.blocked_seconds() if a.rank_mode == "ftrun_overlap" else 0
+        opt.step()  # (ftrun_overlap: waits here for the last save's copy; counted in that save's stall)
+        if a.rank_mode == "ftrun_overlap" and stalls:
+            stalls[-1] += save_behind.blocked_seconds() - waited
         opt.zero_grad()
         if hwm0 is None:
             hwm0 = vm_hwm_kib()
@@ -158,6 +166,7 @@ def rank_main(a):
             del msd, osd
         else:
             msd, osd = get_state_dict(model, opt)
+            state_dict_s.append(time.monotonic() - t0)
             state = {"model": msd, "optim": osd}
             if a.rank_mode == "dcp":
                 dcp.save(state, checkpoint_id=os.path.join(a.dir, f"step{step}"))
@@ -167,7 +176,7 @@ def rank_main(a):
                 pending = dcp.async_save(state, checkpoint_id=os.path.join(a.dir, f"step{step}"),
                                          process_group=async_group)
             else:
-                ftrun.save(step, state)
+                ftrun.save(step, state, overlap=a.rank_mode == "ftrun_overlap")
             if not state_bytes:
                 from ftrun.sharded import _local_of
 
@@ -186,9 +195,13 @@ def rank_main(a):
             shutil.rmtree(os.path.join(a.dir, f"step{step - 1}"), ignore_errors=True)
     if pending is not None:
         pending.result()
-    if a.rank_mode == "ftrun":
+    if a.rank_mode.startswith("ftrun"):
+        waited = save_behind.blocked_seconds()
         ftrun.wait()
+        stalls[-1] += save_behind.blocked_seconds() - waited
     dist.barrier()
+    if state_dict_s:
+        os.write(1, f"STATEDICT {a.rank_mode} {rank} {statistics.median(state_dict_s)!r}\n".encode())
     os.write(1, (f"BENCH {a.rank_mode} {rank} {statistics.median(stalls)!r} {max(stalls)!r} {hwm0} "
                  f"{vm_hwm_kib()} {state_bytes} {peaks.stop()} {' '.join(repr(s) for s in stalls)}\n").encode())
     dist.destroy_process_group()
@@ -214,8 +227,11 @@ def run_method(a, method, workdir):
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=a.timeout)
     out = p.stdout + p.stderr
     rows = {}
+    state_dict_s = []
     for line in out.splitlines():
         f = line.split()
+        if len(f) == 4 and f[0] == "STATEDICT" and f[1] == method:
+            state_dict_s.append(float(f[3]))
         if len(f) >= 8 and f[0] == "BENCH" and f[1] == method:
             rows[int(f[2])] = {"median": float(f[3]), "max": float(f[4]), "hwm0": int(f[5]), "hwm": int(f[6]),
                                "bytes": int(f[7]), "anon0": int(f[8]), "anon": int(f[9]), "shmem0": int(f[10]),
@@ -226,6 +242,8 @@ def run_method(a, method, workdir):
                          f"{out[-4000:]}\n")
         return None
     print(f"# {method}: {time.time() - t0:.1f} s", flush=True)
+    if state_dict_s:
+        rows["state_dict_s"] = max(state_dict_s)
     return rows
 
 
@@ -267,6 +285,9 @@ def main():
         if rows is None:
             print(f"stall_s_{m}=nan")
             continue
+        sd_s = rows.pop("state_dict_s", None)
+        if sd_s is not None:
+            print(f"state_dict_s_{m}={sd_s:.4f}")  # get_state_dict's part of the stall, slowest rank's median
         per_step = [max(rows[r]["stalls"][s] for r in rows) for s in range(a.steps)]
         stall[m] = statistics.median(per_step)
         peak0[m] = rows[0]["hwm"] / 1024
@@ -288,10 +309,11 @@ def main():
         print(f"save_shared_growth_mib_max_{m}={shmem:.1f}")
     if "none" in res and res["none"]:
         print("(save_*_growth of a method minus that of 'none': the save's own memory)")
-    if "ftrun" in stall and stall["ftrun"] > 0:
-        for m in ("dcp", "dcp_async", "full"):
-            if m in stall:
-                print(f"stall_ratio_{m}_over_ftrun={stall[m] / stall['ftrun']:.2f}")
+    for mine in ("ftrun", "ftrun_overlap"):
+        if stall.get(mine, 0) > 0:
+            for m in ("dcp", "dcp_async", "full"):
+                if m in stall:
+                    print(f"stall_ratio_{m}_over_{mine}={stall[m] / stall[mine]:.2f}")
     return 0
 
 

@@ -11,7 +11,9 @@ rank of tests/integration/test_ddp_exact.py).
 A run killed and restarted any number of times ends bit-identical to the run
 without failures (every loss, every rank's final weights): ftrun keeps DDP's
 rebuilt gradient buckets with the state and gives them to the DDP built after
-the restart (ftrun.ddp_buckets; docs/architecture.md).
+the restart (ftrun.ddp_buckets; docs/architecture.md). --resilient runs it
+under @ftrun.resilient: after a failure the surviving processes keep their
+model and run main() again, restored in place by ftrun.restore.
 
 Output: rank 0 prints `LOSS <step> <its last micro-batch's loss, float.hex()>`
 for every step it runs, every rank `RESUMED <rank> <step>` after a restore and
@@ -46,6 +48,10 @@ def parse_args(argv=None):
     p.add_argument("--static-graph", action="store_true", help="DDP(static_graph=True)")
     p.add_argument("--wrap-first", action="store_true",
                    help="build the DDP before ftrun.load (as Lightning does) instead of after (as nanoGPT does)")
+    p.add_argument("--resilient", action="store_true",
+                   help="run under @ftrun.resilient: warm recovery in the surviving processes (ftrun.restore)")
+    p.add_argument("--fsdp", action="store_true", help="train_fabric.py and train_lightning.py: Lightning's "
+                   "FSDPStrategy in lit-gpt's configuration, sharded state dicts (lightning_fsdp.py)")
     p.add_argument("--step-ms", type=float, default=0, help="sleep this long every step (tests: kills land mid-run)")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--d-model", type=int, default=64)
@@ -81,22 +87,32 @@ def sequences(n, length, vocab, seed):
     return (start + stride * torch.arange(length)) % vocab
 
 
-def resume(raw, optimizer, rank):
+def model_state(raw, optimizer):
+    """What train() saves of the model and the optimizer (a sharded model: its sharded state dicts)."""
+    return {"model": raw.state_dict(), "optim": optimizer.state_dict()}
+
+
+def put_model_state(raw, optimizer, state):
+    raw.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optim"])
+
+
+def resume(raw, optimizer, rank, put=put_model_state):
     """ftrun.load where nanoGPT calls torch.load: the step to go on from (0 on a fresh start)."""
     resumed = ftrun.load()
     if resumed is None:
         return 0
     step, state = resumed
-    raw.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optim"])
+    put(raw, optimizer, state)
     ftrun.set_rng_state(state["rng"])
     say(f"RESUMED {rank} {step}")
     return step + 1
 
 
-def train(a, rank, raw, optimizer, start, micro_step):
+def train(a, rank, raw, optimizer, start, micro_step, state=model_state, digest=weights_digest):
     """Steps start .. a.steps - 1, a.accum micro-batches each (micro_step(x, y, last) runs the forward and
-    backward pass, the gradient sync only when last, and returns the loss), ftrun.save after every step."""
+    backward pass, the gradient sync only when last, and returns the loss), ftrun.save after every step
+    of state(raw, optimizer) and the generators; at the end, every rank's digest(raw)."""
     for step in range(start, a.steps):
         for micro in range(a.accum):
             x, y = batch(a, step * a.accum + micro, rank, "cpu")
@@ -105,25 +121,36 @@ def train(a, rank, raw, optimizer, start, micro_step):
         optimizer.zero_grad(set_to_none=True)
         if rank == 0:
             say(f"LOSS {step} {loss.item().hex()}")
-        ftrun.save(step, {"model": raw.state_dict(), "optim": optimizer.state_dict(), "rng": ftrun.rng_state()})
+        ftrun.save(step, dict(state(raw, optimizer), rng=ftrun.rng_state()))
         if a.step_ms:
             time.sleep(a.step_ms / 1000)
     ftrun.wait()
-    say(f"WEIGHTS {rank} {weights_digest(raw)}")
+    say(f"WEIGHTS {rank} {digest(raw)}")
 
 
-def main():
+def new_model(a):
+    torch.manual_seed(a.seed)
+    return TiedGPT(a)
+
+
+def main(ctx=None):
+    """One run; ctx: @ftrun.resilient's context (--resilient), else None."""
     a = parse_args()
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
-    torch.manual_seed(a.seed)
-    raw = TiedGPT(a)
+    # Warm recovery keeps the model in the process (a survivor's, or a standby's built before it had a rank).
+    raw = ctx.keep("model", lambda: new_model(a)) if ctx is not None else new_model(a)
     optimizer = torch.optim.AdamW(raw.parameters(), lr=3e-3, weight_decay=0.1)
     wrap = lambda: DDP(raw, find_unused_parameters=a.find_unused, static_graph=a.static_graph)  # noqa: E731
     model = wrap() if a.wrap_first else None
     torch.manual_seed(a.seed + 1 + rank)  # dropout: each rank its own stream
-    start = resume(raw, optimizer, rank)
+    if ctx is not None:
+        start = ftrun.restore(model=raw, optim=optimizer)  # in place, generators included
+        if start:
+            say(f"RESUMED {rank} {start - 1}")
+    else:
+        start = resume(raw, optimizer, rank)
     model = model or wrap()
 
     def micro_step(x, y, last):
@@ -137,4 +164,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if "--resilient" in sys.argv[1:]:  # warm recovery: main(ctx) runs again in this process after a failure
+        ftrun.resilient(main, prepare=lambda: {"model": new_model(parse_args())})()
+    else:
+        main()

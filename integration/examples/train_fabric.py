@@ -7,6 +7,14 @@ fabric.load (the README's Lightning section; a rank of
 tests/integration/test_ddp_exact.py).
 
     ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_fabric.py --steps 30
+    ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_fabric.py --steps 30 --fsdp
+
+--fsdp: Fabric's FSDPStrategy in lit-gpt's configuration (lightning_fsdp.py).
+Every rank saves only its own shards: the sharded state dicts of
+torch.distributed.checkpoint.state_dict (get_state_dict), restored in place
+into the live ones (ftrun.restore_into) and handed to set_state_dict, as the
+README's FSDP section shows; where a Fabric loop would call fabric.save,
+which writes its own DCP directory.
 
 Fabric finds ftrun's torchrun environment (TORCHELASTIC_RUN_ID, RANK,
 LOCAL_RANK, WORLD_SIZE, ...) itself. Killed and restarted, the run ends
@@ -26,25 +34,54 @@ import torch
 import torch.nn.functional as F
 from lightning.fabric.strategies import DDPStrategy
 
-from train_ddp import TiedGPT, parse_args, resume, train  # noqa: E402  (beside this script)
+from lightning_fsdp import fabric_fsdp, full_weights_digest  # noqa: E402  (beside this script)
+import train_ddp  # noqa: E402
+from train_ddp import TiedGPT, parse_args, resume, train  # noqa: E402
+from train_gpt import weights_digest  # noqa: E402
+
+
+def sharded_state(model, optimizer):
+    """The model's and optimizer's sharded state dicts (of the FSDP module and the torch optimizer that
+    Fabric's wrappers hold): each rank's own shards, nothing gathered."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model._forward_module, optimizer.optimizer)
+    return {"model": msd, "optim": osd}
+
+
+def put_sharded_state(model, optimizer, state):
+    """The restored shards into the live sharded state dicts, in place, then into the model and optimizer."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    live = sharded_state(model, optimizer)
+    set_state_dict(model._forward_module, optimizer.optimizer, model_state_dict=ftrun.restore_into(live["model"], state["model"]),
+                   optim_state_dict=ftrun.restore_into(live["optim"], state["optim"]))
 
 
 def main():
     a = parse_args()
+    strategy = fabric_fsdp() if a.fsdp else DDPStrategy(process_group_backend="gloo",
+                                                          find_unused_parameters=a.find_unused,
+                                                          static_graph=a.static_graph)
     fabric = L.Fabric(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]),
-                      num_nodes=int(os.environ["GROUP_WORLD_SIZE"]),
-                      strategy=DDPStrategy(process_group_backend="gloo", find_unused_parameters=a.find_unused,
-                                           static_graph=a.static_graph))
+                      num_nodes=int(os.environ["GROUP_WORLD_SIZE"]), strategy=strategy)
     fabric.launch()
     rank = fabric.global_rank
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(a.seed)
     raw = TiedGPT(a)
-    optimizer = torch.optim.AdamW(raw.parameters(), lr=3e-3, weight_decay=0.1)
-    model, optimizer = fabric.setup(raw, optimizer)  # DDP is built here, before the restore
+    if a.fsdp:  # FSDP: the optimizer over the wrapped (sharded) parameters
+        model = raw = fabric.setup_module(raw)
+        optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1))
+        state, put = sharded_state, put_sharded_state
+        digest = lambda m: full_weights_digest(m._forward_module, m, weights_digest)  # noqa: E731
+    else:
+        optimizer = torch.optim.AdamW(raw.parameters(), lr=3e-3, weight_decay=0.1)
+        model, optimizer = fabric.setup(raw, optimizer)  # DDP is built here, before the restore
+        state, put, digest = train_ddp.model_state, train_ddp.put_model_state, weights_digest
     torch.manual_seed(a.seed + 1 + rank)
 
-    start = resume(raw, optimizer, rank)  # a Fabric loop: fabric.load(path, state)
+    start = resume(raw, optimizer, rank, put)  # a Fabric loop: fabric.load(path, state)
 
     def micro_step(x, y, last):
         with fabric.no_backward_sync(model, enabled=not last):
@@ -52,7 +89,7 @@ def main():
             fabric.backward(loss)
         return loss
 
-    train(a, rank, raw, optimizer, start, micro_step)
+    train(a, rank, raw, optimizer, start, micro_step, state, digest)
 
 if __name__ == "__main__":
     main()

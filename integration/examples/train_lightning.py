@@ -31,34 +31,12 @@ except ImportError as e:
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+from lightning.pytorch.strategies import DDPStrategy
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from train_ddp import TiedGPT, parse_args, sequences  # noqa: E402  (beside this script)
-from train_gpt import Block, say, weights_digest  # noqa: E402
-
-
-class CPUFSDPStrategy(FSDPStrategy):
-    """FSDPStrategy on CPUs, for this example and CI without a GPU: the Trainer refuses the FSDPStrategy
-    class itself without one (an exact type check), and it gives FSDP no device_id on the CPU, which
-    FSDP then refuses. The wrap is FSDPStrategy's, with device_id the CPU; the rest is FSDPStrategy's."""
-
-    def _setup_model(self, model):
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        model = FullyShardedDataParallel(module=model, cpu_offload=self.cpu_offload,
-                                         mixed_precision=self.mixed_precision_config,
-                                         sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"),
-                                         **self.kwargs)
-        self.kwargs.pop("auto_wrap_policy", None)  # applied (FSDPStrategy then takes the model as wrapped)
-        return super()._setup_model(model)
-
-
-def fsdp_strategy():
-    """lit-gpt's FSDP configuration, saving sharded state dicts."""
-    cls = FSDPStrategy if torch.cuda.is_available() else CPUFSDPStrategy
-    return cls(process_group_backend="gloo", auto_wrap_policy={Block}, activation_checkpointing_policy={Block},
-               limit_all_gathers=True, state_dict_type="sharded", sharding_strategy="FULL_SHARD")
+from train_gpt import say, weights_digest  # noqa: E402
+from lightning_fsdp import full_weights_digest, trainer_fsdp  # noqa: E402
 
 
 class Sequences(torch.utils.data.Dataset):
@@ -96,13 +74,12 @@ class Module(L.LightningModule):
 
 
 def main():
-    fsdp = "--fsdp" in sys.argv
-    a = parse_args([arg for arg in sys.argv[1:] if arg != "--fsdp"])
+    a = parse_args()
     torch.manual_seed(a.seed)
     model = Module(a)
     trainer = L.Trainer(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]),
                         num_nodes=int(os.environ["GROUP_WORLD_SIZE"]),
-                        strategy=fsdp_strategy() if fsdp else
+                        strategy=trainer_fsdp() if a.fsdp else
                         DDPStrategy(process_group_backend="gloo", find_unused_parameters=a.find_unused),
                         max_steps=a.steps, accumulate_grad_batches=a.accum, deterministic=True,
                         use_distributed_sampler=False, logger=False,
@@ -120,13 +97,9 @@ def main():
         say(f"RESUMED {trainer.global_rank} restore")
     trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt)
     ftrun.wait()
-    if fsdp:  # every rank's digest of the whole model
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-        with FSDP.summon_full_params(trainer.strategy.model):
-            say(f"WEIGHTS {trainer.global_rank} {weights_digest(model.net)}")
-    else:
-        say(f"WEIGHTS {trainer.global_rank} {weights_digest(model.net)}")
+    digest = full_weights_digest(trainer.strategy.model, model.net, weights_digest) if a.fsdp else \
+        weights_digest(model.net)
+    say(f"WEIGHTS {trainer.global_rank} {digest}")
 
 
 if __name__ == "__main__":

@@ -176,8 +176,12 @@ class Job(_Watched):
         with open(self.config, "w") as f:
             f.write("agent:\n  run_dir: %s/run\n" % self.dir + config)
         cmd = command or ([TRAINER] + trainer_args)
+        # A port range of its own (generation g gets MASTER_PORT base+g): tests running side by side on the
+        # agent's default port met at each other's rendezvous and hung.
+        port = [] if any(str(e).startswith("--master_port") for e in extra) else \
+            ["--master_port", str(free_port_range(8))]
         self.argv = [AGENT, "--config", self.config, "--nproc", str(nranks), "--job-id", self.job_id,
-                     "--status-file", self.status, "--no_python", "--no_local_rank", *extra, "--", *cmd]
+                     "--status-file", self.status, "--no_python", "--no_local_rank", *port, *extra, "--", *cmd]
         self.out = open(os.path.join(self.dir, "out.log"), "w+")
         self.proc = started(subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT,
                                              env=env or os.environ.copy()))

@@ -227,6 +227,36 @@ def run_checks():
         expect(e.code == "FAILED_PRECONDITION", f"old step: code {e.code}")
     ftrun.save(3, state)
     ftrun.wait()
+
+    # overlap=True with host tensors: the save returns once packed, the copy into the store runs
+    # behind the next forward and backward pass, and the optimizer step waits for it first: the
+    # version holds the model and optimizer as they were at the save.
+    want = {"model": {k: v.clone() for k, v in state["model"].items()},
+            "optim": {k: {n: t.clone() for n, t in v.items()} for k, v in opt.state_dict()["state"].items()}}
+    stats = ftrun.save(4, state, overlap=True)
+    expect(stats.get("overlapped") and stats.get("version") == 4, f"an overlapped host save says so: {stats}")
+    loss = model(torch.randn(5, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()  # writes the saved parameters: waits for the copy first
+    expect(not torch.equal(model[0].weight, want["model"]["0.weight"]), "the step after the save changed the model")
+    ftrun.wait()
+    step, back = ftrun.load(4)
+    expect(step == 4, f"load(4) gave {step}")
+    compare(want["model"], dict(back["model"]), "overlapped save: model")
+    compare(want["optim"], {k: dict(v) for k, v in back["optim"]["state"].items()}, "overlapped save: optimizer")
+    # An error of the background copy is raised where the next optimizer step waits for it.
+    state["nested"]["extra"] = torch.zeros(3)
+    ftrun.save(5, state, overlap=True)
+    try:
+        opt.step()
+        fail("an overlapped save with an extra tensor raised nothing at the next optimizer step")
+    except ftrun.Error as e:
+        expect(e.code == "FAILED_PRECONDITION", f"overlapped layout change: code {e.code}")
+    del state["nested"]["extra"]
+    ftrun.save(5, state, overlap=True)
+    ftrun.wait()
+    expect(ftrun.load()[0] == 5, "the overlapped save after a refused one is committed")
     say(f"PYTORCH OK {RANK}")
 
 

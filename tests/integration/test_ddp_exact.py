@@ -6,8 +6,8 @@ ranks and a spare, with gloo. For each DDP configuration, a failure-free run
 gives the golden losses and weights; then a rank is SIGKILLed mid-run and,
 after the restart, a whole node (agent and ranks). Every step's last loss and
 every rank's final weights must equal the golden run's, bit for bit. The
-same with Lightning Fabric's DDPStrategy, a Lightning Trainer (DDPStrategy, and
-FSDPStrategy with sharded state dicts), a Hugging Face Trainer and an accelerate loop (integration/examples/train_fabric.py,
+same with Lightning Fabric and a Lightning Trainer (each with DDPStrategy, and
+with FSDPStrategy in lit-gpt's configuration saving sharded state dicts), a Hugging Face Trainer and an accelerate loop (integration/examples/train_fabric.py,
 train_lightning.py, train_hf.py, train_accelerate.py).
 
 Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
@@ -36,7 +36,9 @@ CONFIGS = {
     "find_unused": ("train_ddp.py", ["--find-unused"]),  # never rebuilds
     "static_graph": ("train_ddp.py", ["--static-graph", "--accum", "1"]),  # after its second step; no no_sync
     "wrap_first": ("train_ddp.py", ["--wrap-first"]),   # the DDP exists before ftrun.load
+    "warm": ("train_ddp.py", ["--resilient"]),          # @ftrun.resilient: survivors restored in place
     "fabric": ("train_fabric.py", []),                  # Lightning Fabric's DDPStrategy: also built before
+    "fabric_fsdp": ("train_fabric.py", ["--fsdp"]),      # its FSDPStrategy (lit-gpt's), sharded state dicts
     "huggingface": ("train_hf.py", []),                 # a transformers Trainer (DDP through accelerate)
     "lightning": ("train_lightning.py", []),            # a Lightning Trainer, resumed mid-epoch
     "lightning_fsdp": ("train_lightning.py", ["--fsdp"]),  # its FSDPStrategy (lit-gpt's), sharded state dicts

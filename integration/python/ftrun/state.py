@@ -103,7 +103,7 @@ import random
 import numpy as np
 import torch
 
-from . import ddp_buckets, state_client
+from . import ddp_buckets, save_behind, state_client
 from .state_client import _warn_once, configure, get_client
 from .state_pack import _FORMAT_VERSION, _Packer
 from .state_unpack import _Loaded, _load_version, load_maps  # noqa: F401  (_Loaded: ftrun.deepspeed, persisted)
@@ -135,9 +135,13 @@ def save(step, state, *, wait=False, overlap=False):
     docstring); by default the current stream's later work waits for those
     copies. overlap=True lets them overlap the next forward and backward
     pass: only torch optimizer steps (and the next save, and wait()) wait
-    for them. Use it only when nothing but the optimizer writes the saved
-    tensors between saves (BatchNorm's running statistics, for one, are
-    written in the forward pass). Needs torch >= 2.0.
+    for them. With host tensors only, overlap=True returns once the state
+    is packed, and the copy into the store runs on a background thread
+    (ftrun.save_behind) until the next optimizer step, save, wait() or
+    load() waits for it; it returns {"version", "overlapped": True}, and an
+    error of the copy is raised there. Use it only when nothing but the
+    optimizer writes the saved tensors between saves (BatchNorm's running
+    statistics, for one, are written in the forward pass). Needs torch >= 2.0.
     """
     global _last_saved
     step = int(step)
@@ -170,6 +174,7 @@ def load(version=None, map_location=None, *, device_mesh=None):
     sharded state back into a live model and optimizer in place, use
     ftrun.restore_into(target, state).
     """
+    save_behind.finish()
     loaded = _load_version(get_client(), version, _FORMAT, map_location)
     if loaded is None:
         return None
@@ -187,6 +192,7 @@ def wait(timeout=None):
 
 
 def _wait_committed(timeout):
+    save_behind.finish()
     client = get_client()
     client.wait()
     state_client._in_flight = []  # the copies landed

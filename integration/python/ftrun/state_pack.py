@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from . import _ftrun
-from . import state_client
+from . import save_behind, state_client
 from . import sharded as _sharded
 from .state_client import _ftrun_error
 from .store_populate import _start_populating
@@ -262,9 +262,12 @@ class _Packer:
         # Sorted by name: the store's layout does not depend on dict order.
         arrays = {name: self.arrays[name] for name in sorted(self.arrays)}
         stream = torch.cuda.current_stream().cuda_stream if self._device_keep else 0
-        if overlap and self._device_keep:
+        if overlap:
             _order_optimizer_steps()
         try:
+            if overlap and not self._device_keep:  # host tensors only: the copy runs behind training
+                return save_behind.submit(client, version, arrays, user, self.dtypes or None)
+            save_behind.finish()  # (a save in flight goes first)
             stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None, cuda_stream=stream,
                                 order_cuda_stream=not (overlap and self._device_keep))
             # The copies read these until the next save or wait() fences them.
@@ -286,8 +289,9 @@ _hooked = False
 
 
 def _order_optimizer_steps():
-    """Once per process: every torch optimizer step first makes the current
-    CUDA stream wait for the copies of a save still in flight."""
+    """Once per process: every torch optimizer step first waits for an
+    overlapped host save (ftrun.save_behind) and makes the current CUDA
+    stream wait for the copies of a save still in flight."""
     global _hooked
     if _hooked:
         return
@@ -299,6 +303,8 @@ def _order_optimizer_steps():
                            f"hooks); this is torch {torch.__version__}")
 
     def before_step(optimizer, args, kwargs):
+        if save_behind.in_flight():
+            save_behind.finish()
         if state_client._in_flight:
             state_client.get_client().order_after_save(torch.cuda.current_stream().cuda_stream)
 
