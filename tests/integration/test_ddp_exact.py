@@ -29,6 +29,7 @@ CONFIG = "job:\n  max_restarts: 4\n  stop_grace: 2s\nstore:\n  memory_budget: 64
 LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)
+WARM_RE = re.compile(r"generation \d+: \d+ ranks \((\d+) resumed in their processes")
 
 # DDP's configurations (the bucket rebuild differs between them), and Lightning Fabric's DDP.
 CONFIGS = {
@@ -98,3 +99,6 @@ def test_ddp_killed_twice_ends_bit_identical(check, name):
     check(not bad, f"{name}: losses differ from the failure-free run at steps {bad}:\n" +
           "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:8]))
     check(weights(run.log) == want_weights, f"{name}: final weights {weights(run.log)} != {want_weights}")
+    if name == "warm":  # the rank kill's recovery kept the survivors' processes (the node kill's cannot)
+        kept = [int(n) for n in WARM_RE.findall(run.log)]
+        check(any(kept), f"warm: survivors resumed in their processes in some generation: {kept}")

@@ -5,7 +5,9 @@
 Each keyword names a key of the state that ftrun.save saved (a dict) and the
 object it goes back into:
 
-* a torch.nn.Module: its parameters and buffers are copied into in place;
+* a torch.nn.Module: its parameters and buffers are copied into in place,
+  and its parameters' gradients dropped (a survivor's may hold those of the
+  step its generation abandoned, which the next backward would add to);
   those on the CPU (contiguous, of the saved dtype and shape) straight from
   the agent's store, each chunk's hash checked as it is copied (one pass
   over the bytes; a chunk the tensor already holds, e.g. a survivor's
@@ -71,6 +73,10 @@ def restore(*, version=None, rng=True, extra=None, **targets):
 def _restore_one(key, target, saved):
     if isinstance(target, torch.nn.Module):
         target.load_state_dict(saved)  # copy_ into every parameter and buffer
+        # A survivor's parameters may hold the gradients of the step its generation abandoned: the next
+        # backward pass would add to them. A restored module is as a fresh process loads it: no gradients.
+        for p in target.parameters():
+            p.grad = None
     elif isinstance(target, torch.optim.Optimizer):
         _restore_optimizer(key, target, saved)
     elif hasattr(target, "load_state_dict"):
