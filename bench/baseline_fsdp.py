@@ -139,12 +139,14 @@ def rank_main(a):
     hwm0 = None
     state_bytes = 0
     state_dict_s = []
+    copy_wait_s = []  # ftrun_overlap: the part of each stall spent waiting for the copy at the next step
     for step in range(a.steps):
         model(x).sum().backward()
         waited = save_behind.blocked_seconds() if a.rank_mode == "ftrun_overlap" else 0
         opt.step()  # (ftrun_overlap: waits here for the last save's copy; counted in that save's stall)
         if a.rank_mode == "ftrun_overlap" and stalls:
             stalls[-1] += save_behind.blocked_seconds() - waited
+            copy_wait_s.append(save_behind.blocked_seconds() - waited)
         opt.zero_grad()
         if hwm0 is None:
             hwm0 = vm_hwm_kib()
@@ -196,12 +198,12 @@ def rank_main(a):
     if pending is not None:
         pending.result()
     if a.rank_mode.startswith("ftrun"):
-        waited = save_behind.blocked_seconds()
-        ftrun.wait()
-        stalls[-1] += save_behind.blocked_seconds() - waited
+        ftrun.wait()  # (the last save's copy, after training: not a stall, as dcp_async's last future)
     dist.barrier()
     if state_dict_s:
         os.write(1, f"STATEDICT {a.rank_mode} {rank} {statistics.median(state_dict_s)!r}\n".encode())
+    if copy_wait_s:
+        os.write(1, f"COPYWAIT {a.rank_mode} {rank} {statistics.median(copy_wait_s)!r}\n".encode())
     os.write(1, (f"BENCH {a.rank_mode} {rank} {statistics.median(stalls)!r} {max(stalls)!r} {hwm0} "
                  f"{vm_hwm_kib()} {state_bytes} {peaks.stop()} {' '.join(repr(s) for s in stalls)}\n").encode())
     dist.destroy_process_group()
@@ -228,10 +230,13 @@ def run_method(a, method, workdir):
     out = p.stdout + p.stderr
     rows = {}
     state_dict_s = []
+    copy_wait_s = []
     for line in out.splitlines():
         f = line.split()
         if len(f) == 4 and f[0] == "STATEDICT" and f[1] == method:
             state_dict_s.append(float(f[3]))
+        if len(f) == 4 and f[0] == "COPYWAIT" and f[1] == method:
+            copy_wait_s.append(float(f[3]))
         if len(f) >= 8 and f[0] == "BENCH" and f[1] == method:
             rows[int(f[2])] = {"median": float(f[3]), "max": float(f[4]), "hwm0": int(f[5]), "hwm": int(f[6]),
                                "bytes": int(f[7]), "anon0": int(f[8]), "anon": int(f[9]), "shmem0": int(f[10]),
@@ -244,6 +249,8 @@ def run_method(a, method, workdir):
     print(f"# {method}: {time.time() - t0:.1f} s", flush=True)
     if state_dict_s:
         rows["state_dict_s"] = max(state_dict_s)
+    if copy_wait_s:
+        rows["copy_wait_s"] = max(copy_wait_s)
     return rows
 
 
@@ -288,6 +295,9 @@ def main():
         sd_s = rows.pop("state_dict_s", None)
         if sd_s is not None:
             print(f"state_dict_s_{m}={sd_s:.4f}")  # get_state_dict's part of the stall, slowest rank's median
+        wait_s = rows.pop("copy_wait_s", None)
+        if wait_s is not None:
+            print(f"copy_wait_s_{m}={wait_s:.4f}")  # the wait for the copy at the next step, slowest rank's median
         per_step = [max(rows[r]["stalls"][s] for r in rows) for s in range(a.steps)]
         stall[m] = statistics.median(per_step)
         peak0[m] = rows[0]["hwm"] / 1024
