@@ -11,7 +11,8 @@ model's and optimizer's state dicts, the scheduler's, the random generators
 (in the Trainer's own format) and the TrainerState, as version global_step.
 resume_from_checkpoint() returns None on a fresh start; after a restart it
 writes the committed version as a Trainer checkpoint directory in memory
-(/dev/shm, this rank's own, removed at exit) and returns its path, so the
+(/dev/shm, this rank's own, removed at exit; a SIGKILLed rank's is removed by
+the next resume) and returns its path, so the
 Trainer resumes exactly as from its own checkpoint: weights, optimizer,
 scheduler, the step, the data position (it skips the batches already
 trained in the epoch) and every rank's generators.
@@ -57,6 +58,25 @@ class Checkpoint(TrainerCallback):
         })
 
 
+def _remove_orphans(base):
+    """Removes the checkpoint directories of earlier ranks of this user that died without their atexit
+    (SIGKILLed): ftrun-trainer-<step>-pid<pid>-* whose process is gone."""
+    for name in os.listdir(base):
+        if not name.startswith("ftrun-trainer-") or "-pid" not in name:
+            continue
+        pid = name.rsplit("-pid", 1)[1].split("-", 1)[0]
+        path = os.path.join(base, name)
+        try:
+            if not pid.isdigit() or os.lstat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+            continue  # alive (or another user's: EPERM)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def resume_from_checkpoint(directory=None):
     """None on a fresh start; else the path of a Trainer checkpoint directory
     holding the version ftrun restores (in `directory`, default /dev/shm)."""
@@ -68,9 +88,10 @@ def resume_from_checkpoint(directory=None):
     if missing:
         raise ValueError(f"ftrun.huggingface: version {step} was not saved by ftrun.huggingface.Checkpoint "
                          f"(it lacks {', '.join(missing)})")
-    base = directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-    path = tempfile.mkdtemp(prefix=f"ftrun-trainer-{step}-", dir=base)
-    atexit.register(shutil.rmtree, path, True)
+    base = directory or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+    _remove_orphans(base)
+    path = tempfile.mkdtemp(prefix=f"ftrun-trainer-{step}-pid{os.getpid()}-", dir=base)
+    atexit.register(shutil.rmtree, path, True)  # (a killed rank's stays: the next resume removes it)
     torch.save(saved["model"], os.path.join(path, "pytorch_model.bin"))
     torch.save(saved["optim"], os.path.join(path, "optimizer.pt"))
     if saved["sched"] is not None:
