@@ -13,7 +13,10 @@
    with replicas 1 and no spare and no disk. ftrun-chaos must exit 1 and its
    report must name the failed check (the job did not complete).
 
-FTRUN_CHAOS_SEED replays the soak with another seed."""
+FTRUN_CHAOS_SEED replays the soak with another seed. Part 2 is a long soak
+(about 90 s here) run with FTRUN_SOAK=1, outside CI's time: erasure coding's
+recovery from node loss, links down and bit flips is in CI through
+test_cluster_erasure.py and test_cluster_netns.py."""
 import json
 import os
 import subprocess
@@ -68,6 +71,7 @@ def test_soak(check, scratch, source_dir):
             check(os.path.getsize(os.path.join(d, f)) > 1000, "soak: %s written" % f)
 
 
+@pytest.mark.skipif(os.environ.get("FTRUN_SOAK") != "1", reason="a long soak: FTRUN_SOAK=1 runs it")
 def test_erasure(check, scratch, source_dir):
     """The erasure plan passes every check under its 2+1 code: node kills injected, recoveries made, the
     groups the runner shows those the schedule assumed."""
