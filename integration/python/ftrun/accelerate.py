@@ -26,6 +26,11 @@ its node's memory and on peers). A DDP that accelerator.prepare built gets
 the saved gradient buckets at load (ftrun.ddp_buckets), so a restored run is
 bit-identical to one without failures.
 
+Importing this module wraps DataLoader._get_iterator (torch's and
+torchdata's) to record each loader's shuffling generator as an epoch's
+iterator is made: what a restore mid-epoch needs to draw the same order
+(docs/architecture.md, "The data order across a restart").
+
 Distributed types: no distribution, and DDP on CPUs or GPUs (MULTI_CPU,
 MULTI_GPU, ...). FSDP and DeepSpeed keep their states in their own formats:
 load_state and save_state refuse them and name what to use instead
@@ -183,7 +188,7 @@ def load_state(accelerator, version=None):
     step, state = loaded
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
         raise _ftrun_error("INVALID_ARGUMENT", f"ftrun.accelerate.load_state: version {step} was not "
-                                  "saved by ftrun.accelerate.save_state")
+                           "saved by ftrun.accelerate.save_state")
     for model, sd in zip(accelerator._models, _expect_same_count(state, "models", accelerator._models, "models")):
         model.load_state_dict(sd)
     for opt, sd in zip(accelerator._optimizers,
