@@ -63,6 +63,16 @@ def finish():
         _blocked += time.monotonic() - t0
 
 
+def abandon():
+    """Forgets the save in flight of a generation that ends (warm recovery): it finishes or fails against
+    that generation's client, and nothing of it reaches the next generation."""
+    global _pending
+    with _lock:
+        pending, _pending = _pending, None
+    if pending is not None:
+        pending[0].add_done_callback(lambda f: f.exception())  # (its error is the old generation's)
+
+
 def in_flight():
     return _pending is not None
 

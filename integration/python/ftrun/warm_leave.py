@@ -102,6 +102,8 @@ def _reset_ftrun_client():
     with state_client._lock:
         client, state_client._client = state_client._client, None
         state_client._in_flight = []
+    if "ftrun.save_behind" in sys.modules:  # an overlapped save of the abandoned generation: not this one's
+        sys.modules["ftrun.save_behind"].abandon()
     if client is not None:
         try:
             client.close()
