@@ -6,9 +6,12 @@ ranks and a spare, with gloo. For each DDP configuration, a failure-free run
 gives the golden losses and weights; then a rank is SIGKILLed mid-run and,
 after the restart, a whole node (agent and ranks). Every step's last loss and
 every rank's final weights must equal the golden run's, bit for bit. The
-same with Lightning Fabric and a Lightning Trainer (each with DDPStrategy, and
-with FSDPStrategy in lit-gpt's configuration saving sharded state dicts), a Hugging Face Trainer and an accelerate loop (integration/examples/train_fabric.py,
-train_lightning.py, train_hf.py, train_accelerate.py).
+same under warm recovery (train_ddp.py --resilient: the survivors keep their
+processes and ftrun.restore puts the version back in place), and with
+Lightning Fabric and a Lightning Trainer (each with DDPStrategy, and with
+FSDPStrategy in lit-gpt's configuration saving sharded state dicts), a
+Hugging Face Trainer and an accelerate loop (integration/examples/
+train_fabric.py, train_lightning.py, train_hf.py, train_accelerate.py).
 
 Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
 restart reduces its first step in DDP's start bucket layout instead of the
