@@ -145,8 +145,8 @@ def rank_main(a):
         waited = save_behind.blocked_seconds() if a.rank_mode == "ftrun_overlap" else 0
         opt.step()  # (ftrun_overlap: waits here for the last save's copy; counted in that save's stall)
         if a.rank_mode == "ftrun_overlap" and stalls:
-            stalls[-1] += save_behind.blocked_seconds() - waited
             copy_wait_s.append(save_behind.blocked_seconds() - waited)
+            stalls[-1] += copy_wait_s[-1]
         opt.zero_grad()
         if hwm0 is None:
             hwm0 = vm_hwm_kib()
@@ -200,10 +200,9 @@ def rank_main(a):
     if a.rank_mode.startswith("ftrun"):
         ftrun.wait()  # (the last save's copy, after training: not a stall, as dcp_async's last future)
     dist.barrier()
-    if state_dict_s:
-        os.write(1, f"STATEDICT {a.rank_mode} {rank} {statistics.median(state_dict_s)!r}\n".encode())
-    if copy_wait_s:
-        os.write(1, f"COPYWAIT {a.rank_mode} {rank} {statistics.median(copy_wait_s)!r}\n".encode())
+    for part, times in (("state_dict", state_dict_s), ("copy_wait", copy_wait_s)):
+        if times:  # a part of the stall: `PART <method> <rank> <part> <median s>`
+            os.write(1, f"PART {a.rank_mode} {rank} {part} {statistics.median(times)!r}\n".encode())
     os.write(1, (f"BENCH {a.rank_mode} {rank} {statistics.median(stalls)!r} {max(stalls)!r} {hwm0} "
                  f"{vm_hwm_kib()} {state_bytes} {peaks.stop()} {' '.join(repr(s) for s in stalls)}\n").encode())
     dist.destroy_process_group()
@@ -229,14 +228,11 @@ def run_method(a, method, workdir):
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=a.timeout)
     out = p.stdout + p.stderr
     rows = {}
-    state_dict_s = []
-    copy_wait_s = []
+    parts = {}
     for line in out.splitlines():
         f = line.split()
-        if len(f) == 4 and f[0] == "STATEDICT" and f[1] == method:
-            state_dict_s.append(float(f[3]))
-        if len(f) == 4 and f[0] == "COPYWAIT" and f[1] == method:
-            copy_wait_s.append(float(f[3]))
+        if len(f) == 5 and f[0] == "PART" and f[1] == method:
+            parts.setdefault(f[3], []).append(float(f[4]))
         if len(f) >= 8 and f[0] == "BENCH" and f[1] == method:
             rows[int(f[2])] = {"median": float(f[3]), "max": float(f[4]), "hwm0": int(f[5]), "hwm": int(f[6]),
                                "bytes": int(f[7]), "anon0": int(f[8]), "anon": int(f[9]), "shmem0": int(f[10]),
@@ -245,13 +241,9 @@ def run_method(a, method, workdir):
     if p.returncode != 0 or len(rows) != a.nodes * a.per_node:
         sys.stderr.write(f"baseline-fsdp: method {method}: exit {p.returncode}, {len(rows)} ranks reported\n"
                          f"{out[-4000:]}\n")
-        return None
+        return None, {}
     print(f"# {method}: {time.time() - t0:.1f} s", flush=True)
-    if state_dict_s:
-        rows["state_dict_s"] = max(state_dict_s)
-    if copy_wait_s:
-        rows["copy_wait_s"] = max(copy_wait_s)
-    return rows
+    return rows, {part: max(times) for part, times in parts.items()}  # (the slowest rank's median)
 
 
 def main():
@@ -276,10 +268,10 @@ def main():
     if not a.store_mib:
         a.store_mib = 4 * a.mib_per_rank * a.per_node + 512
     workdir = a.workdir or tempfile.mkdtemp(prefix="ftrun-bench-fsdp-")
-    res = {}
+    res, parts = {}, {}
     for i, m in enumerate(x for x in a.methods.split(",") if x):
         a.port += 10 * i
-        res[m] = run_method(a, m, workdir)
+        res[m], parts[m] = run_method(a, m, workdir)
     if not a.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     world = a.nodes * a.per_node
@@ -292,12 +284,8 @@ def main():
         if rows is None:
             print(f"stall_s_{m}=nan")
             continue
-        sd_s = rows.pop("state_dict_s", None)
-        if sd_s is not None:
-            print(f"state_dict_s_{m}={sd_s:.4f}")  # get_state_dict's part of the stall, slowest rank's median
-        wait_s = rows.pop("copy_wait_s", None)
-        if wait_s is not None:
-            print(f"copy_wait_s_{m}={wait_s:.4f}")  # the wait for the copy at the next step, slowest rank's median
+        for part, sec in parts[m].items():  # get_state_dict's part; ftrun_overlap's wait at the next step
+            print(f"{part}_s_{m}={sec:.4f}")
         per_step = [max(rows[r]["stalls"][s] for r in rows) for s in range(a.steps)]
         stall[m] = statistics.median(per_step)
         peak0[m] = rows[0]["hwm"] / 1024

@@ -88,7 +88,8 @@ def sequences(n, length, vocab, seed):
 
 
 def model_state(raw, optimizer):
-    """What train() saves of the model and the optimizer (a sharded model: its sharded state dicts)."""
+    """What train() saves of the model and the optimizer by default (train_fabric.py --fsdp gives its
+    sharded state dicts instead)."""
     return {"model": raw.state_dict(), "optim": optimizer.state_dict()}
 
 

@@ -38,24 +38,19 @@ from lightning_fsdp import fabric_fsdp, full_weights_digest  # noqa: E402  (besi
 import train_ddp  # noqa: E402
 from train_ddp import TiedGPT, parse_args, resume, train  # noqa: E402
 from train_gpt import weights_digest  # noqa: E402
+from train_gpt_fsdp import fsdp_restore, fsdp_state  # noqa: E402
 
 
 def sharded_state(model, optimizer):
-    """The model's and optimizer's sharded state dicts (of the FSDP module and the torch optimizer that
-    Fabric's wrappers hold): each rank's own shards, nothing gathered."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    msd, osd = get_state_dict(model._forward_module, optimizer.optimizer)
+    """The sharded state dicts (train_gpt_fsdp's) of the FSDP module and torch optimizer in Fabric's
+    wrappers: each rank's own shards, nothing gathered."""
+    msd, osd = fsdp_state(model._forward_module, optimizer.optimizer)
     return {"model": msd, "optim": osd}
 
 
 def put_sharded_state(model, optimizer, state):
-    """The restored shards into the live sharded state dicts, in place, then into the model and optimizer."""
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-
-    live = sharded_state(model, optimizer)
-    set_state_dict(model._forward_module, optimizer.optimizer, model_state_dict=ftrun.restore_into(live["model"], state["model"]),
-                   optim_state_dict=ftrun.restore_into(live["optim"], state["optim"]))
+    """The restored shards back in place (train_gpt_fsdp.fsdp_restore)."""
+    fsdp_restore(model._forward_module, optimizer.optimizer, state)
 
 
 def main():

@@ -20,30 +20,22 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .store_populate import _start_populating
-
 _lock = threading.Lock()
 _executor = None
-_pending = None      # (Future of client.save, version) of the save in flight
+_pending = None      # the Future of the save in flight
 _blocked = 0.0       # seconds callers waited in finish()
 
 
-def submit(client, version, arrays, user_bytes, dtypes):
-    """Starts client.save(version, arrays, ...) on the background thread,
-    after the previous one finished; the arrays (views of the tensors) stay
-    referenced until it is done. Returns a stats dict naming the version."""
+def submit(version, store):
+    """Runs store() (the save of `version`, which holds the arrays it copies
+    until it is done) on the background thread, after the previous one
+    finished. Returns a stats dict naming the version."""
     global _executor, _pending
     finish()
     with _lock:
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ftrun-save-behind")
-
-        def run():
-            stats = client.save(version, arrays, user_bytes=user_bytes, dtypes=dtypes)
-            _start_populating(client)
-            return stats
-
-        _pending = (_executor.submit(run), version)
+        _pending = _executor.submit(store)
     return {"version": version, "overlapped": True}
 
 
@@ -55,10 +47,9 @@ def finish():
         pending, _pending = _pending, None
     if pending is None:
         return None
-    future, _ = pending
     t0 = time.monotonic()
     try:
-        return future.result()
+        return pending.result()
     finally:
         _blocked += time.monotonic() - t0
 
@@ -70,11 +61,7 @@ def abandon():
     with _lock:
         pending, _pending = _pending, None
     if pending is not None:
-        pending[0].add_done_callback(lambda f: f.exception())  # (its error is the old generation's)
-
-
-def in_flight():
-    return _pending is not None
+        pending.add_done_callback(lambda f: f.exception())  # (its error is the old generation's)
 
 
 def blocked_seconds():

@@ -174,7 +174,6 @@ def load(version=None, map_location=None, *, device_mesh=None):
     sharded state back into a live model and optimizer in place, use
     ftrun.restore_into(target, state).
     """
-    save_behind.finish()
     loaded = _load_version(get_client(), version, _FORMAT, map_location)
     if loaded is None:
         return None

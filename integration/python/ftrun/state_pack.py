@@ -264,25 +264,34 @@ class _Packer:
         stream = torch.cuda.current_stream().cuda_stream if self._device_keep else 0
         if overlap:
             _order_optimizer_steps()
-        try:
-            if overlap and not self._device_keep:  # host tensors only: the copy runs behind training
-                return save_behind.submit(client, version, arrays, user, self.dtypes or None)
-            save_behind.finish()  # (a save in flight goes first)
-            stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None, cuda_stream=stream,
-                                order_cuda_stream=not (overlap and self._device_keep))
-            # The copies read these until the next save or wait() fences them.
-            state_client._in_flight = self._device_keep
+
+        def store():
+            try:
+                stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None,
+                                    cuda_stream=stream, order_cuda_stream=not (overlap and self._device_keep))
+            except _ftrun.Error as e:
+                raise _explained(e) from e
             _start_populating(client)
             return stats
-        except _ftrun.Error as e:
-            code = getattr(e, "code", "")
-            msg = getattr(e, "message", str(e))
-            if code == "FAILED_PRECONDITION" and "versions must increase" not in msg:
-                raise _ftrun_error(code, msg + ". ftrun keeps the tensor layout of a rank's first save: "
-                                   "save the same structure (tensor names, dtypes, shapes) every time, e.g. "
-                                   "start saving after the optimizer's first step (torch optimizers create "
-                                   "their state lazily)", e) from e
-            raise
+
+        if overlap and not self._device_keep:  # host tensors only: the copy runs behind training
+            return save_behind.submit(version, store)
+        save_behind.finish()  # (a save in flight goes first)
+        stats = store()
+        state_client._in_flight = self._device_keep  # the copies read these until the next save or wait()
+        return stats
+
+
+def _explained(e):
+    """A refused save's error, with the hint for a changed tensor layout."""
+    code = getattr(e, "code", "")
+    msg = getattr(e, "message", str(e))
+    if code == "FAILED_PRECONDITION" and "versions must increase" not in msg:
+        return _ftrun_error(code, msg + ". ftrun keeps the tensor layout of a rank's first save: "
+                            "save the same structure (tensor names, dtypes, shapes) every time, e.g. "
+                            "start saving after the optimizer's first step (torch optimizers create "
+                            "their state lazily)", e)
+    return e
 
 
 _hooked = False
@@ -303,8 +312,7 @@ def _order_optimizer_steps():
                            f"hooks); this is torch {torch.__version__}")
 
     def before_step(optimizer, args, kwargs):
-        if save_behind.in_flight():
-            save_behind.finish()
+        save_behind.finish()
         if state_client._in_flight:
             state_client.get_client().order_after_save(torch.cuda.current_stream().cuda_stream)
 

@@ -13,7 +13,7 @@ import pickle
 import numpy as np
 import torch
 
-from . import _ftrun
+from . import _ftrun, save_behind
 from . import sharded as _sharded
 from .grad_flags import with_grad_flags
 from .state_client import _ftrun_error, _warn_once
@@ -196,7 +196,9 @@ def _load_version(client, version, expect_format, map_location=None, into=None):
     committed); None when nothing is committed. Tensors that map_location
     (see _target) puts on a CUDA device are read straight into new CUDA
     memory; into (in_place._Into): those it names, straight into live host
-    tensors instead."""
+    tensors instead. An overlapped save still copying from live tensors
+    finishes first."""
+    save_behind.finish()
     if version is None or version == _ftrun.LATEST:
         lv = client.list_versions()
         version = lv["restore"]
