@@ -78,14 +78,17 @@ def test_ddp_killed_twice_ends_bit_identical(check, name):
     victim = rng.randrange(WORLD)
     killed, st = run.kill_after_commits(victim, first, rng, timeout=120)
     check(killed is not None, f"rank {victim} SIGKILLed after version {first} (status {st})")
-    print(f"{name}: SIGKILLed rank {victim} with version {killed and killed[1]} committed", flush=True)
+    print(f"{name}: SIGKILLed rank {victim} with version {killed and killed[1]} committed "
+          f"({time.time() - t0:.1f} s)", flush=True)
     st = run.wait_for(lambda s: s.get("phase") == "running" and (s.get("restarts") or 0) >= 1
                       and (s.get("committed_version") or -1) >= first + 4, timeout=120)
     node = rng.randrange(NODES)
     check(st is not None and run.kill_node(node), f"node {node} killed whole after the restart (status {st})")
-    print(f"{name}: killed node {node} with version {st and st.get('committed_version')} committed", flush=True)
+    print(f"{name}: killed node {node} with version {st and st.get('committed_version')} committed "
+          f"({time.time() - t0:.1f} s)", flush=True)
     rc = run.wait(timeout=240)
     golden_rc = golden.wait(timeout=240)
+    print(f"{name}: both runs ended ({time.time() - t0:.1f} s)", flush=True)
     want_loss, want_weights = losses(golden.log), weights(golden.log)
     assert golden_rc == 0 and sorted(want_loss) == list(range(STEPS)) and len(set(want_weights.values())) == 1 \
         and sorted(want_weights) == list(range(WORLD)), f"failure-free run: exit {golden_rc}\n{golden.log[-4000:]}"
