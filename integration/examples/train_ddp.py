@@ -36,10 +36,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from train_gpt import GPT, batch, say, weights_digest  # noqa: E402  (beside this script)
+import own_checkpoint  # noqa: E402  (beside this script)
+from train_gpt import GPT, batch, say, weights_digest  # noqa: E402
 
 
-def parse_args(argv=None):
+def parse_args(argv=None, own=False):
+    """own: the script can save in the stack's own way (--checkpoint none|own:DIR: train_ddp.py,
+    train_lightning.py); the others save through ftrun only."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--seed", type=int, default=1234, help="the model's initialization and the data")
@@ -53,6 +56,11 @@ def parse_args(argv=None):
     p.add_argument("--fsdp", action="store_true", help="train_fabric.py and train_lightning.py: Lightning's "
                    "FSDPStrategy in lit-gpt's configuration, sharded state dicts (lightning_fsdp.py)")
     p.add_argument("--step-ms", type=float, default=0, help="sleep this long every step (tests: kills land mid-run)")
+    p.add_argument("--checkpoint", default="ftrun", metavar="ftrun|none|own:DIR",
+                   help="train_ddp.py and train_lightning.py: ftrun (the default), nothing, or the stack's own "
+                   "checkpoint in DIR, run by torchrun (own_checkpoint.py; bench/stack_recovery.py)")
+    p.add_argument("--overlap", action="store_true", help="ftrun.save(overlap=True): the copy into the store "
+                   "runs beside the next step's forward and backward pass")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
@@ -64,6 +72,10 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.accum < 1 or a.steps < 0 or a.d_model % a.heads:
         p.error("--accum must be >= 1, --steps >= 0, --d-model a multiple of --heads")
+    own_checkpoint.parse(p, a)
+    if a.checkpoint != "ftrun" and (a.resilient or not own):
+        p.error("--resilient restores through ftrun: --checkpoint ftrun" if own else
+                f"--checkpoint {a.checkpoint}: {p.prog} saves through ftrun only")
     return a
 
 
@@ -110,10 +122,11 @@ def resume(raw, optimizer, rank, put=put_model_state):
     return step + 1
 
 
-def train(a, rank, raw, optimizer, start, micro_step, state=model_state, digest=weights_digest):
+def train(a, rank, raw, optimizer, start, micro_step, state=model_state, digest=weights_digest, own=None):
     """Steps start .. a.steps - 1, a.accum micro-batches each (micro_step(x, y, last) runs the forward and
     backward pass, the gradient sync only when last, and returns the loss), ftrun.save after every step
-    of state(raw, optimizer) and the generators; at the end, every rank's digest(raw)."""
+    of state(raw, optimizer) and the generators (own: own_checkpoint.NanoGPTCheckpoint's save instead;
+    --checkpoint none: nothing); at the end, every rank's digest(raw)."""
     for step in range(start, a.steps):
         for micro in range(a.accum):
             x, y = batch(a, step * a.accum + micro, rank, "cpu")
@@ -122,10 +135,14 @@ def train(a, rank, raw, optimizer, start, micro_step, state=model_state, digest=
         optimizer.zero_grad(set_to_none=True)
         if rank == 0:
             say(f"LOSS {step} {loss.item().hex()}")
-        ftrun.save(step, dict(state(raw, optimizer), rng=ftrun.rng_state()))
+        if own is not None:
+            own.save(step, raw, optimizer)
+        elif a.checkpoint == "ftrun":
+            ftrun.save(step, dict(state(raw, optimizer), rng=ftrun.rng_state()), overlap=a.overlap)
         if a.step_ms:
             time.sleep(a.step_ms / 1000)
-    ftrun.wait()
+    if a.checkpoint == "ftrun":
+        ftrun.wait()
     say(f"WEIGHTS {rank} {digest(raw)}")
 
 
@@ -136,7 +153,7 @@ def new_model(a):
 
 def main(ctx=None):
     """One run; ctx: @ftrun.resilient's context (--resilient), else None."""
-    a = parse_args()
+    a = parse_args(own=True)
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
@@ -146,12 +163,18 @@ def main(ctx=None):
     wrap = lambda: DDP(raw, find_unused_parameters=a.find_unused, static_graph=a.static_graph)  # noqa: E731
     model = wrap() if a.wrap_first else None
     torch.manual_seed(a.seed + 1 + rank)  # dropout: each rank its own stream
+    own = own_checkpoint.NanoGPTCheckpoint(a.own_dir, rank) if a.own_dir else None
     if ctx is not None:
         start = ftrun.restore(model=raw, optim=optimizer)  # in place, generators included
         if start:
             say(f"RESUMED {rank} {start - 1}")
+    elif own is not None:
+        step = own.load(raw, optimizer)
+        if step is not None:
+            say(f"RESUMED {rank} {step}")
+        start = 0 if step is None else step + 1
     else:
-        start = resume(raw, optimizer, rank)
+        start = resume(raw, optimizer, rank) if a.checkpoint == "ftrun" else 0
     model = model or wrap()
 
     def micro_step(x, y, last):
@@ -160,12 +183,12 @@ def main(ctx=None):
         loss.backward()
         return loss
 
-    train(a, rank, raw, optimizer, start, micro_step)
+    train(a, rank, raw, optimizer, start, micro_step, own=own)
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     if "--resilient" in sys.argv[1:]:  # warm recovery: main(ctx) runs again in this process after a failure
-        ftrun.resilient(main, prepare=lambda: {"model": new_model(parse_args())})()
+        ftrun.resilient(main, prepare=lambda: {"model": new_model(parse_args(own=True))})()
     else:
         main()

@@ -15,6 +15,9 @@ own FSDP unit with activation checkpointing, limit_all_gathers) and
 state_dict_type="sharded": every rank saves only its own shards through
 ftrun, nothing is gathered.
 
+--checkpoint own:DIR saves through Lightning's own ModelCheckpoint instead
+(own_checkpoint.py; run by torchrun, for bench/stack_recovery.py).
+
 Output as train_ddp.py's (LOSS <step> for every micro-batch rank 0 runs: the
 last one printed for a step is its last micro-batch's).
 """
@@ -31,6 +34,7 @@ except ImportError as e:
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -73,18 +77,31 @@ class Module(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+def checkpointing(a):
+    """The Trainer's checkpoint options and the checkpoint to resume from: ftrun's (the default), Lightning's
+    own (--checkpoint own:DIR: ModelCheckpoint every optimizer step, DIR/last.ckpt), or none."""
+    if a.checkpoint == "ftrun":
+        return dict(enable_checkpointing=False, plugins=[ftrun.lightning.CheckpointIO()],
+                    callbacks=[ftrun.lightning.Checkpoint()]), ftrun.lightning.ckpt_path()
+    if a.checkpoint == "none":
+        return dict(enable_checkpointing=False), None
+    last = os.path.join(a.own_dir, "last.ckpt")
+    return dict(callbacks=[ModelCheckpoint(dirpath=a.own_dir, every_n_train_steps=1, save_top_k=0,
+                                           save_last=True)]), last if os.path.exists(last) else None
+
+
 def main():
-    a = parse_args()
+    a = parse_args(own=True)
     torch.manual_seed(a.seed)
     model = Module(a)
+    options, ckpt = checkpointing(a)
     trainer = L.Trainer(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]),
                         num_nodes=int(os.environ["GROUP_WORLD_SIZE"]),
                         strategy=trainer_fsdp() if a.fsdp else
                         DDPStrategy(process_group_backend="gloo", find_unused_parameters=a.find_unused),
                         max_steps=a.steps, accumulate_grad_batches=a.accum, deterministic=True,
                         use_distributed_sampler=False, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        plugins=[ftrun.lightning.CheckpointIO()], callbacks=[ftrun.lightning.Checkpoint()])
+                        enable_progress_bar=False, enable_model_summary=False, **options)
     # The loader's own DistributedSampler: its order depends on the seed and the epoch only, so the loader's
     # saved position finds the same batches after a restart (Lightning's wrapper around a RandomSampler would
     # draw a new order from the global generator).
@@ -92,11 +109,11 @@ def main():
     sampler = torch.utils.data.DistributedSampler(data, num_replicas=int(os.environ["WORLD_SIZE"]),
                                                   rank=int(os.environ["RANK"]), shuffle=True, seed=a.seed)
     loader = StatefulDataLoader(data, batch_size=a.batch, sampler=sampler)
-    ckpt = ftrun.lightning.ckpt_path()
     if ckpt is not None:
         say(f"RESUMED {trainer.global_rank} restore")
     trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt)
-    ftrun.wait()
+    if a.checkpoint == "ftrun":
+        ftrun.wait()
     digest = full_weights_digest(trainer.strategy.model, model.net, weights_digest) if a.fsdp else \
         weights_digest(model.net)
     say(f"WEIGHTS {trainer.global_rank} {digest}")

@@ -1,0 +1,441 @@
+"""ftrun against each training stack's own checkpoint and restart, in one run:
+the figures of the README's stack sections (docs/benchmarks.md, "Per stack").
+
+For each stack - DDP the nanoGPT way (integration/examples/train_ddp.py), a
+Lightning Trainer with DDPStrategy and with FSDPStrategy in lit-gpt's
+configuration (train_lightning.py [--fsdp]), a Hugging Face Trainer
+(train_hf.py) - the same job, 2 nodes x 2 ranks on this machine (gloo, CPU,
+OMP_NUM_THREADS=1 on both sides), three times:
+
+* none: the four ranks started with torchrun's environment by this process
+  (Relaunch), `--checkpoint none`: the step time without checkpoints.
+* own: the same with the stack's own checkpoint after every step
+  (`--checkpoint own:DIR`, integration/examples/own_checkpoint.py: nanoGPT's
+  torch.save by rank 0, Lightning's ModelCheckpoint, the Trainer's
+  save_steps=1). Rank VICTIM is SIGKILLed once rank 0 has finished KILL_AT
+  steps. As torchrun --max-restarts does, this process sees the death
+  (polling every 0.1 s, torchrun's --monitor-interval), stops the others
+  and starts all four again (a fresh MASTER_PORT, no rendezvous round: the
+  status quo's best case), which resume from the stack's checkpoint.
+  torchrun itself is not used because its restart does not come back here:
+  with torch 2.13 and gloo, `torchrun --standalone --nproc-per-node 4
+  --max-restarts 2` (and two agents at a c10d rendezvous alike) restarts
+  the workers, whose gloo connectFullMesh is then refused ("timed out
+  connecting: SO_ERROR: Connection refused") on every attempt until torchrun
+  gives up; pytorch/pytorch#167288 reports the same with NCCL.
+* ftrun: `build/ftrun --num_nodes 2 --num_gpus 2` runs the same script
+  saving through ftrun (the default) and the same kill. train_ddp.py runs
+  under @ftrun.resilient (--resilient: the survivors stay in their
+  processes, a warm standby takes the victim's place; the kill comes once a
+  standby is up on every node, as in a job that has run a while) and saves
+  with ftrun.save(overlap=True) (--overlap); the others restart every rank
+  (cold), which load from the agents' memory.
+
+Figures, per stack and side, from the moments this process reads the ranks'
+lines (rank 0's `LOSS <step>` and every rank's `RESUMED`):
+* step_s: the median time between two of rank 0's completed steps before the
+  kill (the first two steps left out), and save_stall_s: that minus none's
+  step_s (the time the training loop waits for the checkpoint, as the user
+  feels it: on two cores the copy a background thread makes shows here too);
+* recovery_s: SIGKILL -> rank 0 of the restarted job completed its first step
+  (a step of DDP's completes on rank 0 only once every rank has sent its
+  gradients); Lightning prints LOSS before a step's backward pass, so there the
+  step is complete at the next step's first line;
+* redone: steps run again after the restart (finished before the kill, not in
+  the checkpoint the job resumed from).
+Ratios: stall_ratio = ftrun's save_stall_s / own's, recovery_speedup = own's
+recovery_s / ftrun's.
+
+    .venv/bin/python bench/stack_recovery.py --build build [--stacks ddp,lightning,...] [--out FILE]
+
+Output: one JSON object on stdout (or --out); progress on stderr.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from baseline_side import free_port_range, wait_until
+
+def log(msg):
+    sys.stderr.write(f"[stack-recovery {time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(HERE)
+EXAMPLES = os.path.join(SOURCE, "integration", "examples")
+LOSS_RE = re.compile(r"^LOSS (\d+) ")
+RESUMED_RE = re.compile(r"^RESUMED (\d+) (\S+)")
+
+# stack -> (script, its arguments, ftrun's extra arguments, rank 0 prints LOSS after the step (else before it))
+STACKS = {
+    "ddp": ("train_ddp.py", [], ["--resilient", "--overlap"], True),
+    "lightning": ("train_lightning.py", [], [], False),
+    "lightning_fsdp": ("train_lightning.py", ["--fsdp"], [], False),
+    "huggingface": ("train_hf.py", [], [], True),
+}
+
+
+def sizes(a, script):
+    if script == "train_hf.py":
+        return ["--vocab", str(a.vocab), "--d-model", str(a.d_model), "--layers", str(a.layers), "--seq", str(a.seq)]
+    return ["--vocab", str(a.vocab), "--d-model", str(a.d_model), "--layers", str(a.layers), "--seq", str(a.seq),
+            "--batch", str(a.batch), "--heads", "8"]
+
+
+class Lines:
+    """Every line of a launcher's output with the moment this process read it (CLOCK_MONOTONIC)."""
+
+    def __init__(self, proc, path):
+        self.items = []
+        self.lock = threading.Lock()
+        self.file = open(path, "w")
+        self.thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for raw in iter(stream.readline, b""):
+            t = time.monotonic()
+            line = raw.decode(errors="replace").rstrip("\n")
+            with self.lock:
+                self.items.append((t, line))
+            self.file.write(f"{t:.6f} {line}\n")
+        self.file.flush()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.items)
+
+
+class Run:
+    """One side's job: its launcher processes (each its own session) and their lines."""
+
+    def __init__(self, argvs, env, logdir, name):
+        self.procs, self.lines = [], []
+        for i, argv in enumerate(argvs):
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+            self.procs.append(p)
+            self.lines.append(Lines(p, os.path.join(logdir, f"{name}-{i}.log")))
+
+    def rank_pid(self, rank, script):
+        return rank_pid([p.pid for p in self.procs], rank, script)
+
+    def merged(self):
+        return sorted((x for ln in self.lines for x in ln.snapshot()), key=lambda x: x[0])
+
+    def alive(self):
+        return all(p.poll() is None for p in self.procs)
+
+    def stop(self):
+        for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            for p in self.procs:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, sig)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + grace
+            for p in self.procs:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        for ln in self.lines:
+            ln.thread.join(timeout=5)
+            ln.file.close()
+
+
+class Relaunch(Run):
+    """torchrun's restart, done by this process: the four ranks with torchrun's environment (2 nodes x 2),
+    polled every 0.1 s (torchrun's --monitor-interval); when one fails, the others get SIGTERM (SIGKILL after
+    30 s, as torchrun) and all four start again on a fresh MASTER_PORT, up to `restarts` times. No rendezvous
+    round: the status quo's best case."""
+
+    def __init__(self, python, argv, env, logdir, name, restarts=3):
+        self.procs, self.lines, self.ranks = [], [], []
+        self.python, self.argv, self.env, self.logdir, self.name = python, argv, env, logdir, name
+        self.gen, self.restarts, self.failed, self.stopping = 0, restarts, False, False
+        self._launch()
+        self.monitor = threading.Thread(target=self._monitor, daemon=True)
+        self.monitor.start()
+
+    def _launch(self):
+        port = free_port_range(1)
+        self.ranks = []
+        for r in range(4):
+            env = dict(self.env, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2), LOCAL_WORLD_SIZE="2",
+                       GROUP_RANK=str(r // 2), GROUP_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       TORCHELASTIC_RESTART_COUNT=str(self.gen))
+            p = subprocess.Popen([self.python, "-u"] + self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 env=env, start_new_session=True)
+            self.ranks.append(p)
+            self.procs.append(p)
+            self.lines.append(Lines(p, os.path.join(self.logdir, f"{self.name}-gen{self.gen}-rank{r}.log")))
+
+    def _monitor(self):
+        while not self.stopping:
+            time.sleep(0.1)
+            if not any(p.poll() not in (None, 0) for p in self.ranks) or self.stopping:
+                continue
+            for p in self.ranks:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            for p in self.ranks:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            if self.gen >= self.restarts or self.stopping:
+                self.failed = True
+                return
+            self.gen += 1
+            self._launch()
+
+    def rank_pid(self, rank, script):
+        p = self.ranks[rank]
+        return p.pid if p.poll() is None else 0
+
+    def alive(self):
+        return not self.failed
+
+    def stop(self):
+        self.stopping = True
+        self.monitor.join(timeout=60)
+        super().stop()
+
+
+def step_times(lines, after_step_line):
+    """[(moment rank 0 completed step s, s)] in the lines' order (a step run again after a restart counts
+    again): with after_step_line, the moment of the step's last LOSS line; else (Lightning: printed after the
+    forward pass) the next step's first line."""
+    out, firsts = [], []  # firsts: (t, step) of each step's first line
+    for t, line in lines:
+        m = LOSS_RE.match(line)
+        if not m:
+            continue
+        s = int(m.group(1))
+        if out and out[-1][1] == s:
+            out[-1] = (t, s)
+        else:
+            out.append((t, s))
+            firsts.append((t, s))
+    if after_step_line:
+        return out
+    return [(t_next, s) for (t_next, _), (_, s) in zip(firsts[1:], firsts[:-1])]
+
+
+def median_step(done, upto_t):
+    """The median time between two consecutive completed steps before upto_t (the first two left out)."""
+    ts = [t for t, _ in done if t < upto_t]
+    gaps = [b - a for a, b in zip(ts[2:], ts[3:])]
+    return (statistics.median(gaps), len(gaps)) if gaps else (None, 0)
+
+
+def rank_pid(root_pids, rank, script):
+    """The live process of `rank` under the launchers: the one whose environment says RANK=rank and whose
+    command line runs the script (a warm standby has no RANK)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    below = set(root_pids)
+    changed = True
+    while changed:
+        changed = False
+        for pid, pp in parent.items():
+            if pp in below and pid not in below:
+                below.add(pid)
+                changed = True
+    want = f"RANK={rank}".encode()
+    for pid in sorted(below - set(root_pids)):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if want in env and script.encode() in cmd and b"FTRUN_WARM_STANDBY=1" not in env:
+            return pid
+    return 0
+
+
+def standbys_ready(status_file):
+    """Every agent that runs ranks has a warm standby up (the runner's status file names the agents')."""
+    def load(path):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+    st = load(status_file)
+    if not st or not st.get("agents"):
+        return False
+    for agent in st["agents"]:
+        ag = load(agent.get("status_file", ""))
+        if not ag or (ag.get("ranks") and (ag.get("warm_standbys") or {}).get("ready", 0) < 1):
+            return False
+    return True
+
+
+class Bench:
+    def __init__(self, a, work):
+        self.a = a
+        self.work = work
+        self.env = os.environ.copy()
+        self.env["PYTHONPATH"] = os.path.join(a.build, "python") + (
+            os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
+        self.env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", FTRUN_PYTHON=a.python)
+
+    def torchrun(self, stack, script_argv, name):
+        """The four ranks as torchrun starts and restarts them (Relaunch: torchrun's own restart does not come
+        back with gloo here; the docstring)."""
+        return Relaunch(self.a.python, script_argv, self.env, self.work, name)
+
+    def ftrun(self, stack, script_argv, name):
+        a = self.a
+        d = os.path.join(self.work, name)
+        os.makedirs(d)
+        cfg = os.path.join(d, "ftrun.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"job:\n  max_restarts: 3\n  stop_grace: 2s\n  hang_timeout: 120s\n"
+                    f"store:\n  memory_budget: {a.store_mib}MiB\n  chunk_size: 4MiB\n"
+                    f"agent:\n  run_dir: {d}/run\n")
+        argv = [os.path.join(a.build, "ftrun"), "--num_nodes", "2", "--num_gpus", "2", "--config", cfg,
+                "--status_file", os.path.join(d, "status.json"), "--master_addr", "127.0.0.1",
+                "--master_port", str(free_port_range(8))] + script_argv
+        return Run([argv], self.env, self.work, name)
+
+    def side(self, stack, side):
+        """One run of a stack: none (no kill), own or ftrun (one SIGKILL)."""
+        a = self.a
+        script, extra, ftrun_extra, after = STACKS[stack]
+        path = os.path.join(EXAMPLES, script)
+        argv = [path, "--steps", "100000", "--seed", str(a.seed)] + sizes(a, script) + extra
+        name = f"{stack}-{side}"
+        if side == "none":
+            run = self.torchrun(stack, argv + ["--checkpoint", "none"], name)
+        elif side == "own":
+            ckdir = os.path.join(self.work, name + "-ckpt")
+            run = self.torchrun(stack, argv + ["--checkpoint", "own:" + ckdir], name)
+        else:
+            run = self.ftrun(stack, argv + ftrun_extra, name)
+        out = {"side": side}
+        try:
+            def completed(n):
+                return lambda: len(step_times(run.merged(), after)) >= n
+            wait_until(completed(a.kill_at), a.timeout, f"{name}: {a.kill_at} steps", alive=run.alive)
+            if side == "none":
+                done = step_times(run.merged(), after)
+                out["step_s"], out["step_samples"] = median_step(done, float("inf"))
+                return out
+            if side == "ftrun" and ftrun_extra:  # warm: a standby is up on every node first, as in a job that has run
+                wait_until(lambda: standbys_ready(os.path.join(self.work, name, "status.json")), a.timeout,
+                           f"{name}: a warm standby up on every node", alive=run.alive)
+            pid = wait_until(lambda: run.rank_pid(a.victim, script), 30, f"{name}: rank {a.victim}'s pid")
+            t_kill = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            before = [x for x in run.merged() if x[0] < t_kill]
+            done_before = step_times(before, after)
+            out["step_s"], out["step_samples"] = median_step(done_before, t_kill)
+            last_before = max(s for _, s in done_before)
+
+            def recovered():
+                lines = [x for x in run.merged() if x[0] > t_kill]
+                resumed = [i for i, (_, ln) in enumerate(lines) if RESUMED_RE.match(ln)
+                           and RESUMED_RE.match(ln).group(1) == "0"]
+                if not resumed:
+                    return None
+                after_resume = lines[resumed[0]:]
+                done = step_times(after_resume, after)
+                return done[0] if done else None
+            t_step, first = wait_until(recovered, a.timeout, f"{name}: rank 0's first step after the restart",
+                                       alive=run.alive)
+            out["recovery_s"] = t_step - t_kill
+            out["redone"] = max(0, last_before - first + 1)
+            out["killed_after_step"] = last_before
+            log(f"{name}: step {out['step_s']:.3f} s, kill -> first step {out['recovery_s']:.2f} s, "
+                f"{out['redone']} step(s) redone")
+            return out
+        finally:
+            run.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description="ftrun against each stack's own checkpoint and restart, same run")
+    p.add_argument("--build", default=os.path.join(SOURCE, "build"))
+    p.add_argument("--python", default=os.environ.get("FTRUN_PYTHON") or sys.executable)
+    p.add_argument("--stacks", default=",".join(STACKS), help=f"a comma-separated subset of {','.join(STACKS)}")
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--kill-at", type=int, default=8, help="rank 0's completed steps before the kill")
+    p.add_argument("--victim", type=int, default=1, help="the rank SIGKILLed (not 0: rank 0 prints the steps)")
+    p.add_argument("--store-mib", type=int, default=2048, help="ftrun's store.memory_budget per agent")
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--keep", action="store_true", help="keep the logs and checkpoints")
+    p.add_argument("--out", help="write the JSON here instead of stdout")
+    a = p.parse_args()
+    a.build = os.path.abspath(a.build)
+    stacks = [s for s in a.stacks.split(",") if s]
+    bad = [s for s in stacks if s not in STACKS]
+    if bad or not 1 <= a.victim <= 3 or a.kill_at < 5:
+        p.error(f"unknown stacks {bad}" if bad else "--victim must be 1..3, --kill-at >= 5")
+    work = tempfile.mkdtemp(prefix="ftrun-bench-stacks-", dir="/var/tmp")
+    result = {"nodes": 2, "per_node": 2, "victim": a.victim, "kill_at": a.kill_at, "stacks": {},
+              "model": {k: getattr(a, k) for k in ("vocab", "d_model", "layers", "seq", "batch")}}
+    ok = True
+    bench = Bench(a, work)
+    for stack in stacks:
+        r = result["stacks"][stack] = {}
+        try:
+            for side in ("none", "own", "ftrun"):
+                log(f"{stack}: {side}")
+                r[side] = bench.side(stack, side)
+            none = r["none"]["step_s"]
+            for side in ("own", "ftrun"):
+                r[side]["save_stall_s"] = r[side]["step_s"] - none
+            own, ft = r["own"], r["ftrun"]
+            r["stall_ratio"] = ft["save_stall_s"] / own["save_stall_s"] if own["save_stall_s"] > 0 else None
+            r["recovery_speedup"] = own["recovery_s"] / ft["recovery_s"]
+            r["ftrun_mode"] = "warm" if STACKS[stack][2] else "cold"
+        except Exception as e:  # noqa: BLE001 - reported in the JSON, the logs kept
+            r["error"] = f"{type(e).__name__}: {e}"
+            ok = False
+            log(f"{stack}: FAILED: {r['error']}")
+    result["ok"] = ok
+    if a.keep or not ok:
+        result["work_dir"] = work
+        log(f"logs kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(result, indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
