@@ -70,9 +70,12 @@ def remove_stale_deepspeed_shm():
     """DeepSpeed's CPU allreduce (its shm comm op) leaves a 66 MiB buffer per rank in /dev/shm at every run
     (/dev/shm/deepspeed_allreduce_buffer_*), and never removes it, even when the run ends well: a suite of
     DeepSpeed runs filled 11 GiB of this machine's RAM, and the tests after it stalled long enough to miss
-    heartbeats. The buffers no live process maps are removed (another test's running ranks keep theirs)."""
+    heartbeats. The buffers no live process maps or holds open, untouched for a minute, are removed.
+    A rank creating its buffer holds it open (shm_open, then a 66 MiB write) before it maps it, and its peers
+    spin until the file exists: removing it in that window (another test's ranks starting beside this one)
+    left a DeepSpeed job spinning in shm_initialize until the test's timeout."""
     import glob
-    stale = set(glob.glob("/dev/shm/deepspeed_allreduce_buffer_*"))
+    stale = {p for p in glob.glob("/dev/shm/deepspeed_allreduce_buffer_*") if _untouched_for(p, 60)}
     if not stale:
         return
     for maps in glob.glob("/proc/[0-9]*/maps"):
@@ -83,11 +86,23 @@ def remove_stale_deepspeed_shm():
                         stale.discard(line.split(None, 5)[-1].strip().replace(" (deleted)", ""))
         except OSError:
             continue
+    for fd in glob.glob("/proc/[0-9]*/fd/*"):
+        try:
+            stale.discard(os.readlink(fd))
+        except OSError:
+            continue
     for path in stale:
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+def _untouched_for(path, seconds):
+    try:
+        return time.time() - os.stat(path).st_mtime > seconds
+    except OSError:
+        return False
 
 
 def scratch(prefix):
