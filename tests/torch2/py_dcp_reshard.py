@@ -72,4 +72,5 @@ if rank == 0:
     same(want["optim"], got_optim, "optim")
     print(f"RESHARD OK {world}", flush=True)
 if world > 1:
+    dist.barrier()  # both ranks done before either tears gloo down (one aborted in teardown once)
     dist.destroy_process_group()
