@@ -3,7 +3,9 @@ free ports, waiting for a condition while the job lives, and Side, one
 side's directory, environment and train_gpt.py arguments."""
 import os
 import select
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -54,6 +56,21 @@ class Side:
         return [a.script, "--layers", str(a.layers), "--d-model", str(a.d_model), "--heads", str(a.heads),
                 "--vocab", str(a.vocab), "--seq", str(a.seq), "--batch", str(a.batch), "--steps", "1000000",
                 "--backend", "gloo", "--timing"]
+
+
+def stop_processes(procs, sig=signal.SIGTERM, grace=2.0):
+    """Sends sig to every live process of procs and waits up to grace seconds in all; SIGKILLs the rest (as
+    torchrun and DeepSpeed's launcher stop a job's other ranks)."""
+    for p in procs:
+        if p.poll() is None and p.pid > 0:
+            p.send_signal(sig)
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def exit_watch(pid):

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from baseline_side import Side, free_port_range, log, wait_until
+from baseline_side import Side, free_port_range, log, stop_processes, wait_until
 from baseline_timing import parse, read, stalls, timeline
 
 
@@ -44,16 +44,7 @@ class TorchSide(Side):
         return all(len(saves.get(r, [])) >= n for r in range(self.world))
 
     def stop_all(self, sig=signal.SIGTERM, grace=2.0):
-        for p in self.procs:
-            if p.poll() is None and p.pid > 0:
-                p.send_signal(sig)
-        deadline = time.monotonic() + grace
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs, sig, grace)
 
     def run(self):
         a = self.a

@@ -63,7 +63,7 @@ import tempfile
 import threading
 import time
 
-from baseline_side import free_port_range, wait_until
+from baseline_side import free_port_range, stop_processes, wait_until
 
 def log(msg):
     sys.stderr.write(f"[stack-recovery {time.strftime('%H:%M:%S')}] {msg}\n")
@@ -187,16 +187,7 @@ class Relaunch(Run):
             time.sleep(0.1)
             if not any(p.poll() not in (None, 0) for p in self.ranks) or self.stopping:
                 continue
-            for p in self.ranks:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            for p in self.ranks:
-                try:
-                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop_processes(self.ranks, grace=30)
             if self.gen >= self.restarts or self.stopping:
                 self.failed = True
                 return
@@ -303,12 +294,12 @@ class Bench:
             os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
         self.env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", FTRUN_PYTHON=a.python)
 
-    def torchrun(self, stack, script_argv, name):
+    def torchrun(self, script_argv, name):
         """The four ranks as torchrun starts and restarts them (Relaunch: torchrun's own restart does not come
         back with gloo here; the docstring)."""
         return Relaunch(self.a.python, script_argv, self.env, self.work, name)
 
-    def ftrun(self, stack, script_argv, name):
+    def ftrun(self, script_argv, name):
         a = self.a
         d = os.path.join(self.work, name)
         os.makedirs(d)
@@ -330,12 +321,12 @@ class Bench:
         argv = [path, "--steps", "100000", "--seed", str(a.seed)] + sizes(a, script) + extra
         name = f"{stack}-{side}"
         if side == "none":
-            run = self.torchrun(stack, argv + ["--checkpoint", "none"], name)
+            run = self.torchrun(argv + ["--checkpoint", "none"], name)
         elif side == "own":
             ckdir = os.path.join(self.work, name + "-ckpt")
-            run = self.torchrun(stack, argv + ["--checkpoint", "own:" + ckdir], name)
+            run = self.torchrun(argv + ["--checkpoint", "own:" + ckdir], name)
         else:
-            run = self.ftrun(stack, argv + ftrun_extra, name)
+            run = self.ftrun(argv + ftrun_extra, name)
         out = {"side": side}
         try:
             def completed(n):
