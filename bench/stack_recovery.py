@@ -79,9 +79,9 @@ RESUMED_RE = re.compile(r"^RESUMED (\d+) (\S+)")
 # stack -> (script, its arguments, ftrun's extra arguments, rank 0 prints LOSS after the step (else before it))
 STACKS = {
     "ddp": ("train_ddp.py", [], ["--resilient", "--overlap"], True),
-    "lightning": ("train_lightning.py", [], [], False),
-    "lightning_fsdp": ("train_lightning.py", ["--fsdp"], [], False),
-    "huggingface": ("train_hf.py", [], [], True),
+    "lightning": ("train_lightning.py", [], ["--resilient", "--overlap"], False),
+    "lightning_fsdp": ("train_lightning.py", ["--fsdp"], ["--resilient", "--overlap"], False),
+    "huggingface": ("train_hf.py", [], ["--resilient", "--overlap"], True),
 }
 
 

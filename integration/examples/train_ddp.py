@@ -60,7 +60,8 @@ def parse_args(argv=None, own=False):
                    help="train_ddp.py and train_lightning.py: ftrun (the default), nothing, or the stack's own "
                    "checkpoint in DIR, run by torchrun (own_checkpoint.py; bench/stack_recovery.py)")
     p.add_argument("--overlap", action="store_true", help="ftrun.save(overlap=True): the copy into the store "
-                   "runs beside the next step's forward and backward pass")
+                   "runs beside the next step's forward and backward pass (train_lightning.py: "
+                   "ftrun.lightning.Checkpoint(overlap=True))")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)

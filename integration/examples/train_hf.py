@@ -9,6 +9,12 @@ Face section; a rank of tests/integration/test_ddp_exact.py):
 
     ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_hf.py --steps 16
 
+--resilient runs it under @ftrun.resilient (warm recovery): after a failure
+the surviving processes keep their imports and train again from the restored
+version; a dead rank's place goes to a warm standby that has imported them
+already. The model, the arguments and the Trainer are built anew in every
+generation (ftrun resets accelerate's process-wide state between them).
+
 --checkpoint own:DIR saves through the Trainer's own checkpoints instead
 (own_checkpoint.py; run by torchrun, for bench/stack_recovery.py).
 
@@ -73,7 +79,8 @@ def newest_complete_checkpoint(directory):
     return os.path.join(directory, max(done, key=lambda d: int(d.split("-")[1]))) if done else None
 
 
-def main():
+def main(ctx=None):
+    """One run; ctx: @ftrun.resilient's context (--resilient), else None."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--seed", type=int, default=1234)
@@ -85,9 +92,15 @@ def main():
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--resilient", action="store_true",
+                   help="run under @ftrun.resilient: warm recovery in the surviving processes")
+    p.add_argument("--overlap", action="store_true", help="ftrun.huggingface.Checkpoint(overlap=True): the copy "
+                   "into the store runs beside the next step's forward and backward passes")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     own_checkpoint.parse(p, a)
+    if a.resilient and a.checkpoint != "ftrun":
+        p.error("--resilient restores through ftrun: --checkpoint ftrun")
     rank = int(os.environ["RANK"])
     torch.manual_seed(a.seed)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=a.vocab, n_positions=a.seq, n_embd=a.d_model, n_layer=a.layers,
@@ -98,7 +111,7 @@ def main():
                              lr_scheduler_type="linear", logging_steps=1, report_to=[],
                              use_cpu=True, ddp_backend="gloo", seed=a.seed, dataloader_num_workers=0,
                              disable_tqdm=True, full_determinism=True, **save)
-    callbacks = ([ftrun.huggingface.Checkpoint()] if a.checkpoint == "ftrun" else []) + [Report(a.step_ms)]
+    callbacks = ([ftrun.huggingface.Checkpoint(overlap=a.overlap)] if a.checkpoint == "ftrun" else []) + [Report(a.step_ms)]
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(512, a.seq, a.vocab, a.seed), callbacks=callbacks)
     if a.checkpoint == "ftrun":
         resume = ftrun.huggingface.resume_from_checkpoint()
@@ -115,4 +128,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if "--resilient" in sys.argv[1:]:  # warm recovery: main(ctx) runs again in this process after a failure
+        ftrun.resilient(main)()
+    else:
+        main()

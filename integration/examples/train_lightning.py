@@ -15,6 +15,13 @@ own FSDP unit with activation checkpointing, limit_all_gathers) and
 state_dict_type="sharded": every rank saves only its own shards through
 ftrun, nothing is gathered.
 
+--resilient runs it under @ftrun.resilient (warm recovery): after a failure
+the surviving processes keep their imports (Lightning's take seconds) and
+fit again from the restored version; a dead rank's place goes to a warm
+standby that has imported them already. The Trainer, the module and the
+loader are built anew in every generation (a kept module would still hold the
+aborted generation's Trainer and its DDP).
+
 --checkpoint own:DIR saves through Lightning's own ModelCheckpoint instead
 (own_checkpoint.py; run by torchrun, for bench/stack_recovery.py).
 
@@ -82,7 +89,7 @@ def checkpointing(a):
     own (--checkpoint own:DIR: ModelCheckpoint every optimizer step, DIR/last.ckpt), or none."""
     if a.checkpoint == "ftrun":
         return dict(enable_checkpointing=False, plugins=[ftrun.lightning.CheckpointIO()],
-                    callbacks=[ftrun.lightning.Checkpoint()]), ftrun.lightning.ckpt_path()
+                    callbacks=[ftrun.lightning.Checkpoint(overlap=a.overlap)]), ftrun.lightning.ckpt_path()
     if a.checkpoint == "none":
         return dict(enable_checkpointing=False), None
     last = os.path.join(a.own_dir, "last.ckpt")
@@ -90,7 +97,8 @@ def checkpointing(a):
                                            save_last=True)]), last if os.path.exists(last) else None
 
 
-def main():
+def main(ctx=None):
+    """One run; ctx: @ftrun.resilient's context (--resilient), else None."""
     a = parse_args(own=True)
     torch.manual_seed(a.seed)
     model = Module(a)
@@ -120,4 +128,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if "--resilient" in sys.argv[1:]:  # warm recovery: main(ctx) runs again in this process after a failure
+        ftrun.resilient(main)()
+    else:
+        main()

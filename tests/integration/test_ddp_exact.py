@@ -7,7 +7,9 @@ gives the golden losses and weights; then a rank is SIGKILLed mid-run and,
 after the restart, a whole node (agent and ranks). Every step's last loss and
 every rank's final weights must equal the golden run's, bit for bit. The
 same under warm recovery (train_ddp.py --resilient: the survivors keep their
-processes and ftrun.restore puts the version back in place), and with
+processes and ftrun.restore puts the version back in place; the Lightning
+Trainer's and the Hugging Face Trainer's runs are warm too, and save with
+overlap), and with
 Lightning Fabric and a Lightning Trainer (each with DDPStrategy, and with
 FSDPStrategy in lit-gpt's configuration saving sharded state dicts), a
 Hugging Face Trainer and an accelerate loop (integration/examples/
@@ -43,9 +45,13 @@ CONFIGS = {
     "warm": ("train_ddp.py", ["--resilient"]),          # @ftrun.resilient: survivors restored in place
     "fabric": ("train_fabric.py", []),                  # Lightning Fabric's DDPStrategy: also built before
     "fabric_fsdp": ("train_fabric.py", ["--fsdp"]),      # its FSDPStrategy (lit-gpt's), sharded state dicts
-    "huggingface": ("train_hf.py", []),                 # a transformers Trainer (DDP through accelerate)
-    "lightning": ("train_lightning.py", []),            # a Lightning Trainer, resumed mid-epoch
-    "lightning_fsdp": ("train_lightning.py", ["--fsdp"]),  # its FSDPStrategy (lit-gpt's), sharded state dicts
+    # A transformers Trainer (DDP through accelerate), under @ftrun.resilient.
+    "huggingface": ("train_hf.py", ["--resilient", "--overlap"]),
+    # A Lightning Trainer, resumed mid-epoch, and its FSDPStrategy (lit-gpt's), sharded state dicts: both under
+    # @ftrun.resilient (the survivors of a rank kill fit again in their processes; the node kill's ranks start
+    # in fresh processes, as in a cold restart), saving with overlap.
+    "lightning": ("train_lightning.py", ["--resilient", "--overlap"]),
+    "lightning_fsdp": ("train_lightning.py", ["--fsdp", "--resilient", "--overlap"]),
     "accelerate": ("train_accelerate.py", []),          # an accelerate loop: ftrun.accelerate.save_state/load_state
 }
 
@@ -106,6 +112,6 @@ def test_ddp_killed_twice_ends_bit_identical(check, name):
     check(not bad, f"{name}: losses differ from the failure-free run at steps {bad}:\n" +
           "\n".join(f"  step {s}: {got_loss.get(s)} != {want_loss.get(s)}" for s in bad[:8]))
     check(weights(run.log) == want_weights, f"{name}: final weights {weights(run.log)} != {want_weights}")
-    if name == "warm":  # the rank kill's recovery kept the survivors' processes (the node kill's cannot)
+    if "--resilient" in CONFIGS[name][1]:  # the rank kill's recovery kept the survivors' processes (not the node's)
         kept = [int(n) for n in WARM_RE.findall(run.log)]
         check(any(kept), f"warm: survivors resumed in their processes in some generation: {kept}")

@@ -31,6 +31,8 @@ from transformers import TrainerCallback
 
 from . import state as _state
 
+_written = []  # the checkpoint directories this process wrote (an earlier generation's: @ftrun.resilient)
+
 
 def _rng_state():
     # The Trainer's _save_rng_state format (CPU; CUDA when available).
@@ -41,12 +43,16 @@ def _rng_state():
 
 
 class Checkpoint(TrainerCallback):
-    """Saves the Trainer's state through ftrun every `every` optimizer steps."""
+    """Saves the Trainer's state through ftrun every `every` optimizer steps. overlap=True: the copy into
+    the agent's memory runs beside the next step's forward and backward passes, until its optimizer step
+    (ftrun.save's overlap: only when nothing but the optimizer writes the saved tensors; BatchNorm's running
+    statistics do)."""
 
-    def __init__(self, every=1):
+    def __init__(self, every=1, overlap=False):
         if int(every) < 1:
             raise ValueError(f"ftrun.huggingface.Checkpoint: every must be >= 1, not {every!r}")
         self.every = int(every)
+        self.overlap = bool(overlap)
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
         if state.global_step % self.every:
@@ -55,7 +61,7 @@ class Checkpoint(TrainerCallback):
             "model": model.state_dict(), "optim": optimizer.state_dict(),
             "sched": lr_scheduler.state_dict() if lr_scheduler is not None else None,
             "rng": _rng_state(), "trainer_state": json.dumps(dataclasses.asdict(state)),
-        })
+        }, overlap=self.overlap)
 
 
 def _remove_orphans(base):
@@ -90,7 +96,10 @@ def resume_from_checkpoint(directory=None):
                          f"(it lacks {', '.join(missing)})")
     base = directory or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
     _remove_orphans(base)
+    while _written:  # read by an earlier generation's Trainer already
+        shutil.rmtree(_written.pop(), ignore_errors=True)
     path = tempfile.mkdtemp(prefix=f"ftrun-trainer-{step}-pid{os.getpid()}-", dir=base)
+    _written.append(path)
     atexit.register(shutil.rmtree, path, True)  # (a killed rank's stays: the next resume removes it)
     torch.save(saved["model"], os.path.join(path, "pytorch_model.bin"))
     torch.save(saved["optim"], os.path.join(path, "optimizer.pt"))

@@ -116,15 +116,21 @@ def _take_fsdp_loads(strategy):
 
 
 class Checkpoint(Callback):
-    """Saves the Trainer's checkpoint through ftrun every `every` optimizer steps."""
+    """Saves the Trainer's checkpoint through ftrun every `every` optimizer steps. overlap=True: the copy
+    into the agent's memory runs beside training until the next optimizer step (ftrun.save's overlap: only
+    when nothing but the optimizer writes the saved tensors; BatchNorm's running statistics do). Lightning
+    runs a step's last micro-batch inside optimizer.step, so what it overlaps is the micro-batches before
+    that one (gradient accumulation) and the dataloader's next batch."""
 
-    def __init__(self, every=1):
+    def __init__(self, every=1, overlap=False):
         if int(every) < 1:
             raise ValueError(f"ftrun.lightning.Checkpoint: every must be >= 1, not {every!r}")
         self.every = int(every)
+        self.overlap = bool(overlap)
         self._saved = None
 
     def setup(self, trainer, pl_module, stage):
+        _pending_rng.clear()  # (an earlier fit's, in the same process, ended before its first batch)
         _take_fsdp_loads(trainer.strategy)
 
     def on_train_start(self, trainer, pl_module):
@@ -139,5 +145,5 @@ class Checkpoint(Callback):
         if step == self._saved or step % self.every:
             return  # no optimizer step since the last save or the start (gradient accumulation)
         checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
-        _state.save(step, {"checkpoint": checkpoint, "rng": _state.rng_state()})
+        _state.save(step, {"checkpoint": checkpoint, "rng": _state.rng_state()}, overlap=self.overlap)
         self._saved = step

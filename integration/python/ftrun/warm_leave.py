@@ -1,7 +1,7 @@
 """What a generation of @ftrun.resilient (ftrun.warm) leaves behind in its
 process, and what the next one needs: the process's sockets, the command
 line's --local_rank, the ftrun client, the process groups (left, never
-destroyed) and NCCL's abort."""
+destroyed), accelerate's process-wide state and NCCL's abort."""
 
 import os
 import socket
@@ -111,6 +111,17 @@ def _reset_ftrun_client():
             pass
     if "ftrun.state" in sys.modules:
         sys.modules["ftrun.state"]._last_saved = None
+
+
+def _reset_accelerate():
+    """accelerate (under a Hugging Face Trainer too) keeps the process's distributed setup in singletons
+    (PartialState, AcceleratorState, GradientState) made once per process: the next generation's would
+    still name the left process group and this rank's old place, and never make the new group."""
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return
+    state.AcceleratorState._reset_state(reset_partial_state=True)
+    state.GradientState._reset_state()
 
 
 def _abort_nccl():
