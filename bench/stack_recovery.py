@@ -24,17 +24,18 @@ OMP_NUM_THREADS=1 on both sides), three times:
   connecting: SO_ERROR: Connection refused") on every attempt until torchrun
   gives up; pytorch/pytorch#167288 reports the same with NCCL.
 * ftrun: `build/ftrun --num_nodes 2 --num_gpus 2` runs the same script
-  saving through ftrun (the default) and the same kill. train_ddp.py runs
+  saving through ftrun (the default) and the same kill. Every script runs
   under @ftrun.resilient (--resilient: the survivors stay in their
-  processes, a warm standby takes the victim's place; the kill comes once a
-  standby is up on every node, as in a job that has run a while) and saves
-  with ftrun.save(overlap=True) (--overlap); the others restart every rank
-  (cold), which load from the agents' memory.
+  processes, a warm standby takes the victim's place) and saves with overlap
+  (--overlap: ftrun.save(overlap=True), Checkpoint(overlap=True)). The
+  standbys start beside the first steps; the kill comes KILL_AT steps after
+  one is up on every node, as in a job that has run a while.
 
 Figures, per stack and side, from the moments this process reads the ranks'
 lines (rank 0's `LOSS <step>` and every rank's `RESUMED`):
 * step_s: the median time between two of rank 0's completed steps before the
-  kill (the first two steps left out), and save_stall_s: that minus none's
+  kill (the first two steps left out; ftrun: of the steps after the standbys
+  were up, whose imports would otherwise count), and save_stall_s: that minus none's
   step_s (the time the training loop waits for the checkpoint, as the user
   feels it: on two cores the copy a background thread makes shows here too);
 * recovery_s: SIGKILL -> rank 0 of the restarted job completed its first step
@@ -336,15 +337,22 @@ class Bench:
                 done = step_times(run.merged(), after)
                 out["step_s"], out["step_samples"] = median_step(done, float("inf"))
                 return out
-            if side == "ftrun" and ftrun_extra:  # warm: a standby is up on every node first, as in a job that has run
+            t_steady = 0.0  # the step time is measured from here on
+            if side == "ftrun" and "--resilient" in ftrun_extra:
+                # Warm: a standby is up on every node first, as in a job that has run a while; the step time is
+                # measured after that too (the standbys start beside the first steps, and their imports of
+                # the stack would be counted as save stall).
                 wait_until(lambda: standbys_ready(os.path.join(self.work, name, "status.json")), a.timeout,
                            f"{name}: a warm standby up on every node", alive=run.alive)
+                t_steady = time.monotonic()
+                wait_until(lambda: len([x for x in step_times(run.merged(), after) if x[0] > t_steady]) >= a.kill_at,
+                           a.timeout, f"{name}: {a.kill_at} steps with the standbys up", alive=run.alive)
             pid = wait_until(lambda: run.rank_pid(a.victim, script), 30, f"{name}: rank {a.victim}'s pid")
             t_kill = time.monotonic()
             os.kill(pid, signal.SIGKILL)
             before = [x for x in run.merged() if x[0] < t_kill]
             done_before = step_times(before, after)
-            out["step_s"], out["step_samples"] = median_step(done_before, t_kill)
+            out["step_s"], out["step_samples"] = median_step([x for x in done_before if x[0] > t_steady], t_kill)
             last_before = max(s for _, s in done_before)
 
             def recovered():
@@ -408,7 +416,7 @@ def main():
             own, ft = r["own"], r["ftrun"]
             r["stall_ratio"] = ft["save_stall_s"] / own["save_stall_s"] if own["save_stall_s"] > 0 else None
             r["recovery_speedup"] = own["recovery_s"] / ft["recovery_s"]
-            r["ftrun_mode"] = "warm" if STACKS[stack][2] else "cold"
+            r["ftrun_mode"] = "warm" if "--resilient" in STACKS[stack][2] else "cold"
         except Exception as e:  # noqa: BLE001 - reported in the JSON, the logs kept
             r["error"] = f"{type(e).__name__}: {e}"
             ok = False
