@@ -111,7 +111,8 @@ def main(ctx=None):
                              lr_scheduler_type="linear", logging_steps=1, report_to=[],
                              use_cpu=True, ddp_backend="gloo", seed=a.seed, dataloader_num_workers=0,
                              disable_tqdm=True, full_determinism=True, **save)
-    callbacks = ([ftrun.huggingface.Checkpoint(overlap=a.overlap)] if a.checkpoint == "ftrun" else []) + [Report(a.step_ms)]
+    saving = [ftrun.huggingface.Checkpoint(overlap=a.overlap)] if a.checkpoint == "ftrun" else []
+    callbacks = saving + [Report(a.step_ms)]
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(512, a.seq, a.vocab, a.seed), callbacks=callbacks)
     if a.checkpoint == "ftrun":
         resume = ftrun.huggingface.resume_from_checkpoint()

@@ -1,5 +1,6 @@
 """Checks ftrun.warm_leave's retirement of a left generation's connections
-on real loopback sockets and a real epoll set, as gloo's loop holds them.
+on real loopback sockets and a real epoll set, as gloo's loop holds them, and
+its reset of accelerate's process-wide state (the real accelerate).
 
 Run from the build tree: PYTHONPATH=build/python python3 -m pytest tests/unit_py/test_warm_leave.py
 """
@@ -77,3 +78,19 @@ def test_keeps_the_rendezvous_store_port(left_group):
     want = ino(mine.fileno())
     warm_leave._retire_connections(before - {want}, quiet[0].fileno(), master_port=port)
     assert ino(mine.fileno()) == want
+
+
+def test_accelerate_state_is_made_anew_after_a_generation(monkeypatch):
+    """A generation's accelerate state (a Trainer makes it through TrainingArguments) is made once per
+    process and kept: after _reset_accelerate nothing of it is left, so the next generation's
+    PartialState is made again from its environment (and makes its process group), as in a fresh process."""
+    state = pytest.importorskip("accelerate.state")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    state.PartialState(cpu=True)
+    state.GradientState()
+    assert state.PartialState._shared_state and state.GradientState._shared_state
+    warm_leave._reset_accelerate()
+    assert not state.PartialState._shared_state and not state.AcceleratorState._shared_state \
+        and not state.GradientState._shared_state
+    assert state.PartialState(cpu=True).initialized  # made again
+    warm_leave._reset_accelerate()
