@@ -27,8 +27,9 @@ and `train(ctx)` is called again. The dead ranks' places go to warm
 standbys: processes the agent started with the same command line and
 FTRUN_WARM_STANDBY=1, which run the script up to the decorated call and wait
 there for a rank (having made a throwaway optimizer first: torch imports
-torch._dynamo and much else the first time a process makes one). So: read RANK, LOCAL_RANK, WORLD_SIZE and the command line
-inside the decorated function, not at import time. What does not depend on
+torch._dynamo and much else the first time a process makes one). So: read
+RANK, LOCAL_RANK, WORLD_SIZE and the command line inside the decorated
+function, not at import time. What does not depend on
 the rank can be built before: @ftrun.resilient(prepare=lambda: {"model":
 GPT(args)}) runs once per process before its first generation (a standby's
 while it waits), and ctx.keep("model", ...) gives the prepared object.
