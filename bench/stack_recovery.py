@@ -86,6 +86,11 @@ STACKS = {
 }
 
 
+def warm(stack):
+    """ftrun's side of the stack runs under @ftrun.resilient (its standbys and survivors recover warm)."""
+    return "--resilient" in STACKS[stack][2]
+
+
 def sizes(a, script):
     if script == "train_hf.py":
         return ["--vocab", str(a.vocab), "--d-model", str(a.d_model), "--layers", str(a.layers), "--seq", str(a.seq)]
@@ -338,7 +343,7 @@ class Bench:
                 out["step_s"], out["step_samples"] = median_step(done, float("inf"))
                 return out
             t_steady = 0.0  # the step time is measured from here on
-            if side == "ftrun" and "--resilient" in ftrun_extra:
+            if side == "ftrun" and warm(stack):
                 # Warm: a standby is up on every node first, as in a job that has run a while; the step time is
                 # measured after that too (the standbys start beside the first steps, and their imports of
                 # the stack would be counted as save stall).
@@ -416,7 +421,7 @@ def main():
             own, ft = r["own"], r["ftrun"]
             r["stall_ratio"] = ft["save_stall_s"] / own["save_stall_s"] if own["save_stall_s"] > 0 else None
             r["recovery_speedup"] = own["recovery_s"] / ft["recovery_s"]
-            r["ftrun_mode"] = "warm" if "--resilient" in STACKS[stack][2] else "cold"
+            r["ftrun_mode"] = "warm" if warm(stack) else "cold"
         except Exception as e:  # noqa: BLE001 - reported in the JSON, the logs kept
             r["error"] = f"{type(e).__name__}: {e}"
             ok = False
