@@ -35,7 +35,7 @@ Status RankProcesses::Spawn(Slot& slot, const SpawnSpec& spec) {
   Reuse(slot, 0, 0);
   slot.warm = Slot::Warm::kCold;
   slot.control_id = 0;
-  slot.sockets_before.clear();
+  slot.sockets_settled.clear();
   Status s = SpawnProcess(spec, &slot.pid);
   if (!s.ok()) {
     slot.pid = 0;

@@ -45,7 +45,8 @@ class RankProcesses {
     enum class Warm : uint8_t { kCold, kRunning, kAborting, kParked };
     Warm warm = Warm::kCold;
     uint64_t control_id = 0;
-    std::set<uint64_t> sockets_before;  // the sockets it had when this generation began (release_connections.h)
+    // The sockets it had when this generation began, and those its leaving settled (release_connections.h).
+    std::set<uint64_t> sockets_settled;
     bool kept() const { return pid != 0 && (warm == Warm::kAborting || warm == Warm::kParked); }
   };
 

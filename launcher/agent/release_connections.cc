@@ -47,20 +47,23 @@ int LocalPort(const sockaddr_storage& a) {
   return -1;
 }
 
-// A connected TCP socket that is not a listener nor bound to `store_port`.
-bool Releasable(int fd, int store_port) {
+enum class Verdict { kRelease, kNever, kNotYet };
+
+// A connected TCP socket that is not a listener nor bound to `store_port`
+// goes; one still connecting is looked at again.
+Verdict Judge(int fd, int store_port) {
   int type = 0, listening = 0;
   socklen_t len = sizeof(type);
-  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return false;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return Verdict::kNever;
   len = sizeof(listening);
-  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening) return false;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening) return Verdict::kNever;
   sockaddr_storage local{}, peer{};
   len = sizeof(local);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return false;
-  if (local.ss_family != AF_INET && local.ss_family != AF_INET6) return false;
-  if (LocalPort(local) == store_port) return false;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return Verdict::kNever;
+  if (local.ss_family != AF_INET && local.ss_family != AF_INET6) return Verdict::kNever;
+  if (LocalPort(local) == store_port) return Verdict::kNever;
   len = sizeof(peer);
-  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0;
+  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 ? Verdict::kRelease : Verdict::kNotYet;
 }
 
 }  // namespace
@@ -71,20 +74,31 @@ std::set<uint64_t> SocketInodes(pid_t pid) {
   return out;
 }
 
-Status ReleaseConnections(pid_t pid, const std::set<uint64_t>& before, int store_port, int* released) {
+Status ReleaseConnections(pid_t pid, int store_port, std::set<uint64_t>* settled, int* released) {
   *released = 0;
   UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (!pidfd.valid()) return Status::FromErrno("pidfd_open(" + std::to_string(pid) + ")", errno);
   Status result;
   ForEachSocket(pid, [&](int fd, uint64_t ino) {
-    if (before.count(ino) != 0) return;
+    if (settled->count(ino) != 0) return;
     UniqueFd dup(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
     if (!dup.valid()) {
       if (result.ok())
         result = Status::FromErrno("pidfd_getfd(" + std::to_string(pid) + ", " + std::to_string(fd) + ")", errno);
       return;
     }
-    if (Releasable(dup.get(), store_port) && ::shutdown(dup.get(), SHUT_RDWR) == 0) ++*released;
+    switch (Judge(dup.get(), store_port)) {
+      case Verdict::kRelease:
+        if (::shutdown(dup.get(), SHUT_RDWR) != 0) return;  // (gone meanwhile: looked at again)
+        ++*released;
+        settled->insert(ino);
+        return;
+      case Verdict::kNever:
+        settled->insert(ino);
+        return;
+      case Verdict::kNotYet:
+        return;
+    }
   });
   return result;
 }

@@ -24,8 +24,13 @@ namespace ftrun {
 std::set<uint64_t> SocketInodes(pid_t pid);
 
 // Shuts down `pid`'s connected TCP sockets whose inodes are not in
-// `before`, but listeners and those bound to local port `store_port`.
-// *released: how many. An error when the process cannot be reached.
-Status ReleaseConnections(pid_t pid, const std::set<uint64_t>& before, int store_port, int* released);
+// `*settled`, but listeners and those bound to local port `store_port`, and
+// adds to `*settled` every socket it is done with: those it shut down and
+// those never to be (listeners, the store's side, anything not TCP). A TCP
+// socket not connected yet (a client inside connect(): the store's, on a
+// loaded machine) is left out, so that the next call looks at it again.
+// *released: how many it shut down. An error when the process cannot be
+// reached.
+Status ReleaseConnections(pid_t pid, int store_port, std::set<uint64_t>* settled, int* released);
 
 }  // namespace ftrun

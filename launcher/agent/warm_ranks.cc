@@ -178,11 +178,10 @@ void WarmRanks::ShutDownConnections(Slot& slot) {
   WarmFields vars = h_.variables(slot, generation_);
   if (auto it = vars.find("MASTER_PORT"); it != vars.end()) store_port = std::atoi(it->second.c_str());
   int released = 0;
-  Status s = ReleaseConnections(slot.pid, slot.sockets_before, store_port, &released);
+  Status s = ReleaseConnections(slot.pid, store_port, &slot.sockets_settled, &released);
   if (!s.ok()) FTRUN_LOG_WARN("rank {}: cannot release its connections: {}", slot.global_rank, s.message());
   if (released > 0)
     FTRUN_LOG_DEBUG("rank {}: shut down {} connections of generation {}", slot.global_rank, released, generation_);
-  slot.sockets_before.merge(SocketInodes(slot.pid));  // once is enough for these
 }
 
 void WarmRanks::CheckLeft() {
@@ -210,7 +209,7 @@ bool WarmRanks::Resume(Slot& slot, int generation, const std::optional<uint64_t>
   if (slot.pid != 0) {
     if (slot.warm != Slot::Warm::kParked || slot.control_id == 0) return false;
     ranks_->Reuse(slot, slot.pid, slot.pgid);
-    slot.sockets_before = SocketInodes(slot.pid);
+    slot.sockets_settled = SocketInodes(slot.pid);
     slot.warm = Slot::Warm::kRunning;
     SendStart(slot.control_id, slot, generation, restore);
     ++resumed_.survivors;
@@ -221,7 +220,7 @@ bool WarmRanks::Resume(Slot& slot, int generation, const std::optional<uint64_t>
   // A standby still starting up is waited for, not skipped: it gets the
   // rank now and its start when it says hello.
   ranks_->Reuse(slot, it->pid, it->pid);
-  slot.sockets_before = SocketInodes(it->pid);
+  slot.sockets_settled = SocketInodes(it->pid);
   slot.warm = Slot::Warm::kRunning;
   slot.control_id = it->control_id;
   FTRUN_LOG_INFO("rank {}: warm standby pid {} takes its place{}", slot.global_rank, it->pid,

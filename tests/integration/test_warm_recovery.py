@@ -110,6 +110,9 @@ def golden(seeds):
 
 def check_end(check, job, rc, golden, what, hang=False):
     want_loss, want_weights = golden
+    killed = [line for line in job.log.splitlines() if line.endswith(": killed")]
+    if killed:  # (why a survivor lost its process, for whoever reads a failure)
+        print(f"{what}: the agents killed:\n  " + "\n  ".join(killed), flush=True)
     check(rc == 0, f"{what}: runner exit {rc}\n{job.log[-5000:]}")
     # (A process that does not exit after its last step, e.g. a left process group's destructor waiting
     # on a dead peer, is found only by the hang timeout: the run still ends right, a minute late.)
