@@ -47,6 +47,17 @@ void PollUntil(RendezvousKeeper& k, F done) {
   }
 }
 
+// Polls until the keeper's child has exited (not reaped), and once more:
+// all it printed is read.
+void PollUntilExited(RendezvousKeeper& k) {
+  siginfo_t info{};
+  PollUntil(k, [&] {
+    info.si_pid = 0;
+    return ::waitid(P_PID, static_cast<id_t>(k.pid()), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0;
+  });
+  k.Poll();
+}
+
 // Waits for the keeper's child and hands its exit to the keeper.
 bool ReapIt(RendezvousKeeper& k) {
   int status = 0;
@@ -103,7 +114,7 @@ TEST_CASE("rendezvous keeper: a line that is not 'listening <port>' is never an 
     RendezvousKeeper k;
     FakePython py(out, 0);
     REQUIRE(k.Start(py.path, "h").ok());
-    PollUntil(k, [] { return false; });
+    PollUntilExited(k);
     CHECK(k.fresh().empty());
     REQUIRE(ReapIt(k));
   }
@@ -111,7 +122,7 @@ TEST_CASE("rendezvous keeper: a line that is not 'listening <port>' is never an 
   RendezvousKeeper k;
   FakePython py(std::string(8192, 'x'), 0);
   REQUIRE(k.Start(py.path, "h").ok());
-  PollUntil(k, [] { return false; });
+  PollUntilExited(k);
   CHECK(k.fresh().empty());
   REQUIRE(ReapIt(k));
 }
