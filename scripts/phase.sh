@@ -32,6 +32,8 @@ phase() {
   fi
   if [ -t 1 ]; then
     printf '\rftrun: %s: done in %ds\033[K\n' "$what" $((SECONDS - start))
+  else
+    echo "ftrun: $what: done in $((SECONDS - start))s"
   fi
 }
 

@@ -32,14 +32,19 @@ FTRUN_BUILD_TARGETS="ftrun_unit_tests ftrun_transport_tests transport_peer ftrun
 asan_build=$!
 trap 'kill -- -"$asan_build" 2>/dev/null || true' EXIT
 echo "ftrun: running the tests (ctest); build-asan/ compiles beside them, niced..."
+start=$SECONDS
 (cd build && ctest --output-on-failure -j2 --timeout 600 -E "^integration: ($(IFS='|'; echo "${sanitized[*]}"))\$")
+echo "ftrun: ctest: done in $((SECONDS - start))s"
+start=$SECONDS
 if ! wait "$asan_build"; then
   echo "ftrun: the sanitized build FAILED; $asan_log:"
   tail -n 60 "$asan_log" | sed 's/^/  | /'
   exit 1
 fi
 trap - EXIT
+echo "ftrun: waited $((SECONDS - start))s for build-asan/ after ctest"
 cat "$asan_log"
+start=$SECONDS
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ./build-asan/tests/ftrun_unit_tests
 ./build-asan/tests/ftrun_transport_tests
@@ -50,4 +55,5 @@ for t in "${sanitized[@]}"; do
     python3 -m pytest -q -p no:cacheprovider "tests/integration/$t.py" || rc=$?
   [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || exit "$rc"  # 77: every test skipped (as CTest shows it)
 done
+echo "ftrun: the sanitized tests: done in $((SECONDS - start))s"
 echo "ftrun: all tests passed"
