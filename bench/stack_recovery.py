@@ -23,6 +23,12 @@ OMP_NUM_THREADS=1 on both sides), three times:
   the workers, whose gloo connectFullMesh is then refused ("timed out
   connecting: SO_ERROR: Connection refused") on every attempt until torchrun
   gives up; pytorch/pytorch#167288 reports the same with NCCL.
+* dcp, dcp_async, dcp_process (DDP; --dcp picks): as own, with PyTorch's
+  distributed checkpoint instead, every rank saving its part after every
+  step: dcp.save; dcp.async_save with its writer in a thread; in a process
+  (own_checkpoint.DcpCheckpoint: a stager kept across saves, background
+  staging, the plan cached, as DCP's documentation recommends for fast
+  checkpoints). The restarted job dcp.loads the newest complete one.
 * ftrun: `build/ftrun --num_nodes 2 --num_gpus 2` runs the same script
   saving through ftrun (the default) and the same kill. Every script runs
   under @ftrun.resilient (--resilient: the survivors stay in their
@@ -45,9 +51,11 @@ lines (rank 0's `LOSS <step>` and every rank's `RESUMED`):
 * redone: steps run again after the restart (finished before the kill, not in
   the checkpoint the job resumed from).
 Ratios: stall_ratio = ftrun's save_stall_s / own's, recovery_speedup = own's
-recovery_s / ftrun's.
+recovery_s / ftrun's; stall_ratio_vs_<dcp side> and recovery_speedup_vs_<dcp
+side> the same against DCP's.
 
-    .venv/bin/python bench/stack_recovery.py --build build [--stacks ddp,lightning,...] [--out FILE]
+    .venv/bin/python bench/stack_recovery.py --build build [--stacks ddp,lightning,...] [--dcp dcp,dcp_async,dcp_process]
+        [--out FILE]
 
 Output: one JSON object on stdout (or --out); progress on stderr.
 """
@@ -84,6 +92,16 @@ STACKS = {
     "lightning_fsdp": ("train_lightning.py", ["--fsdp"], ["--resilient", "--overlap"], False),
     "huggingface": ("train_hf.py", [], ["--resilient", "--overlap"], True),
 }
+
+
+# DCP's checkpoints, besides the stack's own, for the stacks whose script saves them (own_checkpoint.py:
+# dcp.save, dcp.async_save in a thread, in a process).
+DCP_SIDES = ("dcp", "dcp_async", "dcp_process")
+
+
+def own_sides(stack, a):
+    """The sides saving without ftrun, each restarted as torchrun does: the stack's own checkpoint, then DCP's."""
+    return ["own"] + ([m for m in a.dcp if m] if STACKS[stack][0] == "train_ddp.py" else [])
 
 
 def warm(stack):
@@ -194,11 +212,21 @@ class Relaunch(Run):
             if not any(p.poll() not in (None, 0) for p in self.ranks) or self.stopping:
                 continue
             stop_processes(self.ranks, grace=30)
+            self._kill_groups()
             if self.gen >= self.restarts or self.stopping:
                 self.failed = True
                 return
             self.gen += 1
             self._launch()
+
+    def _kill_groups(self):
+        """What the ranks started (DCP's writer process) goes with them, as torchrun kills each worker's
+        process group."""
+        for p in self.ranks:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def rank_pid(self, rank, script):
         p = self.ranks[rank]
@@ -211,6 +239,7 @@ class Relaunch(Run):
         self.stopping = True
         self.monitor.join(timeout=60)
         super().stop()
+        self._kill_groups()
 
 
 def step_times(lines, after_step_line):
@@ -328,9 +357,9 @@ class Bench:
         name = f"{stack}-{side}"
         if side == "none":
             run = self.torchrun(argv + ["--checkpoint", "none"], name)
-        elif side == "own":
+        elif side != "ftrun":  # own, or one of DCP's
             ckdir = os.path.join(self.work, name + "-ckpt")
-            run = self.torchrun(argv + ["--checkpoint", "own:" + ckdir], name)
+            run = self.torchrun(argv + ["--checkpoint", f"{side}:{ckdir}"], name)
         else:
             run = self.ftrun(argv + ftrun_extra, name)
         out = {"side": side}
@@ -396,14 +425,19 @@ def main():
     p.add_argument("--victim", type=int, default=1, help="the rank SIGKILLed (not 0: rank 0 prints the steps)")
     p.add_argument("--store-mib", type=int, default=2048, help="ftrun's store.memory_budget per agent")
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--dcp", default=",".join(DCP_SIDES),
+                   help=f"DCP's checkpoints measured beside DDP's own: a comma-separated subset of "
+                   f"{','.join(DCP_SIDES)} (empty: none)")
     p.add_argument("--keep", action="store_true", help="keep the logs and checkpoints")
     p.add_argument("--out", help="write the JSON here instead of stdout")
     a = p.parse_args()
     a.build = os.path.abspath(a.build)
     stacks = [s for s in a.stacks.split(",") if s]
     bad = [s for s in stacks if s not in STACKS]
+    a.dcp = [m for m in a.dcp.split(",") if m]
+    bad += [m for m in a.dcp if m not in DCP_SIDES]
     if bad or not 1 <= a.victim <= 3 or a.kill_at < 5:
-        p.error(f"unknown stacks {bad}" if bad else "--victim must be 1..3, --kill-at >= 5")
+        p.error(f"unknown stacks or DCP modes {bad}" if bad else "--victim must be 1..3, --kill-at >= 5")
     work = tempfile.mkdtemp(prefix="ftrun-bench-stacks-", dir="/var/tmp")
     result = {"nodes": 2, "per_node": 2, "victim": a.victim, "kill_at": a.kill_at, "stacks": {},
               "model": {k: getattr(a, k) for k in ("vocab", "d_model", "layers", "seq", "batch")}}
@@ -412,15 +446,19 @@ def main():
     for stack in stacks:
         r = result["stacks"][stack] = {}
         try:
-            for side in ("none", "own", "ftrun"):
+            saving = own_sides(stack, a) + ["ftrun"]
+            for side in ["none"] + saving:
                 log(f"{stack}: {side}")
                 r[side] = bench.side(stack, side)
             none = r["none"]["step_s"]
-            for side in ("own", "ftrun"):
+            for side in saving:
                 r[side]["save_stall_s"] = r[side]["step_s"] - none
-            own, ft = r["own"], r["ftrun"]
-            r["stall_ratio"] = ft["save_stall_s"] / own["save_stall_s"] if own["save_stall_s"] > 0 else None
-            r["recovery_speedup"] = own["recovery_s"] / ft["recovery_s"]
+            ft = r["ftrun"]
+            for side in own_sides(stack, a):  # ftrun over each: stall_ratio, recovery_speedup (own); _vs_<side>
+                other, suffix = r[side], "" if side == "own" else "_vs_" + side
+                r["stall_ratio" + suffix] = (ft["save_stall_s"] / other["save_stall_s"]
+                                             if other["save_stall_s"] > 0 else None)
+                r["recovery_speedup" + suffix] = other["recovery_s"] / ft["recovery_s"]
             r["ftrun_mode"] = "warm" if warm(stack) else "cold"
         except Exception as e:  # noqa: BLE001 - reported in the JSON, the logs kept
             r["error"] = f"{type(e).__name__}: {e}"

@@ -13,19 +13,39 @@ step time without checkpoints):
   `trainer.fit(ckpt_path=...)` from it.
 * train_hf.py: the Trainer's own (`save_steps=1` into DIR/checkpoint-<step>,
   `resume_from_checkpoint` from the newest).
+
+train_ddp.py also saves through PyTorch's distributed checkpoint (DCP), as
+its documentation recommends for fast checkpoints (DcpCheckpoint):
+`--checkpoint dcp:DIR` (dcp.save), `dcp_async:DIR` (dcp.async_save, its
+writer in a thread) and `dcp_process:DIR` (in a process of its own,
+AsyncCheckpointerType.PROCESS), the async ones with a stager kept across
+saves (its buffers reused; shared memory for the process), staging in the
+background, and the save plan cached.
 """
 import os
 
 import torch
+import torch.distributed
 
 
-def parse(p, a):
-    """Checks a.checkpoint (ftrun, none or own:DIR); a.own_dir: DIR or None."""
-    if a.checkpoint not in ("ftrun", "none") and not (a.checkpoint.startswith("own:") and len(a.checkpoint) > 4):
-        p.error(f"--checkpoint must be ftrun, none or own:DIR, not '{a.checkpoint}'")
-    a.own_dir = a.checkpoint[4:] if a.checkpoint.startswith("own:") else None
+KINDS = ("own", "dcp", "dcp_async", "dcp_process")
+
+
+def parse(p, a, kinds=("own",)):
+    """Checks a.checkpoint (ftrun, none or KIND:DIR with KIND one of `kinds`); a.own_kind and a.own_dir: KIND
+    and DIR, or None."""
+    kind, _, d = a.checkpoint.partition(":")
+    if a.checkpoint not in ("ftrun", "none") and not (kind in kinds and d):
+        p.error(f"--checkpoint must be ftrun, none or one of {', '.join(k + ':DIR' for k in kinds)}, "
+                f"not '{a.checkpoint}'")
+    a.own_kind, a.own_dir = (kind, d) if kind in kinds and d else (None, None)
     if a.own_dir:
         os.makedirs(a.own_dir, exist_ok=True)
+
+
+def for_ddp(kind, directory, rank):
+    """The checkpoint train_ddp.py saves with --checkpoint KIND:DIR."""
+    return NanoGPTCheckpoint(directory, rank) if kind == "own" else DcpCheckpoint(kind, directory, rank)
 
 
 class NanoGPTCheckpoint:
@@ -50,3 +70,92 @@ class NanoGPTCheckpoint:
         tmp = self.path + ".tmp"
         torch.save({"model": raw.state_dict(), "optimizer": optimizer.state_dict(), "iter_num": step}, tmp)
         os.replace(tmp, self.path)
+
+    def before_update(self):
+        pass
+
+    def finish(self):
+        pass
+
+
+class DcpCheckpoint:
+    """DCP: every rank saves {model, optim} (torch.distributed.checkpoint.state_dict's get_state_dict) into
+    DIR/step-<N>; a step counts once DCP has written its .metadata (the last file it writes), and a restarted
+    job dcp.loads the newest such step. The two newest are kept. The async modes have one save in flight at a
+    time (the next waits for it, as DCP's documentation does) and stage in the background: the optimizer waits
+    for the staging before it changes the weights (before_update)."""
+
+    def __init__(self, kind, directory, rank):
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+        self.dcp, self.kind, self.dir, self.rank = dcp, kind, directory, rank
+        self.planner = dcp.DefaultSavePlanner(enable_plan_caching=True)
+        self.response = None  # the async save in flight
+        self.group = None
+        if kind != "dcp":
+            self.type = AsyncCheckpointerType.PROCESS if kind == "dcp_process" else AsyncCheckpointerType.THREAD
+            if kind == "dcp_async":  # its collectives beside the training's: a group of their own (else they cross)
+                self.group = torch.distributed.new_group(backend="gloo")
+            # (pinned memory needs CUDA: these ranks are CPU processes)
+            self.stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=kind == "dcp_process",
+                                                       use_async_staging=True, use_non_blocking_copy=False))
+
+    def _complete(self):
+        steps = []
+        for name in os.listdir(self.dir):
+            if name.startswith("step-") and os.path.exists(os.path.join(self.dir, name, ".metadata")):
+                steps.append(int(name[5:]))
+        return sorted(steps)
+
+    def _state(self, raw, optimizer):
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optim = get_state_dict(raw, optimizer)
+        return {"model": model, "optim": optim}
+
+    def load(self, raw, optimizer):
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        steps = self._complete()
+        if not steps:
+            return None
+        state = self._state(raw, optimizer)
+        self.dcp.load(state, checkpoint_id=os.path.join(self.dir, f"step-{steps[-1]:08d}"))
+        set_state_dict(raw, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        return steps[-1]
+
+    def save(self, step, raw, optimizer):
+        path = os.path.join(self.dir, f"step-{step:08d}")
+        if self.kind == "dcp":
+            self.dcp.save(self._state(raw, optimizer), checkpoint_id=path, planner=self.planner)
+        else:
+            self._wait()
+            self.response = self.dcp.async_save(self._state(raw, optimizer), checkpoint_id=path, planner=self.planner,
+                                                process_group=self.group, async_checkpointer_type=self.type,
+                                                async_stager=self.stager)
+        self._prune()
+
+    def before_update(self):
+        if self.response is not None and hasattr(self.response, "staging_completion"):
+            self.response.staging_completion.result()
+
+    def _wait(self):
+        if self.response is not None:
+            done = getattr(self.response, "upload_completion", self.response)
+            done.result()
+            self.response = None
+
+    def _prune(self):
+        if self.rank != 0:
+            return
+        import shutil
+
+        for step in self._complete()[:-2]:
+            shutil.rmtree(os.path.join(self.dir, f"step-{step:08d}"), ignore_errors=True)
+
+    def finish(self):
+        self._wait()
+        if self.kind != "dcp":
+            self.stager.close()

@@ -40,9 +40,9 @@ import own_checkpoint  # noqa: E402  (beside this script)
 from train_gpt import GPT, batch, say, weights_digest  # noqa: E402
 
 
-def parse_args(argv=None, own=False):
-    """own: the script can save in the stack's own way (--checkpoint none|own:DIR: train_ddp.py,
-    train_lightning.py); the others save through ftrun only."""
+def parse_args(argv=None, own=()):
+    """own: the --checkpoint kinds the script saves with besides ftrun and none (own_checkpoint.KINDS:
+    train_ddp.py; "own": train_lightning.py); the others save through ftrun only."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--seed", type=int, default=1234, help="the model's initialization and the data")
@@ -56,9 +56,10 @@ def parse_args(argv=None, own=False):
     p.add_argument("--fsdp", action="store_true", help="train_fabric.py and train_lightning.py: Lightning's "
                    "FSDPStrategy in lit-gpt's configuration, sharded state dicts (lightning_fsdp.py)")
     p.add_argument("--step-ms", type=float, default=0, help="sleep this long every step (tests: kills land mid-run)")
-    p.add_argument("--checkpoint", default="ftrun", metavar="ftrun|none|own:DIR",
+    p.add_argument("--checkpoint", default="ftrun", metavar="ftrun|none|own:DIR|dcp:DIR|...",
                    help="train_ddp.py and train_lightning.py: ftrun (the default), nothing, or the stack's own "
-                   "checkpoint in DIR, run by torchrun (own_checkpoint.py; bench/stack_recovery.py)")
+                   "checkpoint in DIR (train_ddp.py: also DCP's, dcp:, dcp_async: or dcp_process:), run by "
+                   "torchrun (own_checkpoint.py; bench/stack_recovery.py)")
     p.add_argument("--overlap", action="store_true", help="ftrun.save(overlap=True): the copy into the store "
                    "runs beside the next step's forward and backward pass (train_lightning.py: "
                    "ftrun.lightning.Checkpoint(overlap=True))")
@@ -73,7 +74,7 @@ def parse_args(argv=None, own=False):
     a = p.parse_args(argv)
     if a.accum < 1 or a.steps < 0 or a.d_model % a.heads:
         p.error("--accum must be >= 1, --steps >= 0, --d-model a multiple of --heads")
-    own_checkpoint.parse(p, a)
+    own_checkpoint.parse(p, a, own or ("own",))
     if a.checkpoint != "ftrun" and (a.resilient or not own):
         p.error("--resilient restores through ftrun: --checkpoint ftrun" if own else
                 f"--checkpoint {a.checkpoint}: {p.prog} saves through ftrun only")
@@ -132,6 +133,8 @@ def train(a, rank, raw, optimizer, start, micro_step, state=model_state, digest=
         for micro in range(a.accum):
             x, y = batch(a, step * a.accum + micro, rank, "cpu")
             loss = micro_step(x, y, micro == a.accum - 1)
+        if own is not None:
+            own.before_update()  # (an async save's staging must be done first)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if rank == 0:
@@ -144,6 +147,8 @@ def train(a, rank, raw, optimizer, start, micro_step, state=model_state, digest=
             time.sleep(a.step_ms / 1000)
     if a.checkpoint == "ftrun":
         ftrun.wait()
+    if own is not None:
+        own.finish()
     say(f"WEIGHTS {rank} {digest(raw)}")
 
 
@@ -154,7 +159,7 @@ def new_model(a):
 
 def main(ctx=None):
     """One run; ctx: @ftrun.resilient's context (--resilient), else None."""
-    a = parse_args(own=True)
+    a = parse_args(own=own_checkpoint.KINDS)
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
     torch.use_deterministic_algorithms(True)
@@ -164,7 +169,7 @@ def main(ctx=None):
     wrap = lambda: DDP(raw, find_unused_parameters=a.find_unused, static_graph=a.static_graph)  # noqa: E731
     model = wrap() if a.wrap_first else None
     torch.manual_seed(a.seed + 1 + rank)  # dropout: each rank its own stream
-    own = own_checkpoint.NanoGPTCheckpoint(a.own_dir, rank) if a.own_dir else None
+    own = own_checkpoint.for_ddp(a.own_kind, a.own_dir, rank) if a.own_dir else None
     if ctx is not None:
         start = ftrun.restore(model=raw, optim=optimizer)  # in place, generators included
         if start:
@@ -190,6 +195,6 @@ def main(ctx=None):
 
 if __name__ == "__main__":
     if "--resilient" in sys.argv[1:]:  # warm recovery: main(ctx) runs again in this process after a failure
-        ftrun.resilient(main, prepare=lambda: {"model": new_model(parse_args(own=True))})()
+        ftrun.resilient(main, prepare=lambda: {"model": new_model(parse_args(own=own_checkpoint.KINDS))})()
     else:
         main()

@@ -99,7 +99,7 @@ def checkpointing(a):
 
 def main(ctx=None):
     """One run; ctx: @ftrun.resilient's context (--resilient), else None."""
-    a = parse_args(own=True)
+    a = parse_args(own=("own",))
     torch.manual_seed(a.seed)
     model = Module(a)
     options, ckpt = checkpointing(a)

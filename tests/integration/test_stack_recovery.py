@@ -1,8 +1,9 @@
 """bench/stack_recovery.py end to end at a small size, for DDP the nanoGPT way
 (integration/examples/train_ddp.py, 2 nodes x 2 ranks): without checkpoints,
 with nanoGPT's own (rank 0 torch.saves every step; after the SIGKILL of a rank
-all four are restarted as torchrun does and torch.load it), and under ftrun
-with warm recovery. Every side yields its figures, and each restarted job
+all four are restarted as torchrun does and torch.load it), with PyTorch DCP's
+dcp.async_save (every rank, its writer in a thread; the restart dcp.loads),
+and under ftrun with warm recovery. Every side yields its figures, and each restarted job
 resumed from its checkpoint (the bench waits for rank 0's RESUMED line, so a
 job that started over from step 0 fails it). No timing is asserted."""
 import json
@@ -16,19 +17,20 @@ def test_ddp_sides_give_their_figures(check, tmp_path):
     out = tmp_path / "stacks.json"
     argv = [PY, os.path.join(SOURCE, "bench", "stack_recovery.py"), "--build", BUILD, "--stacks", "ddp",
             "--vocab", "256", "--d-model", "64", "--layers", "2", "--kill-at", "6", "--store-mib", "256",
-            "--timeout", "240", "--out", str(out)]
+            "--timeout", "240", "--dcp", "dcp_async", "--out", str(out)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and out.exists(), f"exit {r.returncode}\n{r.stderr[-4000:]}"
     res = json.loads(out.read_text())
     print(json.dumps(res["stacks"], indent=1))
     ddp = res["stacks"]["ddp"]
-    for side in ("none", "own", "ftrun"):
+    for side in ("none", "own", "dcp_async", "ftrun"):
         check((ddp[side].get("step_s") or 0) > 0 and ddp[side]["step_samples"] >= 2,
               f"{side}: a step time from several steps: {ddp[side]}")
-    for side in ("own", "ftrun"):
+    for side in ("own", "dcp_async", "ftrun"):
         s = ddp[side]
         check(s.get("recovery_s", 0) > 0 and s.get("killed_after_step", -1) >= 5,
               f"{side}: a recovery after the kill at step 5 or later: {s}")
         check(0 <= s.get("redone", -1) <= s.get("killed_after_step", -1),
               f"{side}: resumed from a checkpoint, not from the start: {s}")
-    check(ddp["ftrun_mode"] == "warm" and ddp["recovery_speedup"] > 0, f"the ratios: {ddp}")
+    check(ddp["ftrun_mode"] == "warm" and ddp["recovery_speedup"] > 0 and ddp["recovery_speedup_vs_dcp_async"] > 0,
+          f"the ratios: {ddp}")
