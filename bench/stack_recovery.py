@@ -29,6 +29,17 @@ OMP_NUM_THREADS=1 on both sides), three times:
   (own_checkpoint.DcpCheckpoint: a stager kept across saves, background
   staging, the plan cached, as DCP's documentation recommends for fast
   checkpoints). The restarted job dcp.loads the newest complete one.
+* torchft (DDP; --peers): the same job under torchft instead
+  (integration/examples/train_torchft.py: four replica groups of one rank,
+  its Lighthouse, Manager, DDP and Optimizer wrappers, as its DDP example
+  sets them up; TorchftRun restarts a dead group alone). It writes no
+  checkpoint: its step_overhead_s is its step time over none's. The others
+  go on without the victim (others_next_step_s: the kill -> rank 0's next
+  step); recovery_s is the kill -> every rank stepping again: the restarted
+  group's first step after it healed from the others, and rank 0's.
+  groups_restarted: how many times each group was (torchft 0.2.0's DDP hook
+  can crash the others when a peer dies mid-allreduce:
+  meta-pytorch/torchft#304; they then start over, healing from nobody).
 * ftrun: `build/ftrun --num_nodes 2 --num_gpus 2` runs the same script
   saving through ftrun (the default) and the same kill. Every script runs
   under @ftrun.resilient (--resilient: the survivors stay in their
@@ -52,10 +63,10 @@ lines (rank 0's `LOSS <step>` and every rank's `RESUMED`):
   the checkpoint the job resumed from).
 Ratios: stall_ratio = ftrun's save_stall_s / own's, recovery_speedup = own's
 recovery_s / ftrun's; stall_ratio_vs_<dcp side> and recovery_speedup_vs_<dcp
-side> the same against DCP's.
+side> the same against DCP's; recovery_speedup_vs_torchft.
 
     .venv/bin/python bench/stack_recovery.py --build build [--stacks ddp,lightning,...] [--dcp dcp,dcp_async,dcp_process]
-        [--out FILE]
+        [--peers torchft] [--out FILE]
 
 Output: one JSON object on stdout (or --out); progress on stderr.
 """
@@ -84,6 +95,7 @@ SOURCE = os.path.dirname(HERE)
 EXAMPLES = os.path.join(SOURCE, "integration", "examples")
 LOSS_RE = re.compile(r"^LOSS (\d+) ")
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\S+)")
+STEP_RE = re.compile(r"^STEP (\d+) (\d+)")  # train_torchft.py: every group's committed steps
 
 # stack -> (script, its arguments, ftrun's extra arguments, rank 0 prints LOSS after the step (else before it))
 STACKS = {
@@ -102,6 +114,11 @@ DCP_SIDES = ("dcp", "dcp_async", "dcp_process")
 def own_sides(stack, a):
     """The sides saving without ftrun, each restarted as torchrun does: the stack's own checkpoint, then DCP's."""
     return ["own"] + ([m for m in a.dcp if m] if STACKS[stack][0] == "train_ddp.py" else [])
+
+
+def peer_sides(stack, a):
+    """The fault-tolerance layers measured instead of a checkpoint and a restart (DDP: torchft)."""
+    return [m for m in a.peers if m] if STACKS[stack][0] == "train_ddp.py" else []
 
 
 def warm(stack):
@@ -242,6 +259,68 @@ class Relaunch(Run):
         self._kill_groups()
 
 
+class TorchftRun(Run):
+    """torchft's deployment of the job (integration/examples/train_torchft.py), as its DDP example runs it:
+    its Lighthouse (`torchft_lighthouse --min_replicas 1 --quorum_tick_ms 100 --join_timeout_ms 10000`),
+    and four replica groups of one rank, each restarted alone when it dies (polled every 0.1 s, up to
+    `restarts` times, as the group's own torchrun would), on a fresh store port. `restarted`: how many times
+    each was."""
+
+    def __init__(self, python, argv, env, logdir, name, restarts=3):
+        self.procs, self.lines, self.groups = [], [], [None] * 4
+        self.python, self.argv, self.env, self.logdir, self.name = python, argv, env, logdir, name
+        self.restarts, self.restarted, self.failed, self.stopping = restarts, [0] * 4, False, False
+        lighthouse = os.path.join(os.path.dirname(python), "torchft_lighthouse")
+        if not os.access(lighthouse, os.X_OK):
+            raise RuntimeError(f"torchft is not installed beside {python} (no {lighthouse})")
+        port = free_port_range(1)
+        self.env = dict(env, TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}", NUM_REPLICA_GROUPS="4")
+        self._start([lighthouse, "--min_replicas", "1", "--quorum_tick_ms", "100", "--join_timeout_ms", "10000",
+                     "--bind", f"127.0.0.1:{port}"], self.env, "lighthouse")
+        for g in range(4):
+            self._launch(g)
+        self.monitor = threading.Thread(target=self._monitor, daemon=True)
+        self.monitor.start()
+
+    def _start(self, argv, env, label):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.procs.append(p)
+        self.lines.append(Lines(p, os.path.join(self.logdir, f"{self.name}-{label}.log")))
+        return p
+
+    def _launch(self, g):
+        env = dict(self.env, REPLICA_GROUP_ID=str(g), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port_range(1)))
+        self.groups[g] = self._start([self.python, "-u"] + self.argv, env, f"group{g}-{len(self.procs)}")
+
+    def _monitor(self):
+        while not self.stopping:
+            time.sleep(0.1)
+            for g, p in enumerate(self.groups):
+                if self.stopping or p.poll() in (None, 0):
+                    continue
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # what it started
+                except ProcessLookupError:
+                    pass
+                if self.restarted[g] == self.restarts:
+                    self.failed = True
+                    return
+                self.restarted[g] += 1
+                self._launch(g)
+
+    def rank_pid(self, rank, script):
+        p = self.groups[rank]
+        return p.pid if p.poll() is None else 0
+
+    def alive(self):
+        return not self.failed
+
+    def stop(self):
+        self.stopping = True
+        self.monitor.join(timeout=60)
+        super().stop()
+
+
 def step_times(lines, after_step_line):
     """[(moment rank 0 completed step s, s)] in the lines' order (a step run again after a restart counts
     again): with after_step_line, the moment of the step's last LOSS line; else (Lightning: printed after the
@@ -357,6 +436,9 @@ class Bench:
         name = f"{stack}-{side}"
         if side == "none":
             run = self.torchrun(argv + ["--checkpoint", "none"], name)
+        elif side == "torchft":
+            run = TorchftRun(self.a.python, [os.path.join(EXAMPLES, "train_torchft.py")] + argv[1:], self.env,
+                             self.work, name)
         elif side != "ftrun":  # own, or one of DCP's
             ckdir = os.path.join(self.work, name + "-ckpt")
             run = self.torchrun(argv + ["--checkpoint", f"{side}:{ckdir}"], name)
@@ -389,18 +471,32 @@ class Bench:
             out["step_s"], out["step_samples"] = median_step([x for x in done_before if x[0] > t_steady], t_kill)
             last_before = max(s for _, s in done_before)
 
+            # torchft: the others go on without restarting; every rank steps again once the victim's group,
+            # restarted, has healed from them and completed a step of its own.
+            who = str(a.victim) if side == "torchft" else "0"
+
             def recovered():
                 lines = [x for x in run.merged() if x[0] > t_kill]
                 resumed = [i for i, (_, ln) in enumerate(lines) if RESUMED_RE.match(ln)
-                           and RESUMED_RE.match(ln).group(1) == "0"]
+                           and RESUMED_RE.match(ln).group(1) == who]
                 if not resumed:
                     return None
                 after_resume = lines[resumed[0]:]
-                done = step_times(after_resume, after)
+                if side == "torchft":  # (and rank 0 stepped since the kill: every rank did)
+                    done = [(t, int(m.group(2))) for t, ln in after_resume
+                            for m in [STEP_RE.match(ln)] if m and m.group(1) == who]
+                    zero = step_times(lines, after)
+                    done = [(max(done[0][0], zero[0][0]), done[0][1])] if done and zero else []
+                else:
+                    done = step_times(after_resume, after)
                 return done[0] if done else None
             t_step, first = wait_until(recovered, a.timeout, f"{name}: rank 0's first step after the restart",
                                        alive=run.alive)
             out["recovery_s"] = t_step - t_kill
+            if side == "torchft":  # the other groups' pause: the kill -> rank 0's next step; who restarted
+                nxt = [t for t, _ in step_times([x for x in run.merged() if x[0] > t_kill], after)]
+                out["others_next_step_s"] = nxt[0] - t_kill if nxt else None
+                out["groups_restarted"] = list(run.restarted)
             out["redone"] = max(0, last_before - first + 1)
             out["killed_after_step"] = last_before
             log(f"{name}: step {out['step_s']:.3f} s, kill -> first step {out['recovery_s']:.2f} s, "
@@ -428,6 +524,8 @@ def main():
     p.add_argument("--dcp", default=",".join(DCP_SIDES),
                    help=f"DCP's checkpoints measured beside DDP's own: a comma-separated subset of "
                    f"{','.join(DCP_SIDES)} (empty: none)")
+    p.add_argument("--peers", default="torchft",
+                   help="fault-tolerance layers measured beside DDP: torchft (train_torchft.py) or empty")
     p.add_argument("--keep", action="store_true", help="keep the logs and checkpoints")
     p.add_argument("--out", help="write the JSON here instead of stdout")
     a = p.parse_args()
@@ -435,13 +533,14 @@ def main():
     stacks = [s for s in a.stacks.split(",") if s]
     bad = [s for s in stacks if s not in STACKS]
     a.dcp = [m for m in a.dcp.split(",") if m]
-    bad += [m for m in a.dcp if m not in DCP_SIDES]
+    a.peers = [m for m in a.peers.split(",") if m]
+    bad += [m for m in a.dcp if m not in DCP_SIDES] + [m for m in a.peers if m != "torchft"]
     if bad or not 1 <= a.victim <= 3 or a.kill_at < 5:
         p.error(f"unknown stacks or DCP modes {bad}" if bad else "--victim must be 1..3, --kill-at >= 5")
     work = tempfile.mkdtemp(prefix="ftrun-bench-stacks-", dir="/var/tmp")
     result = {"nodes": 2, "per_node": 2, "victim": a.victim, "kill_at": a.kill_at, "stacks": {},
               "model": {k: getattr(a, k) for k in ("vocab", "d_model", "layers", "seq", "batch")}}
-    ok = True
+    ok, keep = True, False
     bench = Bench(a, work)
     for stack in stacks:
         r = result["stacks"][stack] = {}
@@ -454,6 +553,16 @@ def main():
             for side in saving:
                 r[side]["save_stall_s"] = r[side]["step_s"] - none
             ft = r["ftrun"]
+            for side in peer_sides(stack, a):  # a peer that cannot run here keeps its row, with its error
+                log(f"{stack}: {side}")
+                try:
+                    r[side] = bench.side(stack, side)
+                    r[side]["step_overhead_s"] = r[side]["step_s"] - none  # (it saves nothing)
+                    r["recovery_speedup_vs_" + side] = r[side]["recovery_s"] / ft["recovery_s"]
+                except Exception as e:  # noqa: BLE001 - in its row (the logs kept)
+                    r[side] = {"side": side, "error": f"{type(e).__name__}: {e}"}
+                    keep = True
+                    log(f"{stack}-{side}: FAILED: {r[side]['error']}")
             for side in own_sides(stack, a):  # ftrun over each: stall_ratio, recovery_speedup (own); _vs_<side>
                 other, suffix = r[side], "" if side == "own" else "_vs_" + side
                 r["stall_ratio" + suffix] = (ft["save_stall_s"] / other["save_stall_s"]
@@ -465,7 +574,7 @@ def main():
             ok = False
             log(f"{stack}: FAILED: {r['error']}")
     result["ok"] = ok
-    if a.keep or not ok:
+    if a.keep or keep or not ok:
         result["work_dir"] = work
         log(f"logs kept in {work}")
     else:

@@ -3,9 +3,11 @@
 with nanoGPT's own (rank 0 torch.saves every step; after the SIGKILL of a rank
 all four are restarted as torchrun does and torch.load it), with PyTorch DCP's
 dcp.async_save (every rank, its writer in a thread; the restart dcp.loads),
-and under ftrun with warm recovery. Every side yields its figures, and each restarted job
-resumed from its checkpoint (the bench waits for rank 0's RESUMED line, so a
-job that started over from step 0 fails it). No timing is asserted."""
+under torchft (four replica groups of one rank; the victim's group, restarted
+alone, heals from the others), and under ftrun with warm recovery. Every side
+yields its figures, and each restarted job resumed from its checkpoint (the
+bench waits for rank 0's RESUMED line, so a job that started over from step 0
+fails it; torchft: the victim's). No timing is asserted."""
 import json
 import os
 import subprocess
@@ -32,5 +34,8 @@ def test_ddp_sides_give_their_figures(check, tmp_path):
               f"{side}: a recovery after the kill at step 5 or later: {s}")
         check(0 <= s.get("redone", -1) <= s.get("killed_after_step", -1),
               f"{side}: resumed from a checkpoint, not from the start: {s}")
-    check(ddp["ftrun_mode"] == "warm" and ddp["recovery_speedup"] > 0 and ddp["recovery_speedup_vs_dcp_async"] > 0,
-          f"the ratios: {ddp}")
+    tft = ddp["torchft"]
+    check(not tft.get("error") and (tft.get("step_s") or 0) > 0 and tft.get("recovery_s", 0) > 0
+          and tft.get("others_next_step_s") is not None, f"torchft: its figures: {tft}")
+    check(ddp["ftrun_mode"] == "warm" and ddp["recovery_speedup"] > 0 and ddp["recovery_speedup_vs_dcp_async"] > 0
+          and ddp.get("recovery_speedup_vs_torchft", 0) > 0, f"the ratios: {ddp}")
