@@ -36,7 +36,8 @@ OMP_NUM_THREADS=1 on both sides), three times:
   checkpoint: its step_overhead_s is its step time over none's. The others
   go on without the victim (others_next_step_s: the kill -> rank 0's next
   step); recovery_s is the kill -> every rank stepping again: the restarted
-  group's first step after it healed from the others, and rank 0's.
+  group's first step (after it healed from the others, if one had state),
+  and rank 0's.
   groups_restarted: how many times each group was (torchft 0.2.0's DDP hook
   can crash the others when a peer dies mid-allreduce:
   meta-pytorch/torchft#304; they then start over, healing from nobody).
@@ -96,6 +97,7 @@ EXAMPLES = os.path.join(SOURCE, "integration", "examples")
 LOSS_RE = re.compile(r"^LOSS (\d+) ")
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\S+)")
 STEP_RE = re.compile(r"^STEP (\d+) (\d+)")  # train_torchft.py: every group's committed steps
+STARTED_RE = re.compile(r"^STARTED (\d+)")  # train_torchft.py: a group's process began
 
 # stack -> (script, its arguments, ftrun's extra arguments, rank 0 prints LOSS after the step (else before it))
 STACKS = {
@@ -475,10 +477,12 @@ class Bench:
             # restarted, has healed from them and completed a step of its own.
             who = str(a.victim) if side == "torchft" else "0"
 
+            # (A restarted torchft group heals only when another has state: its new process's start counts.)
+            begun = STARTED_RE if side == "torchft" else RESUMED_RE
+
             def recovered():
                 lines = [x for x in run.merged() if x[0] > t_kill]
-                resumed = [i for i, (_, ln) in enumerate(lines) if RESUMED_RE.match(ln)
-                           and RESUMED_RE.match(ln).group(1) == who]
+                resumed = [i for i, (_, ln) in enumerate(lines) if begun.match(ln) and begun.match(ln).group(1) == who]
                 if not resumed:
                     return None
                 after_resume = lines[resumed[0]:]

@@ -12,7 +12,8 @@ checkpoint transport) and calls load_state_dict. Checkpoints on disk are left to
 example does not write any); this script writes none.
 
 Lines: rank 0 (group 0) prints `LOSS <step> <hex>` as train_ddp.py does; every group prints
-`STEP <group> <step>` when a step of its commits and `RESUMED <group> <step>` when it healed; at the end
+`STARTED <group>` when its process begins, `STEP <group> <step>` when a step of its commits and
+`RESUMED <group> <step>` when it healed; at the end
 `WEIGHTS <group> <digest>`. A group that runs alone (the others gone) still steps, with fewer
 gradients: torchft trades exactness for never stopping.
 """
@@ -34,6 +35,7 @@ def main():
 
     a = parse_args()
     group = int(os.environ["REPLICA_GROUP_ID"])
+    say(f"STARTED {group}")
     torch.use_deterministic_algorithms(True)
     # The replica group's store, as torchrun's agent hosts it for its workers (one rank per group).
     store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=True,
