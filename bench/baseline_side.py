@@ -17,9 +17,15 @@ def log(msg):
 
 
 def free_port_range(n):
-    """A base port with base .. base+n-1 free."""
+    """A base port with base .. base+n-1 free, below the kernel's ephemeral ports (an outgoing connection
+    never takes one of them before a later generation binds it)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            top = min(40000, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        top = 32768
     for _ in range(200):
-        base = 20000 + int.from_bytes(os.urandom(2), "little") % 20000
+        base = 10000 + int.from_bytes(os.urandom(2), "little") % (top - n - 10000)
         socks = []
         try:
             for p in range(base, base + n):

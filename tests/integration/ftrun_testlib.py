@@ -308,11 +308,23 @@ class ClusterJob(_Watched):
         return rc
 
 
+def ephemeral_low():
+    """The lowest port the kernel gives outgoing connections: a port below it is taken only by a bind."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_range(n):
-    """A base port with base .. base+n-1 free (ftrun gives generation g MASTER_PORT base+g)."""
+    """A base port with base .. base+n-1 free (ftrun gives generation g MASTER_PORT base+g), below the
+    ephemeral ports: free now, a port there could still be taken by any test's outgoing connection before a
+    later generation binds it (a restart then fails with EADDRINUSE)."""
     pick = random.SystemRandom()
+    top = min(40000, ephemeral_low())
     for _ in range(200):
-        base = pick.randrange(20000, 40000 - n)
+        base = pick.randrange(10000, top - n)
         socks = []
         try:
             for p in range(base, base + n):
