@@ -474,10 +474,9 @@ class Bench:
             last_before = max(s for _, s in done_before)
 
             # torchft: the others go on without restarting; every rank steps again once the victim's group,
-            # restarted, has healed from them and completed a step of its own.
+            # restarted (its new process's STARTED: it heals only when another group has state), has completed
+            # a step of its own, and rank 0 has too.
             who = str(a.victim) if side == "torchft" else "0"
-
-            # (A restarted torchft group heals only when another has state: its new process's start counts.)
             begun = STARTED_RE if side == "torchft" else RESUMED_RE
 
             def recovered():
