@@ -163,12 +163,16 @@ class Run:
     """One side's job: its launcher processes (each its own session) and their lines."""
 
     def __init__(self, argvs, env, logdir, name):
-        self.procs, self.lines = [], []
+        self.procs, self.lines, self.logdir, self.name = [], [], logdir, name
         for i, argv in enumerate(argvs):
-            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
-            self.procs.append(p)
-            self.lines.append(Lines(p, os.path.join(logdir, f"{name}-{i}.log")))
+            self._start(argv, env, str(i))
+
+    def _start(self, argv, env, label):
+        """A process of the job, in a session of its own, its lines read into NAME-LABEL.log."""
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.procs.append(p)
+        self.lines.append(Lines(p, os.path.join(self.logdir, f"{self.name}-{label}.log")))
+        return p
 
     def rank_pid(self, rank, script):
         return rank_pid([p.pid for p in self.procs], rank, script)
@@ -198,54 +202,34 @@ class Run:
             ln.file.close()
 
 
-class Relaunch(Run):
-    """torchrun's restart, done by this process: the four ranks with torchrun's environment (2 nodes x 2),
-    polled every 0.1 s (torchrun's --monitor-interval); when one fails, the others get SIGTERM (SIGKILL after
-    30 s, as torchrun) and all four start again on a fresh MASTER_PORT, up to `restarts` times. No rendezvous
-    round: the status quo's best case."""
+def kill_group(p):
+    """What a rank started (DCP's writer process) goes with it, as torchrun kills each worker's process group."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
-    def __init__(self, python, argv, env, logdir, name, restarts=3):
+
+class Restarting(Run):
+    """A job whose ranks this process starts and restarts, as a launcher would: `ranks` (by global rank)
+    polled every 0.1 s (torchrun's --monitor-interval) by `_check`, which restarts what it must and returns
+    False once it may not (the job then failed)."""
+
+    def __init__(self, python, argv, env, logdir, name, restarts):
         self.procs, self.lines, self.ranks = [], [], []
         self.python, self.argv, self.env, self.logdir, self.name = python, argv, env, logdir, name
-        self.gen, self.restarts, self.failed, self.stopping = 0, restarts, False, False
-        self._launch()
+        self.restarts, self.failed, self.stopping = restarts, False, False
+
+    def _watch(self):
         self.monitor = threading.Thread(target=self._monitor, daemon=True)
         self.monitor.start()
-
-    def _launch(self):
-        port = free_port_range(1)
-        self.ranks = []
-        for r in range(4):
-            env = dict(self.env, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2), LOCAL_WORLD_SIZE="2",
-                       GROUP_RANK=str(r // 2), GROUP_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       TORCHELASTIC_RESTART_COUNT=str(self.gen))
-            p = subprocess.Popen([self.python, "-u"] + self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 env=env, start_new_session=True)
-            self.ranks.append(p)
-            self.procs.append(p)
-            self.lines.append(Lines(p, os.path.join(self.logdir, f"{self.name}-gen{self.gen}-rank{r}.log")))
 
     def _monitor(self):
         while not self.stopping:
             time.sleep(0.1)
-            if not any(p.poll() not in (None, 0) for p in self.ranks) or self.stopping:
-                continue
-            stop_processes(self.ranks, grace=30)
-            self._kill_groups()
-            if self.gen >= self.restarts or self.stopping:
+            if not self.stopping and not self._check():
                 self.failed = True
                 return
-            self.gen += 1
-            self._launch()
-
-    def _kill_groups(self):
-        """What the ranks started (DCP's writer process) goes with them, as torchrun kills each worker's
-        process group."""
-        for p in self.ranks:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def rank_pid(self, rank, script):
         p = self.ranks[rank]
@@ -258,20 +242,53 @@ class Relaunch(Run):
         self.stopping = True
         self.monitor.join(timeout=60)
         super().stop()
-        self._kill_groups()
+        for p in self.ranks:
+            kill_group(p)
 
 
-class TorchftRun(Run):
-    """torchft's deployment of the job (integration/examples/train_torchft.py), as its DDP example runs it:
-    its Lighthouse (`torchft_lighthouse --min_replicas 1 --quorum_tick_ms 100 --join_timeout_ms 10000`),
-    and four replica groups of one rank, each restarted alone when it dies (polled every 0.1 s, up to
-    `restarts` times, as the group's own torchrun would), on a fresh store port. `restarted`: how many times
-    each was."""
+class Relaunch(Restarting):
+    """torchrun's restart, done by this process: the four ranks with torchrun's environment (2 nodes x 2);
+    when one fails, the others get SIGTERM (SIGKILL after 30 s, as torchrun) and all four start again on a
+    fresh MASTER_PORT, up to `restarts` times. No rendezvous round: the status quo's best case."""
 
     def __init__(self, python, argv, env, logdir, name, restarts=3):
-        self.procs, self.lines, self.groups = [], [], [None] * 4
-        self.python, self.argv, self.env, self.logdir, self.name = python, argv, env, logdir, name
-        self.restarts, self.restarted, self.failed, self.stopping = restarts, [0] * 4, False, False
+        super().__init__(python, argv, env, logdir, name, restarts)
+        self.gen = 0
+        self._launch()
+        self._watch()
+
+    def _launch(self):
+        port = free_port_range(1)
+        self.ranks = []
+        for r in range(4):
+            env = dict(self.env, RANK=str(r), WORLD_SIZE="4", LOCAL_RANK=str(r % 2), LOCAL_WORLD_SIZE="2",
+                       GROUP_RANK=str(r // 2), GROUP_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       TORCHELASTIC_RESTART_COUNT=str(self.gen))
+            self.ranks.append(self._start([self.python, "-u"] + self.argv, env, f"gen{self.gen}-rank{r}"))
+
+    def _check(self):
+        if not any(p.poll() not in (None, 0) for p in self.ranks):
+            return True
+        stop_processes(self.ranks, grace=30)
+        for p in self.ranks:
+            kill_group(p)
+        if self.gen >= self.restarts or self.stopping:
+            return False
+        self.gen += 1
+        self._launch()
+        return True
+
+
+class TorchftRun(Restarting):
+    """torchft's deployment of the job (integration/examples/train_torchft.py), as its DDP example runs it:
+    its Lighthouse (`torchft_lighthouse --min_replicas 1 --quorum_tick_ms 100 --join_timeout_ms 10000`),
+    and four replica groups of one rank (`ranks`), each restarted alone when it dies (up to `restarts`
+    times, as the group's own torchrun would), on a fresh store port. `restarted`: how many times each
+    was."""
+
+    def __init__(self, python, argv, env, logdir, name, restarts=3):
+        super().__init__(python, argv, env, logdir, name, restarts)
+        self.ranks, self.restarted = [None] * 4, [0] * 4
         lighthouse = os.path.join(os.path.dirname(python), "torchft_lighthouse")
         if not os.access(lighthouse, os.X_OK):
             raise RuntimeError(f"torchft is not installed beside {python} (no {lighthouse})")
@@ -281,46 +298,22 @@ class TorchftRun(Run):
                      "--bind", f"127.0.0.1:{port}"], self.env, "lighthouse")
         for g in range(4):
             self._launch(g)
-        self.monitor = threading.Thread(target=self._monitor, daemon=True)
-        self.monitor.start()
-
-    def _start(self, argv, env, label):
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self.procs.append(p)
-        self.lines.append(Lines(p, os.path.join(self.logdir, f"{self.name}-{label}.log")))
-        return p
+        self._watch()
 
     def _launch(self, g):
         env = dict(self.env, REPLICA_GROUP_ID=str(g), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port_range(1)))
-        self.groups[g] = self._start([self.python, "-u"] + self.argv, env, f"group{g}-{len(self.procs)}")
+        self.ranks[g] = self._start([self.python, "-u"] + self.argv, env, f"group{g}-{len(self.procs)}")
 
-    def _monitor(self):
-        while not self.stopping:
-            time.sleep(0.1)
-            for g, p in enumerate(self.groups):
-                if self.stopping or p.poll() in (None, 0):
-                    continue
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)  # what it started
-                except ProcessLookupError:
-                    pass
-                if self.restarted[g] == self.restarts:
-                    self.failed = True
-                    return
-                self.restarted[g] += 1
-                self._launch(g)
-
-    def rank_pid(self, rank, script):
-        p = self.groups[rank]
-        return p.pid if p.poll() is None else 0
-
-    def alive(self):
-        return not self.failed
-
-    def stop(self):
-        self.stopping = True
-        self.monitor.join(timeout=60)
-        super().stop()
+    def _check(self):
+        for g, p in enumerate(self.ranks):
+            if self.stopping or p.poll() in (None, 0):
+                continue
+            kill_group(p)
+            if self.restarted[g] == self.restarts:
+                return False
+            self.restarted[g] += 1
+            self._launch(g)
+        return True
 
 
 def step_times(lines, after_step_line):
