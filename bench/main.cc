@@ -22,6 +22,7 @@ int RunBaselineTorch(int argc, char** argv, Result* out);  // bench/baseline_tor
 int RunFlush(int argc, char** argv, Result* out);          // bench/flush_bench.cc
 int RunErasure(int argc, char** argv, Result* out);        // bench/erasure_bench.cc
 int RunScale(int argc, char** argv, Result* out);          // bench/scale_bench.cc
+int RunPeers(int argc, char** argv);                        // bench/peers_bench.cc (execs its driver)
 
 std::string SiblingBinary(const std::string& name) {
   char buf[PATH_MAX];
@@ -142,11 +143,13 @@ int main(int argc, char** argv) {
         "  flush           the lazy flusher's disk rate vs fio; step time with and without it\n"
         "  erasure         the erasure code vs ISA-L; 6 nodes with 4+2 vs replicas 2: memory, wire, rebuild\n"
         "  scale           the coordinator against N simulated agents: CPU, commit latency, silent node, orders\n"
+        "  peers           one DDP job under DCP, torchft, its own checkpoint and ftrun: stall, memory, recovery\n"
         "Run 'ftrun-bench SCENARIO --help' for a scenario's flags.\n");
     return argc < 2 ? 2 : 0;
   }
   std::string scenario = argv[1];
   if (scenario == "save-worker") return RunSaveWorker(argc - 1, argv + 1);
+  if (scenario == "peers") return RunPeers(argc - 2, argv + 2);  // its driver prints the JSON
 #ifdef FTRUN_HAVE_CUDA
   if (scenario == "save-cuda-worker") return RunSaveCudaWorker(argc - 1, argv + 1);
 #endif
@@ -181,7 +184,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "ftrun-bench: unknown scenario '%s' (save, restart-local, replicate, restart-node, baseline-torch, flush, "
-        "erasure, scale)\n",
+        "erasure, scale, peers)\n",
         scenario.c_str());
     return 2;
   }

@@ -8,7 +8,8 @@ configuration (train_lightning.py [--fsdp]), a Hugging Face Trainer
 OMP_NUM_THREADS=1 on both sides), three times:
 
 * none: the four ranks started with torchrun's environment by this process
-  (Relaunch), `--checkpoint none`: the step time without checkpoints.
+  (Relaunch), `--checkpoint none`: the step time, memory and losses without
+  checkpoints (run last).
 * own: the same with the stack's own checkpoint after every step
   (`--checkpoint own:DIR`, integration/examples/own_checkpoint.py: nanoGPT's
   torch.save by rank 0, Lightning's ModelCheckpoint, the Trainer's
@@ -41,6 +42,17 @@ OMP_NUM_THREADS=1 on both sides), three times:
   groups_restarted: how many times each group was (torchft 0.2.0's DDP hook
   can crash the others when a peer dies mid-allreduce:
   meta-pytorch/torchft#304; they then start over, healing from nobody).
+* dlrover (DDP; --peers): the same job under DLRover's flash checkpoint
+  (integration/examples/train_dlrover.py, DlroverRun: its master, then
+  dlrover-run's agent for the four ranks, which restarts them all after a
+  failure; a save to the node's shared memory after every step, to disk
+  every 10). Its figures are those of own.
+* nvrx (DDP; --peers): the same job under NVIDIA's resiliency extension
+  (integration/examples/train_nvrx.py, NvrxRun: one ft_launcher per node,
+  which restarts every rank after a failure, heartbeats to its rank
+  monitors; rank 0 saves nanoGPT's checkpoint after every step through its
+  asynchronous checkpointing's background process). Its figures are those of
+  own.
 * ftrun: `build/ftrun --num_nodes 2 --num_gpus 2` runs the same script
   saving through ftrun (the default) and the same kill. Every script runs
   under @ftrun.resilient (--resilient: the survivors stay in their
@@ -62,12 +74,23 @@ lines (rank 0's `LOSS <step>` and every rank's `RESUMED`):
   step is complete at the next step's first line;
 * redone: steps run again after the restart (finished before the kill, not in
   the checkpoint the job resumed from).
+* peak_mib: the largest sum of the Pss of every process of the side (launcher,
+  agents, ranks, standbys, writer processes, Lighthouse; bench/job_memory.py)
+  before the kill, and extra_mib_per_node: that minus none's, over the 2
+  nodes; off_node_copies: what that memory buys (copies of a rank's state
+  held off its node);
+* exact: rank 0's losses from the first step after the restart on (COMPARE
+  more; compared_steps) equal, bit for bit, the failure-free run's (none runs
+  last, as far as the others went).
 Ratios: stall_ratio = ftrun's save_stall_s / own's, recovery_speedup = own's
 recovery_s / ftrun's; stall_ratio_vs_<dcp side> and recovery_speedup_vs_<dcp
-side> the same against DCP's; recovery_speedup_vs_torchft.
+side> the same against DCP's, DLRover's and NVRx's; recovery_speedup_vs_<peer>;
+save_stall_over_best_peer (ftrun's stall over the lowest of the sides that
+checkpoint) and recovery_over_best_peer (ftrun's recovery_s over the
+fastest other side's). `ftrun-bench peers` runs it for DDP (--stacks ddp).
 
     .venv/bin/python bench/stack_recovery.py --build build [--stacks ddp,lightning,...] [--dcp dcp,dcp_async,dcp_process]
-        [--peers torchft] [--out FILE]
+        [--peers torchft,dlrover,nvrx] [--out FILE] [--chart PNG]
 
 Output: one JSON object on stdout (or --out); progress on stderr.
 """
@@ -85,6 +108,8 @@ import threading
 import time
 
 from baseline_side import free_port_range, stop_processes, wait_until
+from job_memory import JobMemory, descendants
+import peers_chart
 
 def log(msg):
     sys.stderr.write(f"[stack-recovery {time.strftime('%H:%M:%S')}] {msg}\n")
@@ -94,7 +119,7 @@ def log(msg):
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
 EXAMPLES = os.path.join(SOURCE, "integration", "examples")
-LOSS_RE = re.compile(r"^LOSS (\d+) ")
+LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)")
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\S+)")
 STEP_RE = re.compile(r"^STEP (\d+) (\d+)")  # train_torchft.py: every group's committed steps
 STARTED_RE = re.compile(r"^STARTED (\d+)")  # train_torchft.py: a group's process began
@@ -111,6 +136,9 @@ STACKS = {
 # DCP's checkpoints, besides the stack's own, for the stacks whose script saves them (own_checkpoint.py:
 # dcp.save, dcp.async_save in a thread, in a process).
 DCP_SIDES = ("dcp", "dcp_async", "dcp_process")
+# The fault-tolerance layers measured instead of a checkpoint and a restart (DDP only).
+PEERS = ("torchft", "dlrover", "nvrx")
+NO_CHECKPOINT = ("torchft",)  # (its figure is the step time's overhead, not a save's stall)
 
 
 def own_sides(stack, a):
@@ -119,7 +147,7 @@ def own_sides(stack, a):
 
 
 def peer_sides(stack, a):
-    """The fault-tolerance layers measured instead of a checkpoint and a restart (DDP: torchft)."""
+    """The fault-tolerance layers measured beside the checkpoints (DDP: torchft, DLRover, NVRx)."""
     return [m for m in a.peers if m] if STACKS[stack][0] == "train_ddp.py" else []
 
 
@@ -164,8 +192,13 @@ class Run:
 
     def __init__(self, argvs, env, logdir, name):
         self.procs, self.lines, self.logdir, self.name = [], [], logdir, name
+        self._sample_memory()
         for i, argv in enumerate(argvs):
             self._start(argv, env, str(i))
+
+    def _sample_memory(self):
+        """`memory`: the Pss of every process this side started and of their descendants (job_memory.py)."""
+        self.memory = JobMemory(lambda: [p.pid for p in self.procs if p.poll() is None])
 
     def _start(self, argv, env, label):
         """A process of the job, in a session of its own, its lines read into NAME-LABEL.log."""
@@ -184,6 +217,10 @@ class Run:
         return all(p.poll() is None for p in self.procs)
 
     def stop(self):
+        """SIGTERM to every process group it started, SIGKILL after 20 s; then SIGKILL to what they had started
+        and left (launchers start ranks in sessions of their own: a launcher's SIGKILL orphans them)."""
+        self.memory.stop()
+        started = descendants([p.pid for p in self.procs if p.poll() is None])
         for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
             for p in self.procs:
                 if p.poll() is None:
@@ -197,6 +234,11 @@ class Run:
                     p.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for ln in self.lines:
             ln.thread.join(timeout=5)
             ln.file.close()
@@ -219,6 +261,7 @@ class Restarting(Run):
         self.procs, self.lines, self.ranks = [], [], []
         self.python, self.argv, self.env, self.logdir, self.name = python, argv, env, logdir, name
         self.restarts, self.failed, self.stopping = restarts, False, False
+        self._sample_memory()
 
     def _watch(self):
         self.monitor = threading.Thread(target=self._monitor, daemon=True)
@@ -316,6 +359,52 @@ class TorchftRun(Restarting):
         return True
 
 
+class NvrxRun(Run):
+    """NVIDIA's resiliency extension's deployment of the job (integration/examples/train_nvrx.py): one
+    ft_launcher per node (2 x 2 ranks, a c10d rendezvous, the first launcher its host), as its docstring
+    runs it, restarting every rank after a failure (--max-restarts 3), with a rank monitor beside each
+    rank (heartbeat timeouts as in NVRx's examples)."""
+
+    def __init__(self, python, argv, env, logdir, name):
+        rdzv, rid = free_port_range(1), f"ftrunbench{os.getpid()}"
+        launcher = [python, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher", "--nnodes", "2",
+                    "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}",
+                    "--rdzv-id", rid, "--local-addr", "127.0.0.1", "--max-restarts", "3",
+                    "--ft-enable-nic-monitor", "false", "--ft-initial-rank-heartbeat-timeout", "120",
+                    "--ft-rank-heartbeat-timeout", "60"]
+        super().__init__([launcher + ["--rdzv-conf", f"is_host={int(node == 0)}"] + argv for node in range(2)],
+                         env, logdir, name)
+
+
+class DlroverRun(Run):
+    """DLRover's deployment of the job (integration/examples/train_dlrover.py), as its docstring runs it: a
+    local DLRover master, then `dlrover-run --nnodes 1 --nproc_per_node 4 --max-restarts 3`, whose agent
+    restarts every worker after a failure (a new rendezvous, a fresh MASTER_PORT) and keeps the flash
+    checkpoint in the node's shared memory. One agent for the four ranks: DLRover's in-memory copy is per
+    node, so two agents on one machine would share it. `stop` also removes what it leaves behind (the
+    shared-memory segment, its socket directory)."""
+
+    def __init__(self, python, argv, env, logdir, name):
+        bindir = os.path.dirname(python)
+        run = os.path.join(bindir, "dlrover-run")
+        if not os.access(run, os.X_OK):
+            raise RuntimeError(f"DLRover is not installed beside {python} (no {run})")
+        self.job = f"ftrunbench{os.getpid()}{name.replace('-', '')}"
+        port = free_port_range(1)
+        env = dict(env, DLROVER_MASTER_ADDR=f"127.0.0.1:{port}", ELASTIC_JOB_NAME=self.job,
+                   DLROVER_LOG_LEVEL="WARNING")
+        super().__init__([[python, "-m", "dlrover.python.master.main", "--platform", "local", "--node_num", "1",
+                           "--job_name", self.job, "--port", str(port)]], env, logdir, name)
+        self._start([run, "--nnodes", "1", "--nproc_per_node", "4", "--max-restarts", "3"] + argv, env, "run")
+
+    def stop(self):
+        super().stop()
+        shutil.rmtree(f"/tmp/ckpt_sock/{self.job}", ignore_errors=True)
+        for shm in os.listdir("/dev/shm"):
+            if shm.startswith(self.job + "_"):
+                os.unlink(os.path.join("/dev/shm", shm))
+
+
 def step_times(lines, after_step_line):
     """[(moment rank 0 completed step s, s)] in the lines' order (a step run again after a restart counts
     again): with after_step_line, the moment of the step's last LOSS line; else (Lightning: printed after the
@@ -336,6 +425,11 @@ def step_times(lines, after_step_line):
     return [(t_next, s) for (t_next, _), (_, s) in zip(firsts[1:], firsts[:-1])]
 
 
+def losses(lines):
+    """{step: rank 0's loss as printed} (the last line printed for each step)."""
+    return {int(m.group(1)): m.group(2) for _, ln in lines for m in [LOSS_RE.match(ln)] if m}
+
+
 def median_step(done, upto_t):
     """The median time between two consecutive completed steps before upto_t (the first two left out)."""
     ts = [t for t, _ in done if t < upto_t]
@@ -346,22 +440,7 @@ def median_step(done, upto_t):
 def rank_pid(root_pids, rank, script):
     """The live process of `rank` under the launchers: the one whose environment says RANK=rank and whose
     command line runs the script (a warm standby has no RANK)."""
-    parent = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    below = set(root_pids)
-    changed = True
-    while changed:
-        changed = False
-        for pid, pp in parent.items():
-            if pp in below and pid not in below:
-                below.add(pid)
-                changed = True
+    below = descendants(root_pids)
     want = f"RANK={rank}".encode()
     for pid in sorted(below - set(root_pids)):
         try:
@@ -422,8 +501,9 @@ class Bench:
                 "--master_port", str(free_port_range(8))] + script_argv
         return Run([argv], self.env, self.work, name)
 
-    def side(self, stack, side):
-        """One run of a stack: none (no kill), own or ftrun (one SIGKILL)."""
+    def side(self, stack, side, upto=0):
+        """One run of a stack: none (no kill; until rank 0 has printed step UPTO's loss), or a side saving
+        (one SIGKILL; then `a.compare` more steps)."""
         a = self.a
         script, extra, ftrun_extra, after = STACKS[stack]
         path = os.path.join(EXAMPLES, script)
@@ -433,6 +513,13 @@ class Bench:
             run = self.torchrun(argv + ["--checkpoint", "none"], name)
         elif side == "torchft":
             run = TorchftRun(self.a.python, [os.path.join(EXAMPLES, "train_torchft.py")] + argv[1:], self.env,
+                             self.work, name)
+        elif side == "nvrx":
+            run = NvrxRun(self.a.python, [os.path.join(EXAMPLES, "train_nvrx.py")] + argv[1:] +
+                          ["--checkpoint", f"nvrx:{os.path.join(self.work, name + '-ckpt')}"], self.env, self.work, name)
+        elif side == "dlrover":
+            run = DlroverRun(self.a.python, [os.path.join(EXAMPLES, "train_dlrover.py")] + argv[1:] +
+                             ["--checkpoint", f"dlrover:{os.path.join(self.work, name + '-ckpt')}"], self.env,
                              self.work, name)
         elif side != "ftrun":  # own, or one of DCP's
             ckdir = os.path.join(self.work, name + "-ckpt")
@@ -445,8 +532,12 @@ class Bench:
                 return lambda: len(step_times(run.merged(), after)) >= n
             wait_until(completed(a.kill_at), a.timeout, f"{name}: {a.kill_at} steps", alive=run.alive)
             if side == "none":
+                wait_until(lambda: upto in losses(run.merged()), a.timeout, f"{name}: step {upto}",
+                           alive=run.alive)
                 done = step_times(run.merged(), after)
                 out["step_s"], out["step_samples"] = median_step(done, float("inf"))
+                out["peak_mib"] = run.memory.peak_mib()
+                out["losses"] = losses(run.merged())
                 return out
             t_steady = 0.0  # the step time is measured from here on
             if side == "ftrun" and warm(stack):
@@ -464,6 +555,7 @@ class Bench:
             before = [x for x in run.merged() if x[0] < t_kill]
             done_before = step_times(before, after)
             out["step_s"], out["step_samples"] = median_step([x for x in done_before if x[0] > t_steady], t_kill)
+            out["peak_mib"] = run.memory.peak_mib(t_kill)  # saving, before the kill
             last_before = max(s for _, s in done_before)
 
             # torchft: the others go on without restarting; every rank steps again once the victim's group,
@@ -495,11 +587,37 @@ class Bench:
                 out["groups_restarted"] = list(run.restarted)
             out["redone"] = max(0, last_before - first + 1)
             out["killed_after_step"] = last_before
+            # rank 0's losses from the restart on (first .. first + compare), for `exact` (main)
+            wait_until(lambda: first + a.compare in losses([x for x in run.merged() if x[0] > t_kill]), a.timeout,
+                       f"{name}: {a.compare} steps after the restart", alive=run.alive)
+            out["losses"] = losses([x for x in run.merged() if x[0] > t_kill])
             log(f"{name}: step {out['step_s']:.3f} s, kill -> first step {out['recovery_s']:.2f} s, "
                 f"{out['redone']} step(s) redone")
             return out
         finally:
             run.stop()
+
+
+# What each side's memory buys: the copies of a rank's state it keeps off the rank's node.
+OFF_NODE_COPIES = {"own": 0, "dcp": 0, "dcp_async": 0, "dcp_process": 0,  # (on the node's disk)
+                   "torchft": 0,  # (it heals from the other groups' live weights and keeps no copy)
+                   "dlrover": 0,  # (in the node's shared memory, and every 10 steps on its disk)
+                   "nvrx": 0,  # (rank 0's torch.save on the node's disk)
+                   "ftrun": 1}  # (cluster.replicas: 1, the default)
+
+
+def figures(r, none, side):
+    """A side's figures against the failure-free run's (`none`): save_stall_s (step_overhead_s for a peer that
+    saves nothing), extra_mib_per_node (peak Pss above none's, per node), exact (rank 0's losses from the
+    restart on equal none's, bit for bit), and what its memory buys (off_node_copies)."""
+    key = "step_overhead_s" if side in NO_CHECKPOINT else "save_stall_s"
+    r[key] = r["step_s"] - none["step_s"]
+    if r.get("peak_mib") is not None and none.get("peak_mib") is not None:
+        r["extra_mib_per_node"] = (r["peak_mib"] - none["peak_mib"]) / 2
+    mine = r.pop("losses")
+    r["exact"] = all(loss == none["losses"].get(s) for s, loss in mine.items())
+    r["compared_steps"] = [min(mine), max(mine)]
+    r["off_node_copies"] = OFF_NODE_COPIES[side]
 
 
 def main():
@@ -514,23 +632,27 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--kill-at", type=int, default=8, help="rank 0's completed steps before the kill")
+    p.add_argument("--compare", type=int, default=3,
+                   help="steps after the restart's first whose losses are compared with the failure-free run's")
     p.add_argument("--victim", type=int, default=1, help="the rank SIGKILLed (not 0: rank 0 prints the steps)")
     p.add_argument("--store-mib", type=int, default=2048, help="ftrun's store.memory_budget per agent")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--dcp", default=",".join(DCP_SIDES),
                    help=f"DCP's checkpoints measured beside DDP's own: a comma-separated subset of "
                    f"{','.join(DCP_SIDES)} (empty: none)")
-    p.add_argument("--peers", default="torchft",
-                   help="fault-tolerance layers measured beside DDP: torchft (train_torchft.py) or empty")
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help=f"fault-tolerance layers measured beside DDP: a comma-separated subset of {','.join(PEERS)} "
+                   "(integration/examples/train_<peer>.py; empty: none)")
     p.add_argument("--keep", action="store_true", help="keep the logs and checkpoints")
     p.add_argument("--out", help="write the JSON here instead of stdout")
+    p.add_argument("--chart", metavar="PNG", help="draw the first stack's figures there (bench/peers_chart.py)")
     a = p.parse_args()
     a.build = os.path.abspath(a.build)
     stacks = [s for s in a.stacks.split(",") if s]
     bad = [s for s in stacks if s not in STACKS]
     a.dcp = [m for m in a.dcp.split(",") if m]
     a.peers = [m for m in a.peers.split(",") if m]
-    bad += [m for m in a.dcp if m not in DCP_SIDES] + [m for m in a.peers if m != "torchft"]
+    bad += [m for m in a.dcp if m not in DCP_SIDES] + [m for m in a.peers if m not in PEERS]
     if bad or not 1 <= a.victim <= 3 or a.kill_at < 5:
         p.error(f"unknown stacks or DCP modes {bad}" if bad else "--victim must be 1..3, --kill-at >= 5")
     work = tempfile.mkdtemp(prefix="ftrun-bench-stacks-", dir="/var/tmp")
@@ -542,29 +664,39 @@ def main():
         r = result["stacks"][stack] = {}
         try:
             saving = own_sides(stack, a) + ["ftrun"]
-            for side in ["none"] + saving:
+            for side in saving:
                 log(f"{stack}: {side}")
                 r[side] = bench.side(stack, side)
-            none = r["none"]["step_s"]
-            for side in saving:
-                r[side]["save_stall_s"] = r[side]["step_s"] - none
-            ft = r["ftrun"]
-            for side in peer_sides(stack, a):  # a peer that cannot run here keeps its row, with its error
+            peers = peer_sides(stack, a)
+            for side in peers:  # a peer that cannot run here keeps its row, with its error
                 log(f"{stack}: {side}")
                 try:
                     r[side] = bench.side(stack, side)
-                    r[side]["step_overhead_s"] = r[side]["step_s"] - none  # (it saves nothing)
-                    r["recovery_speedup_vs_" + side] = r[side]["recovery_s"] / ft["recovery_s"]
                 except Exception as e:  # noqa: BLE001 - in its row (the logs kept)
                     r[side] = {"side": side, "error": f"{type(e).__name__}: {e}"}
                     keep = True
                     log(f"{stack}-{side}: FAILED: {r[side]['error']}")
-            for side in own_sides(stack, a):  # ftrun over each: stall_ratio, recovery_speedup (own); _vs_<side>
+            ran = [side for side in saving + peers if "error" not in r[side]]
+            # The failure-free run last, as far as every other side's losses were compared.
+            log(f"{stack}: none")
+            r["none"] = none = bench.side(stack, "none", upto=max(max(r[side]["losses"]) for side in ran))
+            for side in ran:
+                figures(r[side], none, side)
+            ft = r["ftrun"]
+            for side in [x for x in ran if x != "ftrun"]:
+                # ftrun over each: stall_ratio, recovery_speedup (against own); _vs_<side> (the others)
                 other, suffix = r[side], "" if side == "own" else "_vs_" + side
-                r["stall_ratio" + suffix] = (ft["save_stall_s"] / other["save_stall_s"]
-                                             if other["save_stall_s"] > 0 else None)
+                if "save_stall_s" in other:
+                    r["stall_ratio" + suffix] = (ft["save_stall_s"] / other["save_stall_s"]
+                                                 if other["save_stall_s"] > 0 else None)
                 r["recovery_speedup" + suffix] = other["recovery_s"] / ft["recovery_s"]
+            # The issue's figures: ftrun over the best of the others (the stall: of those that checkpoint)
+            others = [r[side] for side in ran if side != "ftrun"]
+            stalls = [o["save_stall_s"] for o in others if "save_stall_s" in o and o["save_stall_s"] > 0]
+            r["save_stall_over_best_peer"] = ft["save_stall_s"] / min(stalls) if stalls else None
+            r["recovery_over_best_peer"] = ft["recovery_s"] / min(o["recovery_s"] for o in others) if others else None
             r["ftrun_mode"] = "warm" if warm(stack) else "cold"
+            del none["losses"]
         except Exception as e:  # noqa: BLE001 - reported in the JSON, the logs kept
             r["error"] = f"{type(e).__name__}: {e}"
             ok = False
@@ -575,6 +707,9 @@ def main():
         log(f"logs kept in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
+    if a.chart and stacks and "error" not in result["stacks"][stacks[0]]:
+        peers_chart.draw(result, stacks[0], a.chart)
+        log(f"chart: {a.chart}")
     text = json.dumps(result, indent=1)
     if a.out:
         with open(a.out, "w") as f:

@@ -13,7 +13,9 @@ dir=build
 flags=()
 if [ "${1:-}" = "--sanitize" ]; then
   dir=build-asan
-  flags+=(-DFTRUN_SANITIZE=ON -DFTRUN_BUILD_PYTHON=OFF -DFTRUN_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug)
+  # -g1: line tables only (ASan's and UBSan's reports name file and line), compiles in about 60% of -g's time
+  flags+=(-DFTRUN_SANITIZE=ON -DFTRUN_BUILD_PYTHON=OFF -DFTRUN_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+    -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1)
 fi
 phase "configuring $dir/ (cmake)" "configure-$dir.log" cmake -S . -B "$dir" -G Ninja \
   -DPython3_EXECUTABLE="$PWD/.venv/bin/python" "${flags[@]}"

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 source scripts/python-env.sh
 ./scripts/check-format.sh
 # The integration tests that need no Python module run once, against the
-# sanitized build (at the end), not in CTest's pass too: the same tests, with
+# sanitized build (at the end, by build-asan/'s CTest), not in CTest's pass too: the same tests, with
 # every memory and UB check on. (test_crash_modes is not one of them: ASan
 # turns the trainer's deliberate segfault into its own exit code.)
 sanitized=(test_restart_random_kills test_agent_lifecycle test_c_client test_cluster_node_loss test_persist
@@ -48,12 +48,8 @@ start=$SECONDS
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ./build-asan/tests/ftrun_unit_tests
 ./build-asan/tests/ftrun_transport_tests
-for t in "${sanitized[@]}"; do
-  echo "== $t (ASan+UBSan)"
-  rc=0
-  FTRUN_BUILD_DIR="$PWD/build-asan" FTRUN_SOURCE_DIR="$PWD" \
-    python3 -m pytest -q -p no:cacheprovider "tests/integration/$t.py" || rc=$?
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || exit "$rc"  # 77: every test skipped (as CTest shows it)
-done
+# CTest of build-asan/ runs them (FTRUN_BUILD_DIR: build-asan/), two at a time
+# where they may share the machine, alone where they may not, as above.
+(cd build-asan && ctest --output-on-failure -j2 --timeout 600 -R "^integration: ($(IFS='|'; echo "${sanitized[*]}"))\$")
 echo "ftrun: the sanitized tests: done in $((SECONDS - start))s"
 echo "ftrun: all tests passed"

@@ -7,7 +7,9 @@ under torchft (four replica groups of one rank; the victim's group, restarted
 alone, heals from the others), and under ftrun with warm recovery. Every side
 yields its figures, and each restarted job resumed from its checkpoint (the
 bench waits for rank 0's RESUMED line, so a job that started over from step 0
-fails it; torchft: the victim's). No timing is asserted."""
+fails it; torchft: the victim's). Every side has its peak memory and whether it
+ended exact; ftrun's run must (the same losses as the failure-free run's after
+the restart, bit for bit); the chart is drawn. No timing is asserted."""
 import json
 import os
 import subprocess
@@ -19,7 +21,7 @@ def test_ddp_sides_give_their_figures(check, tmp_path):
     out = tmp_path / "stacks.json"
     argv = [PY, os.path.join(SOURCE, "bench", "stack_recovery.py"), "--build", BUILD, "--stacks", "ddp",
             "--vocab", "256", "--d-model", "64", "--layers", "2", "--kill-at", "6", "--store-mib", "256",
-            "--timeout", "240", "--dcp", "dcp_async", "--out", str(out)]
+            "--timeout", "240", "--dcp", "dcp_async", "--out", str(out), "--chart", str(tmp_path / "peers.png")]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and out.exists(), f"exit {r.returncode}\n{r.stderr[-4000:]}"
     res = json.loads(out.read_text())
@@ -34,6 +36,16 @@ def test_ddp_sides_give_their_figures(check, tmp_path):
               f"{side}: a recovery after the kill at step 5 or later: {s}")
         check(0 <= s.get("redone", -1) <= s.get("killed_after_step", -1),
               f"{side}: resumed from a checkpoint, not from the start: {s}")
+    for side in ("own", "dcp_async", "ftrun", "torchft"):
+        s = ddp[side]
+        check(s.get("peak_mib", 0) > 0 and isinstance(s.get("extra_mib_per_node"), float)
+              and s.get("exact") in (True, False) and s["compared_steps"][1] - s["compared_steps"][0] >= 3,
+              f"{side}: its memory and exactness: {s}")
+    check(ddp["ftrun"]["exact"], f"ftrun: the losses after the restart equal the failure-free run's: {ddp['ftrun']}")
+    check("save_stall_over_best_peer" in ddp and ddp["recovery_over_best_peer"] > 0,
+          f"the figures over the best peer: {ddp}")
+    check((tmp_path / "peers.png").stat().st_size > 0 if (tmp_path / "peers.png").exists() else False,
+          "the chart was drawn")
     tft = ddp["torchft"]
     check(not tft.get("error") and (tft.get("step_s") or 0) > 0 and tft.get("recovery_s", 0) > 0
           and tft.get("others_next_step_s") is not None, f"torchft: its figures: {tft}")
