@@ -49,14 +49,36 @@ def descendants(roots):
     return seen
 
 
+def _kind(pid):
+    """What a process of the job is: a rank (RANK in its environment), a warm standby of ftrun's, or else
+    its name (ftrun-agent, ftrun, a launcher, a writer process)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+        if b"FTRUN_WARM_STANDBY=1" in env:
+            return "standby"
+        if any(e.startswith(b"RANK=") for e in env):
+            return "rank"
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "gone"
+
+
 def job_pss_kib(roots):
-    """The Pss of the processes ROOTS and all their descendants, in KiB."""
-    return sum(_pss_kib(pid) for pid in descendants(roots))
+    """{kind: Pss in KiB} of the processes ROOTS and all their descendants, by _kind."""
+    out = {}
+    for pid in descendants(roots):
+        kib = _pss_kib(pid)
+        if kib:
+            kind = _kind(pid)
+            out[kind] = out.get(kind, 0) + kib
+    return out
 
 
 class JobMemory:
     """Samples job_pss_kib(roots()) every `interval` seconds until stopped; `peak_mib(until)`: the largest
-    sample taken before the moment `until` (CLOCK_MONOTONIC)."""
+    sample's total taken before the moment `until` (CLOCK_MONOTONIC) and its {kind: MiB}."""
 
     def __init__(self, roots, interval=0.5):
         self.roots, self.interval, self.samples = roots, interval, []
@@ -70,8 +92,11 @@ class JobMemory:
             self.samples.append((time.monotonic(), kib))
 
     def peak_mib(self, until=float("inf")):
-        kib = [k for t, k in list(self.samples) if t < until]
-        return max(kib) / 1024 if kib else None
+        kinds = [k for t, k in list(self.samples) if t < until]
+        if not kinds:
+            return None, {}
+        peak = max(kinds, key=lambda k: sum(k.values()))
+        return sum(peak.values()) / 1024, {kind: round(kib / 1024, 1) for kind, kib in sorted(peak.items())}
 
     def stop(self):
         self.done.set()

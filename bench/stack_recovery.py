@@ -76,7 +76,8 @@ lines (rank 0's `LOSS <step>` and every rank's `RESUMED`):
   the checkpoint the job resumed from).
 * peak_mib: the largest sum of the Pss of every process of the side (launcher,
   agents, ranks, standbys, writer processes, Lighthouse; bench/job_memory.py)
-  before the kill, and extra_mib_per_node: that minus none's, over the 2
+  before the kill (peak_mib_by_kind: that sample's ranks, standbys, agents,
+  launchers, ...), and extra_mib_per_node: that minus none's, over the 2
   nodes; off_node_copies: what that memory buys (copies of a rank's state
   held off its node);
 * exact: rank 0's losses from the first step after the restart on (COMPARE
@@ -509,23 +510,17 @@ class Bench:
         path = os.path.join(EXAMPLES, script)
         argv = [path, "--steps", "100000", "--seed", str(a.seed)] + sizes(a, script) + extra
         name = f"{stack}-{side}"
-        if side == "none":
-            run = self.torchrun(argv + ["--checkpoint", "none"], name)
-        elif side == "torchft":
-            run = TorchftRun(self.a.python, [os.path.join(EXAMPLES, "train_torchft.py")] + argv[1:], self.env,
-                             self.work, name)
-        elif side == "nvrx":
-            run = NvrxRun(self.a.python, [os.path.join(EXAMPLES, "train_nvrx.py")] + argv[1:] +
-                          ["--checkpoint", f"nvrx:{os.path.join(self.work, name + '-ckpt')}"], self.env, self.work, name)
-        elif side == "dlrover":
-            run = DlroverRun(self.a.python, [os.path.join(EXAMPLES, "train_dlrover.py")] + argv[1:] +
-                             ["--checkpoint", f"dlrover:{os.path.join(self.work, name + '-ckpt')}"], self.env,
-                             self.work, name)
-        elif side != "ftrun":  # own, or one of DCP's
-            ckdir = os.path.join(self.work, name + "-ckpt")
-            run = self.torchrun(argv + ["--checkpoint", f"{side}:{ckdir}"], name)
-        else:
+        ckdir = os.path.join(self.work, name + "-ckpt")
+        if side in PEERS:  # the peer's own script (train_<peer>.py), saving its way (but torchft: never)
+            script = f"train_{side}.py"
+            argv = [os.path.join(EXAMPLES, script)] + argv[1:] + (
+                [] if side in NO_CHECKPOINT else ["--checkpoint", f"{side}:{ckdir}"])
+            run = {"torchft": TorchftRun, "nvrx": NvrxRun, "dlrover": DlroverRun}[side](
+                self.a.python, argv, self.env, self.work, name)
+        elif side == "ftrun":
             run = self.ftrun(argv + ftrun_extra, name)
+        else:  # none, own, or one of DCP's
+            run = self.torchrun(argv + ["--checkpoint", "none" if side == "none" else f"{side}:{ckdir}"], name)
         out = {"side": side}
         try:
             def completed(n):
@@ -536,7 +531,7 @@ class Bench:
                            alive=run.alive)
                 done = step_times(run.merged(), after)
                 out["step_s"], out["step_samples"] = median_step(done, float("inf"))
-                out["peak_mib"] = run.memory.peak_mib()
+                out["peak_mib"], out["peak_mib_by_kind"] = run.memory.peak_mib()
                 out["losses"] = losses(run.merged())
                 return out
             t_steady = 0.0  # the step time is measured from here on
@@ -555,7 +550,7 @@ class Bench:
             before = [x for x in run.merged() if x[0] < t_kill]
             done_before = step_times(before, after)
             out["step_s"], out["step_samples"] = median_step([x for x in done_before if x[0] > t_steady], t_kill)
-            out["peak_mib"] = run.memory.peak_mib(t_kill)  # saving, before the kill
+            out["peak_mib"], out["peak_mib_by_kind"] = run.memory.peak_mib(t_kill)  # saving, before the kill
             last_before = max(s for _, s in done_before)
 
             # torchft: the others go on without restarting; every rank steps again once the victim's group,
