@@ -1,9 +1,10 @@
-"""A job's processes, and the memory they hold: every process it started and their descendants,
-sampled in a thread of the bench. A sample is the sum of the processes'
-proportional set sizes (Pss in /proc/PID/smaps_rollup: a page shared by n
-of them counts 1/n to each, so shared memory - ftrun's store, DCP's
-shared-memory stager, torch's libraries - counts once). The page cache of
-files written (checkpoints on disk) is not a process's and is not counted."""
+"""A job's processes, and the memory they hold: the machine's memory in use
+(page cache left out: checkpoints written to disk are not counted) sampled in
+a thread of the bench, above what it was when the job started; and once, the
+processes' proportional set sizes by kind of process (Pss in
+/proc/PID/smaps_rollup: a page shared by n of them counts 1/n to each, so
+shared memory - ftrun's store, DCP's shared-memory stager, torch's libraries -
+counts once)."""
 import os
 import threading
 import time
@@ -76,27 +77,43 @@ def job_pss_kib(roots):
     return out
 
 
-class JobMemory:
-    """Samples job_pss_kib(roots()) every `interval` seconds until stopped; `peak_mib(until)`: the largest
-    sample's total taken before the moment `until` (CLOCK_MONOTONIC) and its {kind: MiB}."""
+def used_kib():
+    """The machine's memory in use, page cache left out (shared memory kept: it is in Cached too):
+    MemTotal - MemFree - Buffers - (Cached - Shmem) - SReclaimable, from /proc/meminfo. Cheap to read, and
+    unlike a process's Pss it takes no lock of the processes measured."""
+    m = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, val = line.split(":", 1)
+            m[key] = int(val.split()[0])
+    return (m["MemTotal"] - m["MemFree"] - m.get("Buffers", 0) - (m.get("Cached", 0) - m.get("Shmem", 0))
+            - m.get("SReclaimable", 0))
 
-    def __init__(self, roots, interval=0.5):
+
+class JobMemory:
+    """The memory a job adds to the machine: used_kib() every `interval` seconds until stopped, less its value
+    when the job was started (the job runs alone on the machine). `peak_mib(until)`: the largest sample taken
+    before the moment `until` (CLOCK_MONOTONIC). Reading every process's Pss that often would slow the job
+    measured (it walks their page tables under their memory map's lock): `by_kind()` reads them once."""
+
+    def __init__(self, roots, interval=0.25):
         self.roots, self.interval, self.samples = roots, interval, []
+        self.base = used_kib()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self):
         while not self.done.wait(self.interval):
-            kib = job_pss_kib(self.roots())
-            self.samples.append((time.monotonic(), kib))
+            self.samples.append((time.monotonic(), used_kib() - self.base))
 
     def peak_mib(self, until=float("inf")):
-        kinds = [k for t, k in list(self.samples) if t < until]
-        if not kinds:
-            return None, {}
-        peak = max(kinds, key=lambda k: sum(k.values()))
-        return sum(peak.values()) / 1024, {kind: round(kib / 1024, 1) for kind, kib in sorted(peak.items())}
+        kib = [k for t, k in list(self.samples) if t < until]
+        return max(kib) / 1024 if kib else None
+
+    def by_kind(self):
+        """{kind: MiB} of the job's processes now, by their Pss (job_pss_kib)."""
+        return {kind: round(kib / 1024, 1) for kind, kib in sorted(job_pss_kib(self.roots()).items())}
 
     def stop(self):
         self.done.set()

@@ -74,11 +74,12 @@ lines (rank 0's `LOSS <step>` and every rank's `RESUMED`):
   step is complete at the next step's first line;
 * redone: steps run again after the restart (finished before the kill, not in
   the checkpoint the job resumed from).
-* peak_mib: the largest sum of the Pss of every process of the side (launcher,
-  agents, ranks, standbys, writer processes, Lighthouse; bench/job_memory.py)
-  before the kill (peak_mib_by_kind: that sample's ranks, standbys, agents,
-  launchers, ...), and extra_mib_per_node: that minus none's, over the 2
-  nodes; off_node_copies: what that memory buys (copies of a rank's state
+* peak_mib: the most memory the side's job added to the machine before the
+  kill (bench/job_memory.py: memory in use, page cache left out, above what
+  it was at the start; mib_by_kind: the Pss of its ranks, standbys, agents,
+  launchers, writer processes, Lighthouse, ..., read once, just before the
+  kill), and extra_mib_per_node: that minus none's, over the 2 nodes;
+  off_node_copies: what that memory buys (copies of a rank's state
   held off its node);
 * exact: rank 0's losses from the first step after the restart on (COMPARE
   more; compared_steps) equal, bit for bit, the failure-free run's (none runs
@@ -531,7 +532,7 @@ class Bench:
                            alive=run.alive)
                 done = step_times(run.merged(), after)
                 out["step_s"], out["step_samples"] = median_step(done, float("inf"))
-                out["peak_mib"], out["peak_mib_by_kind"] = run.memory.peak_mib()
+                out["peak_mib"], out["mib_by_kind"] = run.memory.peak_mib(), run.memory.by_kind()
                 out["losses"] = losses(run.merged())
                 return out
             t_steady = 0.0  # the step time is measured from here on
@@ -544,13 +545,14 @@ class Bench:
                 t_steady = time.monotonic()
                 wait_until(lambda: len([x for x in step_times(run.merged(), after) if x[0] > t_steady]) >= a.kill_at,
                            a.timeout, f"{name}: {a.kill_at} steps with the standbys up", alive=run.alive)
+            out["mib_by_kind"] = run.memory.by_kind()  # (once: it slows the job a moment)
             pid = wait_until(lambda: run.rank_pid(a.victim, script), 30, f"{name}: rank {a.victim}'s pid")
             t_kill = time.monotonic()
             os.kill(pid, signal.SIGKILL)
             before = [x for x in run.merged() if x[0] < t_kill]
             done_before = step_times(before, after)
             out["step_s"], out["step_samples"] = median_step([x for x in done_before if x[0] > t_steady], t_kill)
-            out["peak_mib"], out["peak_mib_by_kind"] = run.memory.peak_mib(t_kill)  # saving, before the kill
+            out["peak_mib"] = run.memory.peak_mib(t_kill)  # saving, before the kill
             last_before = max(s for _, s in done_before)
 
             # torchft: the others go on without restarting; every rank steps again once the victim's group,
@@ -650,6 +652,11 @@ def main():
     bad += [m for m in a.dcp if m not in DCP_SIDES] + [m for m in a.peers if m not in PEERS]
     if bad or not 1 <= a.victim <= 3 or a.kill_at < 5:
         p.error(f"unknown stacks or DCP modes {bad}" if bad else "--victim must be 1..3, --kill-at >= 5")
+    probe = subprocess.run([a.python, "-c", "import torch"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        p.error(f"--python {a.python} (FTRUN_PYTHON, else this interpreter) cannot import torch: "
+                f"{probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else probe.returncode} "
+                "(the project's: .venv/bin/python, scripts/venv.sh)")
     work = tempfile.mkdtemp(prefix="ftrun-bench-stacks-", dir="/var/tmp")
     result = {"nodes": 2, "per_node": 2, "victim": a.victim, "kill_at": a.kill_at, "stacks": {},
               "model": {k: getattr(a, k) for k in ("vocab", "d_model", "layers", "seq", "batch")}}
