@@ -22,7 +22,7 @@ int RunBaselineTorch(int argc, char** argv, Result* out);  // bench/baseline_tor
 int RunFlush(int argc, char** argv, Result* out);          // bench/flush_bench.cc
 int RunErasure(int argc, char** argv, Result* out);        // bench/erasure_bench.cc
 int RunScale(int argc, char** argv, Result* out);          // bench/scale_bench.cc
-int RunPeers(int argc, char** argv);                        // bench/peers_bench.cc (execs its driver)
+int RunPeers(int argc, char** argv);                       // bench/peers_bench.cc (execs its driver)
 
 std::string SiblingBinary(const std::string& name) {
   char buf[PATH_MAX];

@@ -24,7 +24,7 @@ int RunPeers(int argc, char** argv) {
     return 2;
   }
   // 6 layers: 277 MiB of model and AdamW state per rank (the issue's >= 256 MiB); flags after these win
-  std::vector<std::string> args = {python,   driver,  "--build",  DirOf(SiblingBinary("ftrun-bench")),
+  std::vector<std::string> args = {python,     driver, "--build",  DirOf(SiblingBinary("ftrun-bench")),
                                    "--python", python, "--stacks", "ddp",
                                    "--layers", "6"};
   for (int i = 0; i < argc; ++i) args.push_back(argv[i]);

@@ -1,7 +1,8 @@
 """The chart of `ftrun-bench peers` (bench/stack_recovery.py --chart): for one
 stack of its JSON, one panel per figure - save stall, kill -> every rank's
 next step, extra memory per node - each a group of bars, one colour per
-system, the value on each bar; the legend says which systems end exact.
+system, the value on each bar; the legend says which systems end exact and
+which keep a copy off the node.
 
     .venv/bin/python bench/peers_chart.py RESULT.json OUT.png [--stack ddp]
 """
@@ -13,9 +14,9 @@ LABELS = {"none": "no checkpoint", "own": "torch.save (rank 0)", "dcp": "DCP sav
           "dcp_process": "DCP async (process)", "torchft": "torchft", "dlrover": "DLRover flash ckpt",
           "nvrx": "NVRx (ft_launcher, async ckpt)", "ftrun": "ftrun"}
 # (figure key, the panel's title, unit, scale)
-FIGURES = [("stall", "save stall per step", "s", 1.0),
+FIGURES = [("stall", "save stall per step (torchft: step overhead)", "s", 1.0),
            ("recovery_s", "SIGKILL a rank -> every rank's next step", "s", 1.0),
-           ("extra_mib_per_node", "extra memory per node (peak Pss)", "MiB", 1.0)]
+           ("extra_mib_per_node", "extra memory per node (peak, no page cache)", "MiB", 1.0)]
 COLOURS = ["#8c8c8c", "#4c72b0", "#55a868", "#64b5cd", "#8172b2", "#dd8452", "#937860", "#da8bc3", "#c44e52"]
 
 
@@ -53,7 +54,9 @@ def draw(result, stack_name, out):
         ax.set_xticks([])
         ax.axhline(0, color="black", linewidth=0.5)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[s]) for s in names]
-    legend = [LABELS[s] + (", exact" if stack[s].get("exact") else "") for s in names]
+    legend = [LABELS[s] + (", exact" if stack[s].get("exact") else "") +
+              (f", {stack[s]['off_node_copies']} copy off-node" if stack[s].get("off_node_copies") else "")
+              for s in names]
     fig.legend(handles, legend, loc="lower center", ncol=min(len(names), 4), fontsize=9, frameon=False)
     model = result.get("model", {})
     fig.suptitle(f"{stack_name}: {result.get('nodes')} nodes x {result.get('per_node')} ranks, gloo; "

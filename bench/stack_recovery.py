@@ -632,7 +632,8 @@ def main():
     p.add_argument("--compare", type=int, default=3,
                    help="steps after the restart's first whose losses are compared with the failure-free run's")
     p.add_argument("--victim", type=int, default=1, help="the rank SIGKILLed (not 0: rank 0 prints the steps)")
-    p.add_argument("--store-mib", type=int, default=2048, help="ftrun's store.memory_budget per agent")
+    p.add_argument("--store-mib", type=int, default=4096,
+                   help="ftrun's store.memory_budget per agent (configs/default.yaml's 4GiB)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--dcp", default=",".join(DCP_SIDES),
                    help=f"DCP's checkpoints measured beside DDP's own: a comma-separated subset of "
@@ -688,14 +689,15 @@ def main():
             for side in [x for x in ran if x != "ftrun"]:
                 # ftrun over each: stall_ratio, recovery_speedup (against own); _vs_<side> (the others)
                 other, suffix = r[side], "" if side == "own" else "_vs_" + side
-                if "save_stall_s" in other:
-                    r["stall_ratio" + suffix] = (ft["save_stall_s"] / other["save_stall_s"]
+                if "save_stall_s" in other:  # (0: ftrun's stall below none's step time, i.e. in the noise)
+                    r["stall_ratio" + suffix] = (max(0.0, ft["save_stall_s"]) / other["save_stall_s"]
                                                  if other["save_stall_s"] > 0 else None)
                 r["recovery_speedup" + suffix] = other["recovery_s"] / ft["recovery_s"]
             # The figures: ftrun over the best of the others (the stall: of those that checkpoint)
             others = [r[side] for side in ran if side != "ftrun"]
             stalls = [o["save_stall_s"] for o in others if "save_stall_s" in o and o["save_stall_s"] > 0]
-            r["save_stall_over_best_peer"] = ft["save_stall_s"] / min(stalls) if stalls else None
+            # (a stall below none's step time is noise: 0)
+            r["save_stall_over_best_peer"] = max(0.0, ft["save_stall_s"]) / min(stalls) if stalls else None
             r["recovery_over_best_peer"] = ft["recovery_s"] / min(o["recovery_s"] for o in others) if others else None
             r["ftrun_mode"] = "warm" if warm(stack) else "cold"
             del none["losses"]
