@@ -400,6 +400,7 @@ class DlroverRun(Run):
         self._start([run, "--nnodes", "1", "--nproc_per_node", "4", "--max-restarts", "3"] + argv, env, "run")
 
     def stop(self):
+        kill_group(self.procs[0])  # the master: it ignores SIGTERM (20 s lost waiting), and holds nothing kept
         super().stop()
         shutil.rmtree(f"/tmp/ckpt_sock/{self.job}", ignore_errors=True)
         for shm in os.listdir("/dev/shm"):

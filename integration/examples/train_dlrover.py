@@ -24,7 +24,6 @@ import argparse
 import copy
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -32,13 +31,44 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_ddp import new_model, parse_args  # noqa: E402  (beside this script)
-from train_gpt import batch, say, weights_digest  # noqa: E402
+from train_ddp import new_model, parse_args, train  # noqa: E402  (beside this script)
+from train_gpt import say  # noqa: E402
+
+
+class DlroverCheckpoint:
+    """DLRover's flash checkpoint of {model, optim, step}, as own_checkpoint.py's checkpoints are used by
+    train_ddp.train: to the node's shared memory after every step, to DIR every `disk_every` steps."""
+
+    def __init__(self, directory, disk_every):
+        from dlrover.trainer.torch.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+
+        self.ckpt, self.disk_every, self.types = DdpCheckpointer(directory), disk_every, StorageType
+
+    def load(self, raw, optimizer):
+        """The step saved last (its state put into raw and optimizer), or None."""
+        # A state from shared memory is views of it, the same buffers in every rank of the node: copied, else
+        # the optimizer's state would be them (load_state_dict keeps CPU tensors) and every rank would step it.
+        state = copy.deepcopy(self.ckpt.load_checkpoint())
+        if not state:
+            return None
+        raw.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optim"])
+        return state["step"]
+
+    def before_update(self):
+        pass
+
+    def save(self, step, raw, optimizer):
+        # DLRover's step: the steps done (a step 0 in shared memory is never loaded)
+        disk = self.disk_every and (step + 1) % self.disk_every == 0
+        state = {"model": raw.state_dict(), "optim": optimizer.state_dict(), "step": step}
+        self.ckpt.save_checkpoint(step + 1, state, storage_type=self.types.DISK if disk else self.types.MEMORY)
+
+    def finish(self):
+        pass
 
 
 def main():
-    from dlrover.trainer.torch.flash_checkpoint.ddp import DdpCheckpointer, StorageType
-
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--disk-every", type=int, default=10)
     mine, rest = p.parse_known_args()
@@ -52,35 +82,19 @@ def main():
     raw = new_model(a)
     optimizer = torch.optim.AdamW(raw.parameters(), lr=3e-3, weight_decay=0.1)
     torch.manual_seed(a.seed + 1 + rank)  # dropout: each rank its own stream
-    ckpt = DdpCheckpointer(a.own_dir) if a.own_dir else None
-    start = 0
-    # A state from shared memory is views of it, the same buffers in every rank of the node: copied, else
-    # the optimizer's state would be them (load_state_dict keeps CPU tensors) and every rank would step it.
-    state = copy.deepcopy(ckpt.load_checkpoint()) if ckpt else None
-    if state:
-        raw.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optim"])
-        start = state["step"] + 1
-        say(f"RESUMED {rank} {state['step']}")
+    ckpt = DlroverCheckpoint(a.own_dir, mine.disk_every) if a.own_dir else None
+    step = ckpt.load(raw, optimizer) if ckpt else None
+    if step is not None:
+        say(f"RESUMED {rank} {step}")
     model = DDP(raw)
-    for step in range(start, a.steps):
-        for micro in range(a.accum):
-            x, y = batch(a, step * a.accum + micro, rank, "cpu")
-            model.require_backward_grad_sync = micro == a.accum - 1  # nanoGPT's no_sync
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / a.accum
-            loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if rank == 0:
-            say(f"LOSS {step} {loss.item().hex()}")
-        if ckpt:
-            # DLRover's step: the steps done (a step 0 in shared memory is never loaded)
-            disk = mine.disk_every and (step + 1) % mine.disk_every == 0
-            state = {"model": raw.state_dict(), "optim": optimizer.state_dict(), "step": step}
-            ckpt.save_checkpoint(step + 1, state, storage_type=StorageType.DISK if disk else StorageType.MEMORY)
-        if a.step_ms:
-            time.sleep(a.step_ms / 1000)
-    say(f"WEIGHTS {rank} {weights_digest(raw)}")
+
+    def micro_step(x, y, last):
+        model.require_backward_grad_sync = last  # nanoGPT's no_sync
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / a.accum
+        loss.backward()
+        return loss
+
+    train(a, rank, raw, optimizer, 0 if step is None else step + 1, micro_step, own=ckpt)
     dist.destroy_process_group()
 
 
