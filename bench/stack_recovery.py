@@ -497,7 +497,7 @@ class Bench:
         cfg = os.path.join(d, "ftrun.yaml")
         with open(cfg, "w") as f:
             f.write(f"job:\n  max_restarts: 3\n  stop_grace: 2s\n  hang_timeout: 120s\n"
-                    f"store:\n  memory_budget: {a.store_mib}MiB\n  chunk_size: 4MiB\n"
+                    f"store:\n  memory_budget: {a.store_mib}MiB\n  chunk_size: 4MiB\n  prefault: {a.store_prefault}\n"
                     f"agent:\n  run_dir: {d}/run\n")
         argv = [os.path.join(a.build, "ftrun"), "--num_nodes", "2", "--num_gpus", "2", "--config", cfg,
                 "--status_file", os.path.join(d, "status.json"), "--master_addr", "127.0.0.1",
@@ -635,6 +635,8 @@ def main():
     p.add_argument("--victim", type=int, default=1, help="the rank SIGKILLed (not 0: rank 0 prints the steps)")
     p.add_argument("--store-mib", type=int, default=4096,
                    help="ftrun's store.memory_budget per agent (configs/default.yaml's 4GiB)")
+    p.add_argument("--store-prefault", choices=("true", "false"), default="true",
+                   help="ftrun's store.prefault (true, the default: the whole budget is touched at start)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--dcp", default=",".join(DCP_SIDES),
                    help=f"DCP's checkpoints measured beside DDP's own: a comma-separated subset of "
