@@ -19,10 +19,10 @@ def _children():
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read()
-        except OSError:
+            # pid (comm) state ppid ...: comm may hold spaces and parentheses, the last ')' ends it
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
             continue  # gone
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses, the last ')' ends it
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
         out.setdefault(ppid, []).append(int(name))
     return out
 

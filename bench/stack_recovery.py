@@ -199,7 +199,7 @@ class Run:
             self._start(argv, env, str(i))
 
     def _sample_memory(self):
-        """`memory`: the Pss of every process this side started and of their descendants (job_memory.py)."""
+        """`memory`: what this side's job adds to the machine's memory, and its processes' Pss (job_memory.py)."""
         self.memory = JobMemory(lambda: [p.pid for p in self.procs if p.poll() is None])
 
     def _start(self, argv, env, label):
@@ -606,7 +606,7 @@ OFF_NODE_COPIES = {"own": 0, "dcp": 0, "dcp_async": 0, "dcp_process": 0,  # (on 
 
 def figures(r, none, side):
     """A side's figures against the failure-free run's (`none`): save_stall_s (step_overhead_s for a peer that
-    saves nothing), extra_mib_per_node (peak Pss above none's, per node), exact (rank 0's losses from the
+    saves nothing), extra_mib_per_node (its peak memory above none's, per node), exact (rank 0's losses from the
     restart on equal none's, bit for bit), and what its memory buys (off_node_copies)."""
     key = "step_overhead_s" if side in NO_CHECKPOINT else "save_stall_s"
     r[key] = r["step_s"] - none["step_s"]
