@@ -13,10 +13,10 @@ import sys
 LABELS = {"none": "no checkpoint", "own": "torch.save (rank 0)", "dcp": "DCP save", "dcp_async": "DCP async (thread)",
           "dcp_process": "DCP async (process)", "torchft": "torchft", "dlrover": "DLRover flash ckpt",
           "nvrx": "NVRx (ft_launcher, async ckpt)", "ftrun": "ftrun"}
-# (figure key, the panel's title, unit, scale)
-FIGURES = [("stall", "save stall per step (torchft: step overhead)", "s", 1.0),
-           ("recovery_s", "SIGKILL a rank -> every rank's next step", "s", 1.0),
-           ("extra_mib_per_node", "extra memory per node (peak, no page cache)", "MiB", 1.0)]
+# (figure key, the panel's title, unit)
+FIGURES = [("stall", "save stall per step (torchft: step overhead)", "s"),
+           ("recovery_s", "SIGKILL a rank -> every rank's next step", "s"),
+           ("extra_mib_per_node", "extra memory per node (peak, no page cache)", "MiB")]
 COLOURS = ["#8c8c8c", "#4c72b0", "#55a868", "#64b5cd", "#8172b2", "#dd8452", "#937860", "#da8bc3", "#c44e52"]
 
 
@@ -41,13 +41,13 @@ def draw(result, stack_name, out):
     names = systems(stack)
     colour = {s: COLOURS[i % len(COLOURS)] for i, s in enumerate(LABELS)}
     fig, axes = plt.subplots(1, len(FIGURES), figsize=(4.2 * len(FIGURES), 4.2))
-    for ax, (key, title, unit, scale) in zip(axes, FIGURES):
+    for ax, (key, title, unit) in zip(axes, FIGURES):
         for i, s in enumerate(names):
             v = value(stack[s], key)
             if v is None:
                 continue
-            ax.bar(i, v * scale, color=colour[s])
-            ax.annotate(f"{v * scale:.2f}" if unit == "s" else f"{v * scale:.0f}", (i, v * scale),
+            ax.bar(i, v, color=colour[s])
+            ax.annotate(f"{v:.2f}" if unit == "s" else f"{v:.0f}", (i, v),
                         ha="center", va="bottom", fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)

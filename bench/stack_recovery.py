@@ -140,6 +140,7 @@ STACKS = {
 DCP_SIDES = ("dcp", "dcp_async", "dcp_process")
 # The fault-tolerance layers measured instead of a checkpoint and a restart (DDP only).
 PEERS = ("torchft", "dlrover", "nvrx")
+FTRUN_REPLICAS = 1  # ftrun's cluster.replicas (the default): copies of each rank's state on another node
 NO_CHECKPOINT = ("torchft",)  # (its figure is the step time's overhead, not a save's stall)
 
 
@@ -498,6 +499,7 @@ class Bench:
         with open(cfg, "w") as f:
             f.write(f"job:\n  max_restarts: 3\n  stop_grace: 2s\n  hang_timeout: 120s\n"
                     f"store:\n  memory_budget: {a.store_mib}MiB\n  chunk_size: 4MiB\n  prefault: {a.store_prefault}\n"
+                    f"cluster:\n  replicas: {FTRUN_REPLICAS}\n"
                     f"agent:\n  run_dir: {d}/run\n")
         argv = [os.path.join(a.build, "ftrun"), "--num_nodes", "2", "--num_gpus", "2", "--config", cfg,
                 "--status_file", os.path.join(d, "status.json"), "--master_addr", "127.0.0.1",
@@ -601,7 +603,7 @@ OFF_NODE_COPIES = {"own": 0, "dcp": 0, "dcp_async": 0, "dcp_process": 0,  # (on 
                    "torchft": 0,  # (it heals from the other groups' live weights and keeps no copy)
                    "dlrover": 0,  # (in the node's shared memory, and every 10 steps on its disk)
                    "nvrx": 0,  # (rank 0's torch.save on the node's disk)
-                   "ftrun": 1}  # (cluster.replicas: 1, the default)
+                   "ftrun": FTRUN_REPLICAS}  # (cluster.replicas in its config)
 
 
 def figures(r, none, side):
