@@ -20,7 +20,8 @@ train_gpt.py's Benchmark options (`ftrun-bench baseline-torch`, bench/baseline_t
   first_step_s (the first step after a restore; first_step_compute_s,
   _sync_s, _opt_s split it), save_stall_s (each save: the time the training
   loop waits for it), save_write_s and save_fsync_s (torch),
-  save_ftrun_stall_s (ftrun: libftrun's own stall), state_bytes (the tensors
+  save_ftrun_stall_s (ftrun: libftrun's own stall), save_tensors (ftrun: the
+  tensors in the save), state_bytes (the tensors
   of one save), restore_minflt, first_step_minflt, save_minflt (page
   faults), and t_start, t_imported, t_setup, t_restored, t_first_step
   (CLOCK_MONOTONIC seconds of those moments; t_start from /proc/self/stat,
@@ -66,7 +67,7 @@ class FtrunCheckpoint:
     def save(self, step, state):
         stats = ftrun.save(step, state, overlap=self.overlap)
         self.last_stats = stats  # Client.save's statistics (train_gpt.py --fsdp prints bytes_total)
-        return {"save_ftrun_stall_s": stats["stall_seconds"]}
+        return {"save_ftrun_stall_s": stats["stall_seconds"], "save_tensors": stats["tensors"]}
 
     def finish(self):
         ftrun.wait()  # the last step is committed before anyone reports

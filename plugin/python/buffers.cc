@@ -107,6 +107,10 @@ namespace {
 
 void CheckNamesKnown(const py::object& mapping, const py::dict& tensors, const char* what) {
   if (mapping.is_none()) return;
+  if (!PyDict_Check(mapping.ptr())) {
+    throw py::type_error(std::string(what) + " must be a dict of tensor name -> value or None, not " +
+                         std::string(py::str(py::type::handle_of(mapping).attr("__name__"))));
+  }
   for (auto item : py::reinterpret_borrow<py::dict>(mapping)) {
     if (!tensors.contains(item.first)) {
       throw py::value_error(std::string(what) + " names '" + std::string(py::str(item.first)) +
@@ -115,10 +119,11 @@ void CheckNamesKnown(const py::object& mapping, const py::dict& tensors, const c
   }
 }
 
-py::object Lookup(const py::object& mapping, const std::string& key) {
+py::object Lookup(const py::object& mapping, py::handle key) {
   if (mapping.is_none()) return py::none();
-  py::dict d = py::reinterpret_borrow<py::dict>(mapping);
-  return d.contains(key) ? py::reinterpret_borrow<py::object>(d[key.c_str()]) : py::none();
+  PyObject* value = PyDict_GetItemWithError(mapping.ptr(), key.ptr());  // borrowed
+  if (value == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  return value == nullptr ? py::none() : py::reinterpret_borrow<py::object>(value);
 }
 
 // An override reinterprets the bytes, like numpy's .view(dtype): the same
@@ -171,23 +176,26 @@ std::string TypestrToFormat(const std::string& typestr, std::string* format, py:
 
 ftrun::TensorRef ToTensorRef(const std::string& name, py::handle value, const py::object& dtype_override,
                              py::buffer_info* info) {
-  const std::string where = "tensor '" + name + "'";
-  // The interface is read once (torch computes it in Python on every read).
-  // An object whose __cuda_array_interface__ property raises still goes to
-  // the CUDA path when it has no buffer, to report why.
-  if (PyObject* desc = PyObject_GetAttrString(value.ptr(), "__cuda_array_interface__")) {
-    return CudaTensorRefOf(name, py::reinterpret_steal<py::object>(desc), dtype_override);
-  }
-  PyErr_Clear();
-  if (!PyObject_CheckBuffer(value.ptr()) && py::hasattr(py::type::handle_of(value), "__cuda_array_interface__")) {
-    return ToCudaTensorRef(name, value, dtype_override);
-  }
+  // Host memory first: a save hands over one numpy array per tensor, and
+  // asking each for a __cuda_array_interface__ it lacks costs an exception.
+  // Objects without a buffer go to the CUDA path, which reads the interface
+  // once (torch computes it in Python on every read); one whose property
+  // raises still goes there, to report why.
   if (!PyObject_CheckBuffer(value.ptr())) {
-    throw py::type_error(where + ": a " + std::string(py::str(py::type::handle_of(value).attr("__name__"))) +
+    if (PyObject* desc = PyObject_GetAttrString(value.ptr(), "__cuda_array_interface__")) {
+      return CudaTensorRefOf(name, py::reinterpret_steal<py::object>(desc), dtype_override);
+    }
+    PyErr_Clear();
+    if (py::hasattr(py::type::handle_of(value), "__cuda_array_interface__")) {
+      return ToCudaTensorRef(name, value, dtype_override);
+    }
+    throw py::type_error("tensor '" + name + "': a " +
+                         std::string(py::str(py::type::handle_of(value).attr("__name__"))) +
                          " does not support the buffer protocol (pass a numpy array, "
                          "bytearray or memoryview; for a torch tensor, .numpy(); for CUDA memory, an "
                          "object with __cuda_array_interface__)");
   }
+  const std::string where = "tensor '" + name + "'";
   *info = py::reinterpret_borrow<py::buffer>(value).request();
   if (!IsCContiguous(*info)) {
     throw py::value_error(where + " is not C-contiguous (use numpy.ascontiguousarray)");
@@ -341,19 +349,36 @@ std::vector<TensorRef> HostTargets(const std::vector<TensorInfo>& infos, const p
 }
 
 std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& generations, const py::object& dtypes,
-                                    std::vector<py::buffer_info>* buffers) {
+                                    std::vector<py::buffer_info>* buffers, const py::object& same, LastRefs* last) {
+  if (!same.is_none() && !PyAnySet_Check(same.ptr())) {
+    throw py::type_error("same_buffers must be a set of tensor names or None, not " +
+                         std::string(py::str(py::type::handle_of(same).attr("__name__"))));
+  }
+  if (same.is_none()) last = nullptr;
   CheckNamesKnown(generations, tensors, "generations");
   CheckNamesKnown(dtypes, tensors, "dtypes");
   buffers->clear();
   buffers->resize(tensors.size());
   std::vector<TensorRef> refs;
   refs.reserve(tensors.size());
+  LastRefs next;
   for (auto item : tensors) {
     if (!py::isinstance<py::str>(item.first)) throw py::type_error("tensor names must be str");
     const std::string name = py::str(item.first);
     const size_t i = refs.size();
-    refs.push_back(ToTensorRef(name, item.second, Lookup(dtypes, name), &(*buffers)[i]));
-    py::object gen = Lookup(generations, name);
+    py::object dtype = Lookup(dtypes, item.first);
+    int keep = 0;
+    if (last != nullptr && (keep = PySet_Contains(same.ptr(), item.first.ptr())) < 0) throw py::error_already_set();
+    auto known = keep ? last->by_name.find(name) : decltype(last->by_name)::iterator{};
+    if (keep && known != last->by_name.end() && known->second.value.is(item.second) && known->second.dtype.is(dtype)) {
+      refs.push_back(known->second.ref);
+    } else {
+      refs.push_back(ToTensorRef(name, item.second, dtype, &(*buffers)[i]));
+    }
+    if (keep) {
+      next.by_name.emplace(name, LastRefs::Entry{py::reinterpret_borrow<py::object>(item.second), dtype, refs.back()});
+    }
+    py::object gen = Lookup(generations, item.first);
     if (gen.is_none()) continue;
     try {
       refs.back().generation = gen.cast<uint64_t>();
@@ -361,6 +386,7 @@ std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& g
       throw py::value_error("generations['" + name + "'] must be a non-negative int");
     }
   }
+  if (last != nullptr) *last = std::move(next);
   return refs;
 }
 

@@ -27,7 +27,8 @@
 namespace py = pybind11;
 
 namespace ftrun::python {
-void RegisterPersist(py::module_& m);  // persist_binding.cc: read_persisted, list_persisted
+void RegisterPersist(py::module_& m);    // persist_binding.cc: read_persisted, list_persisted
+void RegisterStateWalk(py::module_& m);  // state_walk.cc: flatten, signatures, reusable (ftrun.state_reuse)
 }  // namespace ftrun::python
 
 namespace {
@@ -103,10 +104,13 @@ class PyClient {
   }
 
   py::dict Save(uint64_t version, const py::dict& tensors, const py::bytes& user_bytes, const py::object& generations,
-                const py::object& dtypes, uintptr_t cuda_stream, bool order_cuda_stream) {
+                const py::object& dtypes, uintptr_t cuda_stream, bool order_cuda_stream,
+                const py::object& same_buffers) {
     // Buffers stay held (and are released with the GIL) until we return.
     std::vector<py::buffer_info> buffers;
-    std::vector<ftrun::TensorRef> refs = ftrun::python::ToTensorRefs(tensors, generations, dtypes, &buffers);
+    if (same_buffers.is_none()) last_refs_.by_name.clear();
+    std::vector<ftrun::TensorRef> refs =
+        ftrun::python::ToTensorRefs(tensors, generations, dtypes, &buffers, same_buffers, &last_refs_);
     std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));
     DetachMapped();
     ftrun::SaveStats stats;
@@ -153,6 +157,8 @@ class PyClient {
   }
 
  private:
+  ftrun::python::LastRefs last_refs_;  // Save(same_buffers=...)
+
   // Keeps a loaded snapshot (and, through `client`, its connection) alive,
   // and destroys both without the GIL and under mu_, also when unwinding.
   // (Mapped arrays may outlive the PyClient: the mutex is shared.)
@@ -372,7 +378,7 @@ PYBIND11_MODULE(_ftrun, m) {
                              "The version to restore after a restart, or None at a fresh start.")
       .def("save", &PyClient::Save, py::arg("version"), py::arg("tensors"), py::arg("user_bytes") = py::bytes(""),
            py::arg("generations") = py::none(), py::arg("dtypes") = py::none(), py::arg("cuda_stream") = 0,
-           py::arg("order_cuda_stream") = true, ftrun::python::kSaveDoc)
+           py::arg("order_cuda_stream") = true, py::arg("same_buffers") = py::none(), ftrun::python::kSaveDoc)
       .def("wait", &PyClient::Wait, "Completes the last save's asynchronous part.")
       .def("order_after_save", &PyClient::OrderAfterSave, py::arg("cuda_stream") = 0,
            "Makes the CUDA stream's later work wait for the last save's copies (no CPU wait); a no-op when "
@@ -393,4 +399,5 @@ PYBIND11_MODULE(_ftrun, m) {
       .def("__exit__", [](PyClient& self, py::args) { self.Close(); });
 
   ftrun::python::RegisterPersist(m);
+  ftrun::python::RegisterStateWalk(m);
 }

@@ -21,6 +21,7 @@ Data depends only on (step, rank), so a resumed run must end bit-identical.
 import argparse
 import hashlib
 import os
+import sys
 import time
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -129,10 +130,16 @@ def main():
         elif engine.global_steps == a.save_at:
             engine.save_checkpoint(a.save_dir, tag=f"global_step{engine.global_steps}")
     say(f"DIGEST {rank} {digest(engine, a.stage)}")
-    # A clean end: gloo's pairs torn down at interpreter exit, while a peer
-    # is already gone, can std::terminate the process (exit -6).
+    # The end, once every rank is here: the interpreter's teardown is skipped.
+    # Tearing down gloo's pairs and DeepSpeed's shared-memory collectives,
+    # even after destroy_process_group, now and then std::terminates a rank
+    # (exit -6, "terminate called without an active exception", seen in CI on
+    # a golden run whose digests were already printed). Every save is
+    # committed by then (ftrun.deepspeed's commit is synchronous).
     torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

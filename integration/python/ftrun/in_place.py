@@ -30,7 +30,6 @@ version's step + 1, or 0 when there is nothing to restore. A version found
 corrupted raises, and the tensors then hold part of it (restore again).
 """
 
-import io
 import pickle
 
 import torch
@@ -39,7 +38,7 @@ from . import ddp_buckets
 from . import sharded as _sharded
 from .state import set_rng_state
 from .state_client import get_client
-from .state_unpack import _load_version
+from .state_unpack import _load_version, payload_metas, structure
 from .sharded import use_mesh
 
 _FORMAT = "ftrun.state"
@@ -136,15 +135,13 @@ class _Ref:
         self.idx = idx
 
 
-class _Refs(pickle.Unpickler):
-    """The saved structure with a _Ref where each tensor was (None for a sharded one)."""
-
-    def persistent_load(self, pid):
-        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "ftrun.tensor":
-            return _Ref(pid[1])
-        if isinstance(pid, tuple) and pid and pid[0] in _sharded.PIDS:
-            return None
-        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+def _ref(pid):
+    """What stands for a tensor in the saved structure _Into reads: a _Ref (None for a sharded one)."""
+    if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "ftrun.tensor":
+        return _Ref(pid[1])
+    if isinstance(pid, tuple) and pid and pid[0] in _sharded.PIDS:
+        return None
+    raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
 
 
 class _Into:
@@ -164,8 +161,8 @@ class _Into:
     def __call__(self, user_bytes):
         try:
             self.payload = pickle.loads(user_bytes)
-            metas = self.payload["tensors"]
-            state = _Refs(io.BytesIO(self.payload["skeleton"])).load()
+            metas = payload_metas(self.payload)
+            state = structure(self.payload["skeleton"], _ref)
         except Exception:  # noqa: BLE001 - not ours, or not unpicklable without its tensors
             return {}
         if not isinstance(state, dict):

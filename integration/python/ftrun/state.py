@@ -125,7 +125,8 @@ def save(step, state, *, wait=False, overlap=False):
 
     state: any nesting of dicts, lists, tuples and picklable objects holding
     torch tensors (see the module docstring). Returns once the bytes are in
-    the agent's memory (the save statistics dict of Client.save). wait=True
+    the agent's memory (the save statistics dict of Client.save, and
+    "tensors": how many tensors it saved). wait=True
     also waits until every rank has saved `step` (it is committed, so a
     restart restores it or a newer one). Raises ftrun.Error; e.g.
     FAILED_PRECONDITION when the tensor layout differs from the first save or
@@ -151,6 +152,7 @@ def save(step, state, *, wait=False, overlap=False):
         "format": _FORMAT, "format_version": _FORMAT_VERSION, "step": step, "skeleton": skeleton,
         "torch": torch.__version__, "ddp": ddp_buckets.layouts_to_save(),
     }, overlap=overlap)
+    stats["tensors"] = len(packer.metas)
     _last_saved = step
     if wait:
         _wait_committed(None)

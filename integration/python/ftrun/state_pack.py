@@ -1,8 +1,19 @@
 """Packing a training state for the store: a structure of dicts, lists,
-tuples and picklable objects -> a skeleton pickle (everything but the
-tensors, which it names by persistent id) and one named buffer per dense
-tensor (ftrun.state's docstring says what goes where). _Packer collects the
+tuples and picklable objects -> a skeleton (everything but the tensors,
+which it names by index) and one named buffer per dense tensor
+(ftrun.state's docstring says what goes where). _Packer collects the
 buffers of one version and saves them; ftrun.state_unpack reads them back.
+
+The skeleton (format 2) is the state flattened (ftrun.state_flat): its
+trace and tensor indices, pickled once and kept while the structure stays
+the same, and its leaves, pickled at every save. A save whose trace and
+tensors (type, dtype, shape, device, layout, requires_grad) equal the last
+save's of the same prefix reuses the pickled trace, the tensors' names and
+metadata, and the buffers of tensors whose memory did not move: the same
+bytes as packing it again, for a few microseconds per tensor
+(FTRUN_SAVE_CACHE=0 packs every save from scratch). A structure that is
+not a tree, or holds a plain tensor that is not dense, is pickled whole,
+tensors by persistent id (format 1).
 """
 
 import io
@@ -13,12 +24,12 @@ import numpy as np
 import torch
 
 from . import _ftrun
-from . import save_behind, state_client
+from . import save_behind, state_client, state_flat, state_reuse
 from . import sharded as _sharded
 from .state_client import _ftrun_error
 from .store_populate import _start_populating
 
-_FORMAT_VERSION = 1  # of the pickled payload: written by save(), the newest a load reads
+_FORMAT_VERSION = 2  # of the pickled payload: written by save(), the newest a load reads (1: skeletons pickled whole)
 _PICKLE_PROTOCOL = 4
 
 # Stored as numpy views in their own ftrun dtype.
@@ -31,15 +42,8 @@ _ENC_BF16 = "bf16"      # int16 bits, saved as ftrun 'bfloat16'
 _ENC_RAW = "raw"        # flat uint8 bytes; the real dtype is in the metadata
 
 
-def _escape(key):
-    s = key if isinstance(key, str) else str(key)
-    if not s:
-        return "%"
-    return s.replace("%", "%25").replace("/", "%2F")
-
-
-def _join(prefix, seg):
-    return seg if not prefix else prefix + "/" + seg
+_escape = state_flat.escape
+_join = state_flat.join
 
 
 _CONTAINERS = (torch.Tensor, dict, list, tuple)
@@ -82,6 +86,7 @@ def _storable(t):
 
 
 _LAZY_BITS = hasattr(torch.Tensor, "is_conj") and hasattr(torch.Tensor, "is_neg")  # torch >= 1.10
+_EMPTY_LIST = pickle.dumps([], protocol=_PICKLE_PROTOCOL)  # a skeleton's objects when it has none
 _DTYPE_NAMES = {}  # torch.dtype -> its name in the metadata ('float32', ...)
 
 
@@ -126,7 +131,10 @@ class _Packer:
     """Collects the named buffers of one ftrun version, from one or more
     structures (ftrun.deepspeed packs one per DeepSpeed file)."""
 
-    def __init__(self, pin_memory=None):
+    def __init__(self, pin_memory=None, reuse=True):
+        """reuse: pack from, and keep for the next save, what the last save
+        of the same prefix packed (ftrun.state_reuse)."""
+        self.reuse = reuse
         self.arrays = {}       # name -> buffer (numpy)
         self.dtypes = {}       # name -> ftrun dtype override
         self.metas = []        # per tensor index: dict
@@ -138,25 +146,123 @@ class _Packer:
         self._fallback = 0
         self._device_index = None  # the current CUDA device when saved from, -1 when staged (_from_device)
         self._pin = state_client._pin_memory if pin_memory is None else pin_memory
+        self._metas_entry = None  # the state_reuse entry that self.metas starts with, when reused
+        self._kept = []  # per structure packed from state_reuse: the names of the buffers it keeps
 
     def pack(self, obj, prefix=""):
-        """Registers obj's tensors and returns its skeleton pickle."""
+        """Registers obj's tensors and returns its skeleton: a dict (format 2:
+        tree, atoms, objects; see the module docstring) or, for a structure
+        that is not a tree or holds a plain tensor that is not dense, the
+        pickle of the whole (format 1)."""
+        try:
+            flat = state_flat.flatten(obj, prefix)
+        except state_flat.Unflattenable:
+            return self._pack_whole(obj, prefix)
+        found = state_reuse.lookup(self, flat, prefix)
+        if found is not None:
+            entry = found[0]
+            self._reuse(flat.tensors, *found)
+            tree = entry.tree
+        else:
+            if not all(map(_storable, flat.tensors)):
+                return self._pack_whole(obj, prefix)
+            tree = self._pack_new(flat, prefix)
+        objects = _EMPTY_LIST
+        if flat.objects:
+            buf = io.BytesIO()
+            _Pickler(buf, self, flat.object_paths, prefix).dump(flat.objects)
+            objects = buf.getvalue()
+        return {"tree": tree, "atoms": pickle.dumps(flat.atoms, protocol=_PICKLE_PROTOCOL),
+                "objects": objects}
+
+    def _pack_whole(self, obj, prefix):
+        """Format 1: obj pickled whole, its tensors by persistent id."""
         names = {}
         _walk(obj, prefix, names, set())
         buf = io.BytesIO()
         _Pickler(buf, self, names, prefix).dump(obj)
         return buf.getvalue()
 
+    def _pack_new(self, flat, prefix):
+        """Registers the flattened tensors one by one; returns the pickled
+        trace. state_reuse keeps what the next save of prefix can reuse."""
+        start = len(self.metas)
+        known = bool(self._index) and any(id(t) in self._index for t in flat.tensors)
+        tidx = []
+        for t, at in zip(flat.tensors, flat.where):
+            idx = self._index.get(id(t))
+            if idx is None:
+                idx = self._register(t, state_flat.path_of(at))
+            tidx.append(idx)
+        tree = pickle.dumps((flat.trace, tidx), protocol=_PICKLE_PROTOCOL)
+        # (Tensors another structure of this version holds too: packed anew every time.)
+        if not known and self.reuse and state_reuse.enabled():
+            names = [self.metas[i]["name"] for i in tidx]
+            mode = self.device_mode() if any(t.is_cuda for t in flat.tensors) else None
+            entry = state_reuse.Entry(flat, start, tree, names, self.metas[start:], mode,
+                                      {n: self.dtypes[n] for n in names if n in self.dtypes})
+            state_reuse.keep(prefix, entry)
+            if start == 0:
+                self._metas_entry = entry
+        return tree
+
+    def _reuse(self, tensors, entry, buffers, fresh):
+        """Registers the tensors of a structure equal to entry's: its names and
+        metadata as they are; the buffers state_reuse.lookup found still
+        valid, and for the others (fresh: (k, address)) new ones."""
+        start = entry.start
+        self.metas.extend(entry.metas)
+        self.dtypes.update(entry.dtypes)
+        self._used.update(entry.names)
+        self._keep.extend(tensors)
+        if start == 0:
+            self._metas_entry = entry
+        self._index.update(zip(map(id, tensors), range(start, start + len(tensors))))
+        if entry.mode is not None:  # (the CUDA buffers reused: the save's copies read them after it returns)
+            self._device_keep.extend(b for b in buffers if isinstance(b, _CudaBytes))
+        views, ptrs, names = entry.views, entry.ptrs, entry.names
+        for k, ptr in fresh:
+            t = tensors[k]
+            _, buf, shares = self._encode(t, names[k])
+            # Kept for the next save only when the memory stayed where it was
+            # (the state's own tensors; not copies made anew for every save).
+            views[k] = (ptr, t.stride(), buf, isinstance(buf, _CudaBytes)) if shares and ptr == ptrs[k] else None
+            ptrs[k] = ptr
+            buffers[k] = buf
+        if fresh:
+            entry.kept = frozenset(name for name, view in zip(names, views) if view is not None)
+        self._kept.append(entry.kept)
+        self.arrays.update(zip(names, buffers))
+
+    def _sorted_names(self):
+        entry = self._metas_entry
+        if entry is not None and len(self.arrays) == len(entry.names):
+            return entry.sorted_names()
+        return sorted(self.arrays)
+
+    def metas_pickle(self):
+        """self.metas pickled (the payload's "tensors"): the entry's bytes when
+        they are exactly one reused structure's."""
+        entry = self._metas_entry
+        if entry is not None and len(self.metas) == len(entry.metas):
+            return entry.metas_pickle()
+        return pickle.dumps(self.metas, protocol=_PICKLE_PROTOCOL)
+
     def _from_device(self, t):
         """Whether CUDA tensor t goes to the C++ CUDA save path: on the current
         device, with a libftrun built with CUDA (FTRUN_CUDA_STAGING=1 stages
         through pinned host buffers instead, as do tensors of other devices).
         Asked once per pack, not per tensor."""
+        device = self.device_mode()
+        index = t.device.index
+        return device >= 0 and (index is None or index == device)
+
+    def device_mode(self):
+        """The CUDA device tensors are saved from directly, -1 when they are staged."""
         if self._device_index is None:
             direct = getattr(_ftrun, "CUDA", False) and not _staging_forced()
             self._device_index = torch.cuda.current_device() if direct else -1
-        index = t.device.index
-        return self._device_index >= 0 and (index is None or index == self._device_index)
+        return self._device_index
 
     def _unique(self, name):
         if name not in self._used:
@@ -167,6 +273,8 @@ class _Packer:
         return f"{name}~{k}"
 
     def add(self, t, names, prefix):
+        """The index of tensor t in this version, registered when new (the
+        pickler's and ftrun.sharded's way in); names: id -> path."""
         idx = self._index.get(id(t))
         if idx is not None:
             return idx
@@ -174,20 +282,19 @@ class _Packer:
         if name is None:  # reached only through a pickled object
             self._fallback += 1
             name = _join(prefix, f"#{self._fallback}")
+        return self._register(t, name)
+
+    def _register(self, t, name):
         name = self._unique(name or "_")
         self._used.add(name)
         idx = len(self.metas)
         self._index[id(t)] = idx
         self._keep.append(t)
-        dt = t.dtype
-        if t.is_cuda and self._from_device(t):
-            enc, arr = self._device(t.detach(), name)
-        else:
-            enc, arr = self._host_encoded(t.detach(), name)
+        enc, arr, _ = self._encode(t, name)
         self.arrays[name] = arr
         self.metas.append({
             "name": name,
-            "dtype": _dtype_name(dt),
+            "dtype": _dtype_name(t.dtype),
             "shape": tuple(t.shape),
             "device": str(t.device),
             "requires_grad": bool(t.requires_grad),
@@ -196,9 +303,17 @@ class _Packer:
         })
         return idx
 
+    def _encode(self, t, name):
+        """(encoding, buffer, whether the buffer is t's own memory) of t's values."""
+        t = t.detach()
+        if t.is_cuda and self._from_device(t):
+            return self._device(t, name)
+        return self._host_encoded(t, name)
+
     def _host_encoded(self, t, name):
-        """(encoding, host buffer) of t's values."""
+        """(encoding, host buffer, whether it is t's own memory) of t's values."""
         host = self._host(t, name)
+        shares = host is t
         dt = t.dtype
         if dt in _NATIVE_DTYPES:
             enc, arr = _ENC_NATIVE, host.numpy()
@@ -207,26 +322,28 @@ class _Packer:
             self.dtypes[name] = "bfloat16"
         else:
             enc, arr = _ENC_RAW, _raw_bytes(host)
-        return enc, arr
+        return enc, arr, shares
 
     def _device(self, t, name):
-        """(encoding, CUDA uint8 view of t's bytes): saved from the device by
-        the C++ CUDA path, no host staging. Non-contiguous tensors and views
-        get a contiguous copy on the device (kept alive until the save's
-        copies are fenced)."""
+        """(encoding, CUDA uint8 view of t's bytes, whether it is t's own
+        memory): saved from the device by the C++ CUDA path, no host staging.
+        Non-contiguous tensors and views get a contiguous copy on the device
+        (kept alive until the save's copies are fenced)."""
+        own = t
         t = _resolve(t)
         if not t.is_contiguous():
             t = t.contiguous()
+        shares = t is own
         dt = t.dtype
         data = _CudaBytes(t) if dt in _NATIVE_DTYPES or dt == torch.bfloat16 else _byte_view(t)
         self._device_keep.append(data)
         if dt in _NATIVE_DTYPES:
             self.dtypes[name] = _dtype_name(dt)
-            return _ENC_NATIVE, data
+            return _ENC_NATIVE, data, shares
         if dt == torch.bfloat16:
             self.dtypes[name] = "bfloat16"
-            return _ENC_BF16, data
-        return _ENC_RAW, data
+            return _ENC_BF16, data, shares
+        return _ENC_RAW, data, shares
 
     def _host(self, t, name):
         """A contiguous CPU tensor with t's values (t itself when it already is one)."""
@@ -257,18 +374,21 @@ class _Packer:
         overlap: CUDA copies overlap the current stream's next work, and only
         optimizer steps wait for them (see ftrun.save)."""
         self.finish()
-        payload = dict(payload, tensors=self.metas)
+        payload = dict(payload, tensors=self.metas_pickle())
         user = pickle.dumps(payload, protocol=_PICKLE_PROTOCOL)
         # Sorted by name: the store's layout does not depend on dict order.
-        arrays = {name: self.arrays[name] for name in sorted(self.arrays)}
+        arrays = {name: self.arrays[name] for name in self._sorted_names()}
         stream = torch.cuda.current_stream().cuda_stream if self._device_keep else 0
+        # The buffers state_reuse keeps are never reshaped: the client need not read them again.
+        same_buffers = self._kept[0] if len(self._kept) == 1 else frozenset().union(*self._kept) or None
         if overlap:
             _order_optimizer_steps()
 
         def store():
             try:
                 stats = client.save(version, arrays, user_bytes=user, dtypes=self.dtypes or None,
-                                    cuda_stream=stream, order_cuda_stream=not (overlap and self._device_keep))
+                                    cuda_stream=stream, order_cuda_stream=not (overlap and self._device_keep),
+                                    same_buffers=same_buffers)
             except _ftrun.Error as e:
                 raise _explained(e) from e
             _start_populating(client)

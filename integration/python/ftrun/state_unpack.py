@@ -13,7 +13,7 @@ import pickle
 import numpy as np
 import torch
 
-from . import _ftrun, save_behind
+from . import _ftrun, save_behind, state_flat
 from . import sharded as _sharded
 from .grad_flags import with_grad_flags
 from .state_client import _ftrun_error, _warn_once
@@ -112,7 +112,7 @@ class _DeviceTargets:
             return {}
         try:
             self.payload = pickle.loads(user_bytes)
-            metas = self.payload.get("tensors") or []
+            metas = payload_metas(self.payload) or []
         except Exception:  # not ours: _Loaded reports it
             self.payload = None
             return {}
@@ -129,14 +129,58 @@ class _DeviceTargets:
         return out
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, loaded, map_location):
-        super().__init__(file)
+class _PidUnpickler(pickle.Unpickler):
+    """An unpickler whose persistent ids a function resolves."""
+
+    def __init__(self, data, resolve):
+        super().__init__(io.BytesIO(data))
+        self._resolve = resolve
+
+    def persistent_load(self, pid):
+        return self._resolve(pid)
+
+
+def structure(skeleton, resolve):
+    """The structure a skeleton describes (format 1: a pickle of it; format 2:
+    a dict of tree, atoms and objects, ftrun.state_pack); resolve(pid) gives
+    what stands for each tensor's persistent id."""
+    if isinstance(skeleton, (bytes, bytearray)):
+        return _PidUnpickler(skeleton, resolve).load()
+    if not isinstance(skeleton, dict) or not {"tree", "atoms", "objects"} <= skeleton.keys():
+        raise state_flat.StructureError(f"a skeleton is pickle bytes or a dict of tree, atoms and objects, not "
+                                        f"{type(skeleton).__name__}")
+    tree = pickle.loads(skeleton["tree"])
+    if not (isinstance(tree, tuple) and len(tree) == 2 and isinstance(tree[0], list) and isinstance(tree[1], list)):
+        raise state_flat.StructureError("a skeleton's tree is not (trace, tensor indices)")
+    trace, tidx = tree
+
+    def tensor(k):
+        if not 0 <= k < len(tidx):
+            raise state_flat.StructureError(f"tensor slot {k} of a structure with {len(tidx)} tensors")
+        return resolve(("ftrun.tensor", tidx[k]))
+
+    atoms = pickle.loads(skeleton["atoms"])
+    objects = _PidUnpickler(skeleton["objects"], resolve).load()
+    if not isinstance(atoms, list) or not isinstance(objects, list):
+        raise state_flat.StructureError("a skeleton's atoms or objects are not lists")
+    return state_flat.build(trace, tensor, atoms, objects)
+
+
+def payload_metas(payload):
+    """A payload's tensor metadata: a list, pickled on its own since format 2."""
+    metas = payload["tensors"]
+    return pickle.loads(metas) if isinstance(metas, (bytes, bytearray)) else metas
+
+
+class _Tensors:
+    """The tensors of one unpack, made once per index (the same tensor reached twice comes back as one object)."""
+
+    def __init__(self, loaded, map_location):
         self._loaded = loaded
         self._map = map_location
         self._made = {}
 
-    def persistent_load(self, pid):
+    def __call__(self, pid):
         # ftrun.sharded hook: a DTensor / ShardedTensor rebuilt from its local shard(s).
         if isinstance(pid, tuple) and pid and pid[0] in _sharded.PIDS:
             return _sharded.persistent_load(pid, self._loaded, self._map, self._made)
@@ -171,7 +215,11 @@ class _Loaded:
         if self.payload.get("format_version", 1) > _FORMAT_VERSION:
             raise _ftrun_error("INVALID_ARGUMENT", f"version {self.version} was saved by a newer ftrun "
                                f"(format {self.payload.get('format_version')})")
-        self.metas = self.payload["tensors"]
+        try:
+            self.metas = payload_metas(self.payload)
+        except Exception as e:  # noqa: BLE001 - whatever a damaged pickle raises
+            raise _ftrun_error("CORRUPTION", f"version {self.version}: its tensor list does not unpickle ({e!r})",
+                               e) from e
 
     def tensor(self, idx, map_location):
         meta = self.metas[idx]
@@ -188,7 +236,10 @@ class _Loaded:
         return with_grad_flags(t, meta)
 
     def unpack(self, skeleton, map_location=None):
-        return _Unpickler(io.BytesIO(skeleton), self, map_location).load()
+        try:
+            return structure(skeleton, _Tensors(self, map_location))
+        except state_flat.StructureError as e:
+            raise _ftrun_error("CORRUPTION", f"version {self.version}: {e}", e) from e
 
 
 def _load_version(client, version, expect_format, map_location=None, into=None):
