@@ -78,6 +78,16 @@ Rules that come from the store (ftrun::Client):
 * Use either this module or the DeepSpeed engine (ftrun.deepspeed) or the
   low-level Client in one rank: they share the rank's version sequence.
 
+Saving the same structure again: a save whose state has the structure of
+the last one (the same containers, keys and kinds of leaves, and tensors of
+the same type, dtype, shape, device, layout and requires_grad) reuses what
+the last one packed: the tensors' names and metadata, the pickled structure,
+and the buffers of tensors whose memory did not move (the state's own
+parameters and optimizer state); only the leaves (numbers, RNG states, a
+data-loader position, ...) are pickled again. Anything that differs is
+detected (ftrun.state_reuse) and packs the state from scratch; either way
+the bytes saved are the same. FTRUN_SAVE_CACHE=0 turns it off.
+
 Save stall and the store's mapping: a save copies into extents of the agent's
 store, which this process maps lazily, so until the process has touched a
 page of the store once, writing it takes a page fault (~1 us per 4 KiB on
@@ -94,8 +104,9 @@ the placement metadata to rebuild them; restore_into(target, state) copies a
 loaded state into live sharded tensors in place (see ftrun.sharded).
 
 The parts: ftrun.state_client (the client and settings), ftrun.state_pack
-(structure -> skeleton pickle and named buffers), ftrun.state_unpack (back),
-ftrun.store_populate (the store's mapping).
+(structure -> skeleton and named buffers), ftrun.state_flat (the walk of a
+structure, and its rebuild), ftrun.state_reuse (what a save keeps for the
+next), ftrun.state_unpack (back), ftrun.store_populate (the store's mapping).
 """
 
 import random
