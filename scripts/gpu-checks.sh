@@ -2,7 +2,8 @@
 # The checks that need a GPU or torch 2.x, in one run, each with a time
 # limit, every log kept: the CUDA save path's tests (C++ and PyTorch), the
 # save path under compute-sanitizer, `ftrun-bench save --cuda` (with
-# train_gpt.py's step_overhead), and the torch-2 FSDP and DCP tests.
+# train_gpt.py's step_overhead), the torch-2 FSDP and DCP tests, and the
+# reuse of a save's packed structure with CUDA tensors.
 # Where there is no GPU or no torch 2.x the tests skip (exit 77) and say so.
 #
 #   scripts/gpu-checks.sh [--build DIR] [--python PY] [--out DIR] [--quick]
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     --python) python=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "gpu-checks: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,6 +79,7 @@ step test_cuda_state 300 "${pytest[@]}" tests/gpu/test_cuda_state.py
 step test_train_gpt_cuda 600 "${pytest[@]}" tests/gpu/test_train_gpt_cuda.py
 step test_fsdp 600 "${pytest[@]}" tests/torch2/test_fsdp.py
 step test_dcp 300 "${pytest[@]}" tests/torch2/test_dcp.py
+step test_state_reuse 120 "${pytest[@]}" tests/unit_py/test_state_reuse.py
 if [ "$have_gpu" = 0 ]; then
   summary+=("compute-sanitizer, bench_save_cuda: skipped ($python's torch sees no GPU)")
   finish

@@ -9,7 +9,7 @@
 //   isinstance, OrderedDict, defaultdict, ATOM token, OBJECT token, dict
 //   tag, sequence tag, root segment, Unflattenable).
 // signatures(tensors) -> [(type, dtype, shape, device, layout, requires_grad), ...]
-// reusable(tensors, signatures, views) -> None | (buffers, fresh)
+// reusable(tensors, signatures, views, complex_dtypes) -> None | (buffers, fresh)
 //   None when a tensor's signature differs; else buffers[k] is view k's
 //   buffer when tensor k is still at that view's address with its strides
 //   and no lazy conjugate or negative bit, else None; fresh lists
@@ -26,8 +26,8 @@ namespace ftrun::python {
 namespace {
 
 bool IsAtomType(PyTypeObject* t) {
-  return t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type ||
-         t == &PyBytes_Type || t == &PyComplex_Type || t == Py_TYPE(Py_None);
+  return t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type || t == &PyBytes_Type ||
+         t == &PyComplex_Type || t == Py_TYPE(Py_None);
 }
 
 // Whether every item of a list or tuple is an atom (it is then one atom itself).
@@ -43,8 +43,16 @@ bool AllAtoms(PyObject* seq) {
 class Walk {
  public:
   explicit Walk(const py::tuple& kinds)
-      : tensor_(kinds[0]), param_(kinds[1]), tensor_base_(kinds[2]), odict_(kinds[3]), ddict_(kinds[4]),
-        atom_(kinds[5]), object_(kinds[6]), dict_tag_(kinds[7]), seq_tag_(kinds[8]), root_seg_(kinds[9]),
+      : tensor_(kinds[0]),
+        param_(kinds[1]),
+        tensor_base_(kinds[2]),
+        odict_(kinds[3]),
+        ddict_(kinds[4]),
+        atom_(kinds[5]),
+        object_(kinds[6]),
+        dict_tag_(kinds[7]),
+        seq_tag_(kinds[8]),
+        root_seg_(kinds[9]),
         unflattenable_(kinds[10]) {}
 
   py::tuple Run(py::handle obj, py::handle root) {
@@ -115,8 +123,8 @@ class Walk {
   bool VisitDict(py::handle v, const py::tuple& at) {
     const bool exact = PyDict_CheckExact(v.ptr());
     // An OrderedDict's order is its own, not the dict underneath's: walked through iteration.
-    py::tuple keys = exact ? py::reinterpret_steal<py::tuple>(PyList_AsTuple(py::reinterpret_steal<py::list>(
-                                 PyDict_Keys(v.ptr())).ptr()))
+    py::tuple keys = exact ? py::reinterpret_steal<py::tuple>(
+                                 PyList_AsTuple(py::reinterpret_steal<py::list>(PyDict_Keys(v.ptr())).ptr()))
                            : py::reinterpret_steal<py::tuple>(PySequence_Tuple(v.ptr()));
     if (!keys) throw py::error_already_set();
     const Py_ssize_t n = PyTuple_GET_SIZE(keys.ptr());
@@ -134,8 +142,8 @@ class Walk {
     }
     const bool ddict = reinterpret_cast<PyObject*>(Py_TYPE(v.ptr())) == ddict_.ptr();
     py::object factory = ddict ? py::getattr(v, "default_factory") : py::none();
-    trace_.append(py::make_tuple(dict_tag_, py::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr()))), keys,
-                                 key_types, factory, py::bool_(!attrs.is_none())));
+    trace_.append(py::make_tuple(dict_tag_, py::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr()))), keys, key_types,
+                                 factory, py::bool_(!attrs.is_none())));
     if (exact) {
       PyObject* key = nullptr;
       PyObject* value = nullptr;
@@ -239,7 +247,8 @@ bool SameSignature(py::handle t, py::handle sig) {
   return true;
 }
 
-py::object Reusable(const py::list& tensors, const py::list& sigs, const py::list& views) {
+py::object Reusable(const py::list& tensors, const py::list& sigs, const py::list& views,
+                    const py::tuple& complex_dtypes) {
   const Py_ssize_t n = PyList_GET_SIZE(tensors.ptr());
   if (PyList_GET_SIZE(sigs.ptr()) != n || PyList_GET_SIZE(views.ptr()) != n) return py::none();
   for (Py_ssize_t k = 0; k < n; ++k) {
@@ -251,10 +260,14 @@ py::object Reusable(const py::list& tensors, const py::list& sigs, const py::lis
     py::handle t = PyList_GET_ITEM(tensors.ptr(), k);
     py::handle view = PyList_GET_ITEM(views.ptr(), k);
     py::object ptr = Call(t, names().data_ptr);
-    const bool reuse = PyTuple_Check(view.ptr()) && PyTuple_GET_SIZE(view.ptr()) >= 3 &&
-                       Equal(ptr, PyTuple_GET_ITEM(view.ptr(), 0)) &&
-                       Equal(Call(t, names().stride), PyTuple_GET_ITEM(view.ptr(), 1)) &&
-                       Call(t, names().is_neg).ptr() == Py_False && Call(t, names().is_conj).ptr() == Py_False;
+    // (Only a complex tensor can be a lazy conjugate; its dtype is the signature's.)
+    PyObject* dtype = PyTuple_GET_ITEM(PyList_GET_ITEM(sigs.ptr(), k), 1);
+    const int complex = PySequence_Contains(complex_dtypes.ptr(), dtype);
+    if (complex < 0) throw py::error_already_set();
+    const bool reuse =
+        PyTuple_Check(view.ptr()) && PyTuple_GET_SIZE(view.ptr()) >= 3 && Equal(ptr, PyTuple_GET_ITEM(view.ptr(), 0)) &&
+        Equal(Call(t, names().stride), PyTuple_GET_ITEM(view.ptr(), 1)) && Call(t, names().is_neg).ptr() == Py_False &&
+        (complex == 0 || Call(t, names().is_conj).ptr() == Py_False);
     if (reuse) {
       buffers[k] = py::handle(PyTuple_GET_ITEM(view.ptr(), 2));
     } else {
@@ -281,7 +294,7 @@ void RegisterStateWalk(py::module_& m) {
         return out;
       },
       py::arg("tensors"), "Each tensor's (type, dtype, shape, device, layout, requires_grad) (ftrun.state_reuse).");
-  m.def("reusable", &Reusable, py::arg("tensors"), py::arg("signatures"), py::arg("views"),
+  m.def("reusable", &Reusable, py::arg("tensors"), py::arg("signatures"), py::arg("views"), py::arg("complex_dtypes"),
         "None when a tensor's signature differs, else (buffers, fresh) (ftrun.state_reuse).");
 }
 

@@ -36,6 +36,10 @@ def pack(state, reuse):
     skeleton = packer.pack(state)
     arrays = {}
     for name, arr in packer.arrays.items():
+        if isinstance(arr, state_pack._CudaBytes):  # the CUDA save path's buffers
+            arr = arr.tensor
+        if isinstance(arr, torch.Tensor):
+            arr = arr.detach().cpu().reshape(-1).view(torch.uint8).numpy()
         arrays[name] = np.ascontiguousarray(arr).tobytes()
     return {"skeleton": skeleton, "metas": packer.metas_pickle(), "dtypes": dict(packer.dtypes),
             "arrays": arrays}, packer
@@ -210,3 +214,18 @@ def test_a_damaged_trace_is_refused():
     with pytest.raises(Exception) as e:
         unpacked(packed)
     assert "CORRUPTION" in str(getattr(e.value, "code", "")) + str(e.value) and "version 1" in str(e.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tensors_hit_and_match():
+    """CUDA tensors (float32, bfloat16, and complex64 saved as raw bytes): the cached pack equals the uncached
+    one, and every buffer of the CUDA save path, reused or not, is kept for the save's copies."""
+    w = torch.arange(6.0, device="cuda")
+    b = torch.zeros(3, dtype=torch.bfloat16, device="cuda")
+    z = torch.tensor([1 + 2j], dtype=torch.complex64, device="cuda")
+    for n in range(4):
+        packed, hit, packer = same_as_uncached({"w": w, "b": b, "z": z, "n": n})
+        assert hit == (n > 0)
+        if state_pack._ftrun.CUDA and not state_pack._staging_forced():
+            assert len(packer._device_keep) == 3, f"save {n}: {len(packer._device_keep)} CUDA buffers kept"
+        w.add_(1)

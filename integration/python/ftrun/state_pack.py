@@ -218,15 +218,16 @@ class _Packer:
         if start == 0:
             self._metas_entry = entry
         self._index.update(zip(map(id, tensors), range(start, start + len(tensors))))
-        if entry.mode is not None:  # (the CUDA buffers reused: the save's copies read them after it returns)
-            self._device_keep.extend(b for b in buffers if isinstance(b, _CudaBytes))
         views, ptrs, names = entry.views, entry.ptrs, entry.names
+        if entry.mode is not None:  # the CUDA buffers reused: the save's copies read them after it returns
+            self._device_keep.extend(v[2] for v, b in zip(views, buffers) if b is not None and v[3])
         for k, ptr in fresh:
             t = tensors[k]
             _, buf, shares = self._encode(t, names[k])
             # Kept for the next save only when the memory stayed where it was
             # (the state's own tensors; not copies made anew for every save).
-            views[k] = (ptr, t.stride(), buf, isinstance(buf, _CudaBytes)) if shares and ptr == ptrs[k] else None
+            # (A CUDA tensor's own memory is a buffer of the save's CUDA path.)
+            views[k] = (ptr, t.stride(), buf, t.is_cuda) if shares and ptr == ptrs[k] else None
             ptrs[k] = ptr
             buffers[k] = buf
         if fresh:

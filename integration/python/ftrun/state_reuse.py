@@ -24,16 +24,20 @@ per file). FTRUN_SAVE_CACHE=0 turns it off.
 import os
 import pickle
 
+import torch
+
 from . import _ftrun
 
 _entries = {}  # prefix -> Entry
+_COMPLEX = tuple(getattr(torch, n) for n in ("complex32", "complex64", "complex128") if hasattr(torch, n))
 stats = {"hits": 0, "misses": 0}  # lookups of this process
 
 
 class Entry:
     """One packed structure. views[k]: (address, strides, buffer, whether it is a
-    CUDA buffer) of tensor k when its buffer is kept, else None; ptrs[k]: the
-    address tensor k had at the last save."""
+    buffer of the CUDA save path) of tensor k when its buffer is kept, else
+    None; ptrs[k]: the address tensor k had at the last save; kept: the
+    names of the kept buffers."""
 
     __slots__ = ("trace", "start", "tree", "names", "metas", "mode", "dtypes", "sigs", "views", "ptrs", "kept",
                  "_metas_pickle", "_sorted")
@@ -100,7 +104,7 @@ def _match(packer, flat, prefix):
     if entry.mode is not None and entry.mode != packer.device_mode():
         return None
     try:
-        got = _ftrun.reusable(flat.tensors, entry.sigs, entry.views)
+        got = _ftrun.reusable(flat.tensors, entry.sigs, entry.views, _COMPLEX)
     except RuntimeError:  # a tensor without strided sizes (nested): not one of ours
         return None
     return None if got is None else (entry, got[0], got[1])
