@@ -18,6 +18,7 @@ pkgs=(
   libssl-dev nftables iputils-ping iproute2 procps
   libnetfilter-queue-dev libmnl-dev openssh-server openssh-client
   python3-pip python3-setuptools python3-wheel python3-venv
+  python3-numpy  # the installed module's Client.load gives numpy arrays (tests/install: the system python3)
   prometheus-cpp-dev prometheus
   libcurl4-openssl-dev etcd-server
 )

@@ -246,7 +246,7 @@ def _pack_sharded_tensor(obj, packer, names, prefix):
 
 
 # --------------------------------------------------------------------------
-# The load side: called from state_unpack._Unpickler.persistent_load
+# The load side: called from state_unpack._Tensors (the persistent ids of a skeleton)
 
 
 def persistent_load(pid, loaded, map_location, made):
