@@ -12,39 +12,30 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "integration", "examples", "train_gpt.py")
+from train_gpt_job import run_train_gpt
+
 TIMING_RE = re.compile(r"^TIMING 0 (step_s|save_stall_s) (\S+) (\d+)$", re.M)
 PARTS_RE = re.compile(r"^TIMING 0 (\w+) ([-0-9.e+]+) (\d+)$", re.M)
 
 
 def run(build, steps, save_every, extra, port, python, overlap=False):
-    d = tempfile.mkdtemp(prefix="ftrun-stepov-")
-    cfg = os.path.join(d, "ftrun.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"agent:\n  run_dir: {d}/run\nstore:\n  memory_budget: 8GiB\n  chunk_size: 4MiB\n")
-    argv = [os.path.join(build, "ftrun"), "--num_nodes", "1", "--num_gpus", "1", "--config", cfg,
-            "--master_addr", "127.0.0.1", "--master_port", str(port), SCRIPT, "--backend", "nccl",
-            "--steps", str(steps), "--save-every", str(save_every), "--timing", "--dropout", "0", *extra]
+    args = ["--backend", "nccl", "--steps", str(steps), "--save-every", str(save_every), "--timing", "--dropout", "0",
+            *extra]
     if overlap:
-        argv.insert(argv.index("--timing"), "--overlap-saves")
-    env = dict(os.environ, FTRUN_PYTHON=python)
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    if p.returncode != 0:
-        sys.exit(f"cuda_step_overhead: the run failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        args.insert(args.index("--timing"), "--overlap-saves")
+    stdout = run_train_gpt("cuda_step_overhead", build, python, port, ["memory_budget: 8GiB", "chunk_size: 4MiB"],
+                           args)
     per_step, stall = {}, {}
-    for name, value, step in TIMING_RE.findall(p.stdout):
+    for name, value, step in TIMING_RE.findall(stdout):
         per_step.setdefault(int(step), 0.0)
         per_step[int(step)] += float(value)
         if name == "save_stall_s":
             stall[int(step)] = float(value)
     warm = sorted(per_step)[steps // 4:-1]  # past warm-up; the last step always saves
     parts = {}
-    for name, value, step in PARTS_RE.findall(p.stdout):
+    for name, value, step in PARTS_RE.findall(stdout):
         if int(step) in warm and name not in ("step_s", "save_stall_s"):
             parts.setdefault(name, []).append(float(value))
     if save_every == 1:  # where a save's time goes (FtrunCheckpoint's parts), medians

@@ -14,38 +14,27 @@ count, which is what the Python side scales with, is the GPU bench's.
 """
 import argparse
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "integration", "examples", "train_gpt.py")
+from train_gpt_job import run_train_gpt
+
 TIMING_RE = re.compile(r"^TIMING 0 (save_stall_s|save_ftrun_stall_s|save_tensors) (\S+) (\d+)$", re.M)
 DEFAULT_MODEL = ["--layers", "4", "--vocab", "512", "--d-model", "256", "--batch", "2", "--seq", "32"]
 
 
 def run(build, steps, model, port, python, cache):
     """Median per-tensor Python time of the saves past warm-up, and the parts."""
-    d = tempfile.mkdtemp(prefix="ftrun-pysave-")
-    cfg = os.path.join(d, "ftrun.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"agent:\n  run_dir: {d}/run\nstore:\n  memory_budget: 2GiB\n  chunk_size: 1MiB\n")
-    argv = [os.path.join(build, "ftrun"), "--num_nodes", "1", "--num_gpus", "1", "--config", cfg,
-            "--master_addr", "127.0.0.1", "--master_port", str(port), SCRIPT, "--backend", "gloo",
-            "--steps", str(steps), "--save-every", "1", "--timing", "--dropout", "0", *model]
-    env = dict(os.environ, FTRUN_PYTHON=python, FTRUN_SAVE_CACHE="1" if cache else "0")
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    if p.returncode != 0:
-        sys.exit(f"py_save_overhead: the run failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    args = ["--backend", "gloo", "--steps", str(steps), "--save-every", "1", "--timing", "--dropout", "0", *model]
+    stdout = run_train_gpt("py_save_overhead", build, python, port, ["memory_budget: 2GiB", "chunk_size: 1MiB"], args,
+                           env={"FTRUN_SAVE_CACHE": "1" if cache else "0"})
     parts = {}
-    for name, value, step in TIMING_RE.findall(p.stdout):
+    for name, value, step in TIMING_RE.findall(stdout):
         parts.setdefault(int(step), {})[name] = float(value)
     warm = sorted(parts)[steps // 4:-1]  # past warm-up; the last save is followed by the final wait
     if not warm or any(len(parts[s]) != 3 for s in warm):
-        sys.exit(f"py_save_overhead: no complete TIMING lines in the run's output:\n{p.stdout[-3000:]}")
+        sys.exit(f"py_save_overhead: no complete TIMING lines in the run's output:\n{stdout[-3000:]}")
     tensors = int(parts[warm[0]]["save_tensors"])
     python_s = [parts[s]["save_stall_s"] - parts[s]["save_ftrun_stall_s"] for s in warm]
     return {
