@@ -7,14 +7,11 @@ saving only after its last step. Prints key=value lines.
 ftrun-bench save --cuda runs it after its own figures (--python names the
 interpreter, which needs torch with CUDA; --no-step-overhead skips it).
 """
-import argparse
 import json
-import os
 import re
 import statistics
-import sys
 
-from train_gpt_job import run_train_gpt
+from train_gpt_job import parse_arguments, run_train_gpt
 
 TIMING_RE = re.compile(r"^TIMING 0 (step_s|save_stall_s) (\S+) (\d+)$", re.M)
 PARTS_RE = re.compile(r"^TIMING 0 (\w+) ([-0-9.e+]+) (\d+)$", re.M)
@@ -45,13 +42,8 @@ def run(build, steps, save_every, extra, port, python, overlap=False):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--python", default=sys.executable)
-    ap.add_argument("--port", type=int, default=29611)
-    ap.add_argument("--out", help="also write the figures here as JSON (ftrun-bench save --cuda reads it)")
-    a, extra = ap.parse_known_args()
+    a, extra = parse_arguments(steps=60, port=29611,
+                               out_help="also write the figures here as JSON (ftrun-bench save --cuda reads it)")
     extra = extra or ["--layers", "4", "--d-model", "1024", "--batch", "32", "--seq", "256", "--vocab", "512"]
     without, _ = run(a.build, a.steps, 10 ** 6, extra, a.port, a.python)
     with_save, stall = run(a.build, a.steps, 1, extra, a.port + 10, a.python)

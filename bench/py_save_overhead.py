@@ -12,13 +12,12 @@ Default model: train_gpt's GPU bench shape (`--layers 4 --vocab 512`) with
 `--d-model 256 --batch 2 --seq 32`, so a CPU step is short; the tensor
 count, which is what the Python side scales with, is the GPU bench's.
 """
-import argparse
 import json
 import re
 import statistics
 import sys
 
-from train_gpt_job import run_train_gpt
+from train_gpt_job import parse_arguments, run_train_gpt
 
 TIMING_RE = re.compile(r"^TIMING 0 (save_stall_s|save_ftrun_stall_s|save_tensors) (\S+) (\d+)$", re.M)
 DEFAULT_MODEL = ["--layers", "4", "--vocab", "512", "--d-model", "256", "--batch", "2", "--seq", "32"]
@@ -46,13 +45,7 @@ def run(build, steps, model, port, python, cache):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--python", default=sys.executable)
-    ap.add_argument("--port", type=int, default=29641)
-    ap.add_argument("--out", help="also write the figures here as JSON")
-    a, model = ap.parse_known_args()
+    a, model = parse_arguments(steps=40, port=29641)
     model = model or DEFAULT_MODEL
     uncached = run(a.build, a.steps, model, a.port, a.python, cache=False)
     cached = run(a.build, a.steps, model, a.port + 10, a.python, cache=True)

@@ -1,6 +1,7 @@
 """One train_gpt.py job on this machine under the ftrun runner (one node,
 one rank), for the benchmarks that time its saves (cuda_step_overhead.py,
 py_save_overhead.py): its own run directory and store, its output back."""
+import argparse
 import os
 import subprocess
 import sys
@@ -25,3 +26,15 @@ def run_train_gpt(who, build, python, port, store, args, env=None, timeout=600):
     if p.returncode != 0:
         sys.exit(f"{who}: the run failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p.stdout
+
+
+def parse_arguments(steps, port, out_help="also write the figures here as JSON"):
+    """(options, train_gpt.py's own arguments) from the command line: the
+    options both benchmarks take (--build, --steps, --python, --port, --out)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--port", type=int, default=port)
+    ap.add_argument("--out", help=out_help)
+    return ap.parse_known_args()
