@@ -222,6 +222,7 @@ class PyClient {
 py::object PyClient::Load(const py::object& version_arg, bool map, const py::object& cuda, uintptr_t cuda_stream,
                           const py::object& into) {
   const uint64_t version = version_arg.is_none() ? ftrun::Client::kLatest : version_arg.cast<uint64_t>();
+  last_refs_.by_name.clear();  // (a load replaces the state: the last save's objects are not held past it)
   auto open = std::make_shared<OpenSnapshot>();
   open->mu = mu_ptr_;
   Check(Call([&](ftrun::Client& c) {

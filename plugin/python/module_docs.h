@@ -43,7 +43,7 @@ same_buffers (None or a set of names): the entries named are objects the
 caller keeps and never changes (memory, shape, format); the client keeps
 them and what it read from them, and an entry given as the very object it
 was at the last save (same name and dtype) is not read again (ftrun.save
-names the views it keeps of a state's own tensors). None drops them.
+names the views it keeps of a state's own tensors). None, or a load, drops them.
 Returns the save statistics as a dict (bytes_total, bytes_hashed,
 bytes_copied, chunks_total, chunks_copied, chunks_skipped, chunks_unchanged,
 stall_seconds). RESOURCE_EXHAUSTED: the store cannot fit this save; the last

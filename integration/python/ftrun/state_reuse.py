@@ -18,7 +18,8 @@ different is detected, never assumed:
   saves.
 
 One process, one entry per prefix (ftrun.save uses ""; ftrun.deepspeed one
-per file). FTRUN_SAVE_CACHE=0 turns it off.
+per file). Every load drops them all (state_unpack._load_version): a
+restored state's tensors are new ones. FTRUN_SAVE_CACHE=0 turns it off.
 """
 
 import os

@@ -13,7 +13,7 @@ import pickle
 import numpy as np
 import torch
 
-from . import _ftrun, save_behind, state_flat
+from . import _ftrun, save_behind, state_flat, state_reuse
 from . import sharded as _sharded
 from .grad_flags import with_grad_flags
 from .state_client import _ftrun_error, _warn_once
@@ -248,8 +248,11 @@ def _load_version(client, version, expect_format, map_location=None, into=None):
     (see _target) puts on a CUDA device are read straight into new CUDA
     memory; into (in_place._Into): those it names, straight into live host
     tensors instead. An overlapped save still copying from live tensors
-    finishes first."""
+    finishes first, and what the last save kept for the next one is dropped
+    (ftrun.state_reuse: a restored state's tensors are new ones, and the
+    old ones' memory must not be held)."""
     save_behind.finish()
+    state_reuse.forget()
     if version is None or version == _ftrun.LATEST:
         lv = client.list_versions()
         version = lv["restore"]
