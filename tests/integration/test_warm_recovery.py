@@ -22,7 +22,8 @@ from test_train_gpt import LOSS_RE, SCRIPT, losses, seeds, weights  # noqa: F401
 
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
-STEPS = 60  # (the repeated kills wait for fresh standbys between kills: seconds each)
+STEPS = 90  # (the repeated kills wait for fresh standbys between kills, seconds each: at 60, the third kill
+#  could come after the last step, and then nothing ran again)
 BASE_CONFIG = ("job:\n  max_restarts: 6\n  stop_grace: 2s\n  hang_timeout: %s\n"
                "store:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
                "restart:\n  abort_timeout: 5s\n  warm_standbys: %s\n")
