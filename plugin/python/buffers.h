@@ -7,7 +7,6 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "ftrun/client.h"
@@ -38,26 +37,6 @@ TensorRef ToTensorRef(const std::string& name, py::handle value, const py::objec
 TensorRef ToCudaTensorRef(const std::string& name, py::handle value, const py::object& dtype_override);
 // The same from an interface dict already read (desc).
 TensorRef CudaTensorRefOf(const std::string& name, const py::object& desc, const py::object& dtype_override);
-// The TensorRefs of the last save's entries that Client.save(same_buffers=)
-// named, by name, with the objects they were read from, kept alive here:
-// an entry is used again when the same object comes back under the same
-// name with the same dtype override, without reading its buffer again.
-struct LastRefs {
-  struct Entry {
-    py::object value;
-    py::object dtype;
-    TensorRef ref;
-  };
-  std::unordered_map<std::string, Entry> by_name;
-};
-// Client.save's arguments: a TensorRef per entry of tensors (name ->
-// buffer or CUDA memory), with generations and dtypes (None or dicts
-// naming only those entries) applied; *buffers keeps the buffers held.
-// same: None, or a set of names whose objects the caller keeps unchanged;
-// *last holds those of the last save and is replaced by this one's.
-std::vector<TensorRef> ToTensorRefs(const py::dict& tensors, const py::object& generations, const py::object& dtypes,
-                                    std::vector<py::buffer_info>* buffers, const py::object& same = py::none(),
-                                    LastRefs* last = nullptr);
 // Client.load's cuda= and into=: None, a dict, or a callable given the
 // version's user bytes that returns one (called here).
 py::object ResolveTargets(const py::object& arg, const std::string& user_bytes);

@@ -23,13 +23,10 @@
 #include "ftrun/status.h"
 #include "plugin/python/buffers.h"
 #include "plugin/python/module_docs.h"
+#include "plugin/python/module_parts.h"
+#include "plugin/python/save_refs.h"
 
 namespace py = pybind11;
-
-namespace ftrun::python {
-void RegisterPersist(py::module_& m);    // persist_binding.cc: read_persisted, list_persisted
-void RegisterStateWalk(py::module_& m);  // state_walk.cc: flatten, signatures, reusable (ftrun.state_reuse)
-}  // namespace ftrun::python
 
 namespace {
 
@@ -108,7 +105,6 @@ class PyClient {
                 const py::object& same_buffers) {
     // Buffers stay held (and are released with the GIL) until we return.
     std::vector<py::buffer_info> buffers;
-    if (same_buffers.is_none()) last_refs_.by_name.clear();
     std::vector<ftrun::TensorRef> refs =
         ftrun::python::ToTensorRefs(tensors, generations, dtypes, &buffers, same_buffers, &last_refs_);
     std::string_view user(PyBytes_AS_STRING(user_bytes.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(user_bytes.ptr())));

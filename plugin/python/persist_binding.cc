@@ -25,6 +25,7 @@
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/version_scan.h"
 #include "plugin/python/buffers.h"
+#include "plugin/python/module_parts.h"
 
 namespace py = pybind11;
 

@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "plugin/python/module_parts.h"
+
 namespace py = pybind11;
 
 namespace ftrun::python {

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from ftrun import state_pack, state_reuse, state_unpack
+from ftrun import state_bytes, state_pack, state_reuse, state_unpack
 
 Pair = collections.namedtuple("Pair", "left right")
 
@@ -36,7 +36,7 @@ def pack(state, reuse):
     skeleton = packer.pack(state)
     arrays = {}
     for name, arr in packer.arrays.items():
-        if isinstance(arr, state_pack._CudaBytes):  # the CUDA save path's buffers
+        if isinstance(arr, state_bytes.CudaBytes):  # the CUDA save path's buffers
             arr = arr.tensor
         if isinstance(arr, torch.Tensor):
             arr = arr.detach().cpu().reshape(-1).view(torch.uint8).numpy()

@@ -203,7 +203,7 @@ class use_mesh:
 
 
 # --------------------------------------------------------------------------
-# The save side: called from state_pack._Pickler.persistent_id
+# The save side: called from state_pickle.Pickler.persistent_id
 
 
 def persistent_id(obj, packer, names, prefix):

@@ -105,8 +105,10 @@ loaded state into live sharded tensors in place (see ftrun.sharded).
 
 The parts: ftrun.state_client (the client and settings), ftrun.state_pack
 (structure -> skeleton and named buffers), ftrun.state_flat (the walk of a
-structure, and its rebuild), ftrun.state_reuse (what a save keeps for the
-next), ftrun.state_unpack (back), ftrun.store_populate (the store's mapping).
+structure, and its rebuild), ftrun.state_pickle (the tensor-aware pickler),
+ftrun.state_bytes (a tensor's bytes for the binding), ftrun.state_reuse
+(what a save keeps for the next), ftrun.state_unpack (back),
+ftrun.store_populate (the store's mapping).
 """
 
 import random

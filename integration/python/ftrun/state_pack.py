@@ -20,17 +20,15 @@ import io
 import os
 import pickle
 
-import numpy as np
 import torch
 
 from . import _ftrun
-from . import save_behind, state_client, state_flat, state_reuse
-from . import sharded as _sharded
+from . import save_behind, state_bytes, state_client, state_flat, state_pickle, state_reuse
 from .state_client import _ftrun_error
 from .store_populate import _start_populating
 
 _FORMAT_VERSION = 2  # of the pickled payload: written by save(), the newest a load reads (1: skeletons pickled whole)
-_PICKLE_PROTOCOL = 4
+_PICKLE_PROTOCOL = state_pickle.PICKLE_PROTOCOL
 
 # Stored as numpy views in their own ftrun dtype.
 _NATIVE_DTYPES = frozenset([
@@ -42,62 +40,8 @@ _ENC_BF16 = "bf16"      # int16 bits, saved as ftrun 'bfloat16'
 _ENC_RAW = "raw"        # flat uint8 bytes; the real dtype is in the metadata
 
 
-_escape = state_flat.escape
-_join = state_flat.join
-
-
-_CONTAINERS = (torch.Tensor, dict, list, tuple)
-
-
-def _walk(obj, path, names, seen):
-    """Records id(tensor) -> path for tensors reachable through dicts, lists
-    and tuples (the first path wins when a tensor is reached twice)."""
-    if isinstance(obj, torch.Tensor):
-        names.setdefault(id(obj), path)
-        return
-    if isinstance(obj, (dict, list, tuple)):
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
-        # Only what can hold a tensor is visited (a random.getstate() alone
-        # is a tuple of 625 ints).
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                if isinstance(v, _CONTAINERS):
-                    _walk(v, _join(path, _escape(k)), names, seen)
-        else:
-            fields = getattr(obj, "_fields", None) if isinstance(obj, tuple) else None
-            for i, v in enumerate(obj):
-                if isinstance(v, _CONTAINERS):
-                    seg = _escape(fields[i]) if fields and i < len(fields) else str(i)
-                    _walk(v, _join(path, seg), names, seen)
-
-
-def _storable(t):
-    """Dense tensors of plain Tensor/Parameter types go to the store; sparse,
-    quantized, nested, meta and tensor subclasses are pickled as torch does."""
-    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
-        return False
-    if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
-        return False
-    if getattr(t, "is_nested", False):
-        return False
-    return True
-
-
-_LAZY_BITS = hasattr(torch.Tensor, "is_conj") and hasattr(torch.Tensor, "is_neg")  # torch >= 1.10
 _EMPTY_LIST = pickle.dumps([], protocol=_PICKLE_PROTOCOL)  # a skeleton's objects when it has none
 _DTYPE_NAMES = {}  # torch.dtype -> its name in the metadata ('float32', ...)
-
-
-def _resolve(t):
-    """Materializes lazy conjugate/negative bits (torch >= 1.10) so the bytes are plain."""
-    if _LAZY_BITS:
-        if t.is_conj():
-            t = t.resolve_conj()
-        if t.is_neg():
-            t = t.resolve_neg()
-    return t
 
 
 def _dtype_name(dt):
@@ -105,26 +49,6 @@ def _dtype_name(dt):
     if name is None:
         name = _DTYPE_NAMES[dt] = str(dt).replace("torch.", "")
     return name
-
-
-class _Pickler(pickle.Pickler):
-    def __init__(self, file, packer, names, prefix):
-        super().__init__(file, protocol=_PICKLE_PROTOCOL)
-        self._packer = packer
-        self._names = names
-        self._prefix = prefix
-
-    def persistent_id(self, obj):
-        if not isinstance(obj, torch.Tensor):  # called for every object the skeleton holds
-            return None
-        # ftrun.sharded hook: a DTensor / ShardedTensor saves its local shard(s) only.
-        if type(obj) is not torch.Tensor:
-            pid = _sharded.persistent_id(obj, self._packer, self._names, self._prefix)
-            if pid is not None:
-                return pid
-        if _storable(obj):
-            return ("ftrun.tensor", self._packer.add(obj, self._names, self._prefix))
-        return None
 
 
 class _Packer:
@@ -164,13 +88,13 @@ class _Packer:
             self._reuse(flat.tensors, *found)
             tree = entry.tree
         else:
-            if not all(map(_storable, flat.tensors)):
+            if not all(map(state_pickle.storable, flat.tensors)):
                 return self._pack_whole(obj, prefix)
             tree = self._pack_new(flat, prefix)
         objects = _EMPTY_LIST
         if flat.objects:
             buf = io.BytesIO()
-            _Pickler(buf, self, flat.object_paths, prefix).dump(flat.objects)
+            state_pickle.Pickler(buf, self, flat.object_paths, prefix).dump(flat.objects)
             objects = buf.getvalue()
         return {"tree": tree, "atoms": pickle.dumps(flat.atoms, protocol=_PICKLE_PROTOCOL),
                 "objects": objects}
@@ -178,9 +102,9 @@ class _Packer:
     def _pack_whole(self, obj, prefix):
         """Format 1: obj pickled whole, its tensors by persistent id."""
         names = {}
-        _walk(obj, prefix, names, set())
+        state_pickle.walk(obj, prefix, names, set())
         buf = io.BytesIO()
-        _Pickler(buf, self, names, prefix).dump(obj)
+        state_pickle.Pickler(buf, self, names, prefix).dump(obj)
         return buf.getvalue()
 
     def _pack_new(self, flat, prefix):
@@ -282,7 +206,7 @@ class _Packer:
         name = names.get(id(t))
         if name is None:  # reached only through a pickled object
             self._fallback += 1
-            name = _join(prefix, f"#{self._fallback}")
+            name = state_flat.join(prefix, f"#{self._fallback}")
         return self._register(t, name)
 
     def _register(self, t, name):
@@ -322,7 +246,7 @@ class _Packer:
             enc, arr = _ENC_BF16, host.view(torch.int16).numpy()
             self.dtypes[name] = "bfloat16"
         else:
-            enc, arr = _ENC_RAW, _raw_bytes(host)
+            enc, arr = _ENC_RAW, state_bytes.raw_bytes(host)
         return enc, arr, shares
 
     def _device(self, t, name):
@@ -331,12 +255,12 @@ class _Packer:
         Non-contiguous tensors and views get a contiguous copy on the device
         (kept alive until the save's copies are fenced)."""
         own = t
-        t = _resolve(t)
+        t = state_bytes.resolve(t)
         if not t.is_contiguous():
             t = t.contiguous()
         shares = t is own
         dt = t.dtype
-        data = _CudaBytes(t) if dt in _NATIVE_DTYPES or dt == torch.bfloat16 else _byte_view(t)
+        data = state_bytes.CudaBytes(t) if dt in _NATIVE_DTYPES or dt == torch.bfloat16 else state_bytes.byte_view(t)
         self._device_keep.append(data)
         if dt in _NATIVE_DTYPES:
             self.dtypes[name] = _dtype_name(dt)
@@ -349,7 +273,7 @@ class _Packer:
     def _host(self, t, name):
         """A contiguous CPU tensor with t's values (t itself when it already is one)."""
         if t.device.type == "cpu":
-            t = _resolve(t)
+            t = state_bytes.resolve(t)
             return t if t.is_contiguous() else t.contiguous()
         if t.device.type == "cuda" and self._pin:
             buf = state_client._staging.get(name)
@@ -359,10 +283,10 @@ class _Packer:
                 except RuntimeError:
                     buf = torch.empty(t.shape, dtype=t.dtype)
                 state_client._staging[name] = buf
-            buf.copy_(_resolve(t), non_blocking=True)
+            buf.copy_(state_bytes.resolve(t), non_blocking=True)
             self._cuda_devices.add(t.device)
             return buf
-        return _resolve(t).to("cpu").contiguous()
+        return state_bytes.resolve(t).to("cpu").contiguous()
 
     def finish(self):
         """Waits for the queued device-to-host copies."""
@@ -445,43 +369,3 @@ def _order_optimizer_steps():
 
 def _staging_forced():
     return os.environ.get("FTRUN_CUDA_STAGING", "0") == "1"
-
-
-class _CudaBytes:
-    """A contiguous CUDA tensor's bytes as the binding reads them (uint8, the
-    last dimension times the element size, as _byte_view's view), described
-    once here: torch computes __cuda_array_interface__ in Python on every
-    read, and a view is a dispatched op - per tensor, per save. Holds the
-    tensor, which the save's copies read until they are fenced."""
-
-    __slots__ = ("__cuda_array_interface__", "tensor")
-
-    def __init__(self, t):
-        shape = tuple(t.shape) or (1,)
-        size = t.element_size()
-        if size != 1:
-            shape = shape[:-1] + (shape[-1] * size,)
-        self.tensor = t
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": "|u1", "data": (t.data_ptr(), False),
-                                         "version": 2}
-
-
-def _byte_view(t):
-    """A uint8 view of a contiguous tensor's bytes, on its device, shaped so
-    that the binding's dtype override gives back t's shape (the last
-    dimension times the element size; 0-dim tensors as one element)."""
-    if t.dim() == 0:
-        t = t.reshape(1)
-    if t.dtype == torch.uint8:
-        return t
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    return t.view(torch.uint8)
-
-
-def _raw_bytes(t):
-    flat = t.reshape(-1)
-    try:
-        return flat.view(torch.uint8).numpy()
-    except (RuntimeError, TypeError):
-        return flat.numpy().view(np.uint8)
