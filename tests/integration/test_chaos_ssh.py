@@ -67,6 +67,8 @@ def hosts():
                     time.sleep(0.2)
                 assert all(ssh_ready(c, opts, i) for i in range(5)), "sshd answers in every namespace"
                 plan = os.path.join(d, "ssh.yaml")
+                # The hang comes last: until hang_timeout (10 s) finds it, the other ranks run on, hundreds of
+                # steps ahead of the committed version, and a fault planned after it could find the job ended.
                 with open(plan, "w") as f:
                     f.write("name: over ssh\n"
                             "cluster:\n  backend: ssh\n  hosts: [%s]\n  spares: 1\n  ranks_per_node: 2\n"
@@ -79,12 +81,12 @@ def hosts():
                             "faults:\n"
                             "  - {kind: rank_kill, at_step: 60, signal: SIGKILL}\n"
                             "  - {kind: rank_kill, at_step: 150, signal: SIGTERM, target: {rank: 5}}\n"
-                            "  - {kind: rank_hang, at_step: 240}\n"
-                            "  - {kind: bitflip_shm, at_step: 330, target: {node: 2}}\n"
-                            "  - {kind: disk_full, at_step: 400, duration: 1s}\n"
-                            "  - {kind: node_kill, at_step: 450, target: {node: 1}}\n"
-                            "  - {kind: coordinator_kill, at_step: 560, attach_after: 1s}\n"
-                            "  - {kind: bitflip_disk, at_step: 650}\n"
+                            "  - {kind: bitflip_shm, at_step: 240, target: {node: 2}}\n"
+                            "  - {kind: disk_full, at_step: 300, duration: 1s}\n"
+                            "  - {kind: node_kill, at_step: 350, target: {node: 1}}\n"
+                            "  - {kind: coordinator_kill, at_step: 450, attach_after: 1s}\n"
+                            "  - {kind: bitflip_disk, at_step: 550}\n"
+                            "  - {kind: rank_hang, at_step: 650}\n"
                             % (", ".join(c.addr(i) for i in range(5)), opts, json.dumps(opts), c.root_addr,
                                c.bridge, run_dir, persist))
                 yield d, plan

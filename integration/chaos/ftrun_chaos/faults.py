@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import struct
+import threading
 import time
 
 from .nodes import NodeError, flip_bit
@@ -216,6 +217,33 @@ def _all_rank_pids(ctx):
     return pids
 
 
+def _by_agent(pairs):
+    out = {}
+    for a, pid in pairs:
+        out.setdefault(a, []).append(pid)
+    return out
+
+
+def _each_agent(by_agent, fn):
+    """fn(agent, pids) for every agent at once (over ssh, one connection each, side by side); the results.
+    The first agent's error, if any, is raised here."""
+    results, errors = {}, []
+
+    def one(a, pids):
+        try:
+            results[a] = fn(a, pids)
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=item) for item in by_agent.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [results[a] for a in by_agent]
+
+
 def _pause(ctx, timeout=10.0):
     """SIGSTOPs every rank, and any rank that starts meanwhile (the status files lag a restart), until the
     set of ranks holds still and all are stopped; then waits for their last saves' commits. Returns the
@@ -223,16 +251,12 @@ def _pause(ctx, timeout=10.0):
     paused, deadline = [], time.time() + timeout
     while True:
         now_ranks = _all_rank_pids(ctx)
-        for a, pid in now_ranks:
-            if (a, pid) not in paused:
-                ctx.nodes.send_signal(a, pid, signal.SIGSTOP)
-                paused.append((a, pid))
-        by_agent = {}
-        for a, pid in now_ranks:
-            by_agent.setdefault(a, []).append(pid)
+        new = [x for x in now_ranks if x not in paused]
+        _each_agent(_by_agent(new), lambda a, pids: ctx.nodes.send_signals(a, pids, signal.SIGSTOP))
+        paused += new
         time.sleep(0.3)  # a status file written since shows any rank started meanwhile
         if len(now_ranks) == ctx.plan.nodes * ctx.plan.ranks_per_node and set(_all_rank_pids(ctx)) == set(now_ranks) \
-                and all(ctx.nodes.stopped(a, pids) for a, pids in by_agent.items()):
+                and all(_each_agent(_by_agent(now_ranks), ctx.nodes.stopped)):
             break
         if time.time() > deadline:
             _resume(ctx, paused)
@@ -242,8 +266,7 @@ def _pause(ctx, timeout=10.0):
 
 
 def _resume(ctx, paused):
-    for a, pid in paused:
-        ctx.nodes.send_signal(a, pid, signal.SIGCONT)
+    _each_agent(_by_agent(paused), lambda a, pids: ctx.nodes.send_signals(a, pids, signal.SIGCONT))
 
 
 def _stable_sample(ctx, agent, timeout=5.0, still=0.5):

@@ -72,6 +72,11 @@ class NetnsNodes:
         except ProcessLookupError:
             return False
 
+    def send_signals(self, ns, pids, sig):
+        """Signals each of pids; one gone is skipped."""
+        for pid in pids:
+            self.send_signal(ns, pid, sig)
+
     def stopped(self, ns, pids):
         """Whether every one of pids is stopped (state T) or gone."""
         for pid in pids:

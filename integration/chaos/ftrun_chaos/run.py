@@ -185,6 +185,8 @@ class Runner:
             try:
                 rec, undo = faultlib.inject(self.ctx, f, rng)
             except faultlib.Skip as e:
+                if str(e) != reason:  # said once per reason: a fault that comes late says why
+                    self.log("fault %s (%s) waits: %s" % (f.kind, f.origin, e))
                 reason = str(e)
                 time.sleep(0.2)
                 continue

@@ -74,6 +74,13 @@ class SshNodes:
             raise NodeError("ssh %s: %s" % (self.hosts[agent], p.stderr.strip()))
         return p.returncode == 0
 
+    def send_signals(self, agent, pids, sig):
+        """Signals each of pids, all through one ssh; one gone is skipped, an ssh failure is an error."""
+        p = self._ssh(agent, "kill -s %s %s 2>/dev/null; exit 0" % (signal.Signals(sig).name[3:],
+                                                                   " ".join(str(p) for p in pids)))
+        if p.returncode == 255:
+            raise NodeError("ssh %s: %s" % (self.hosts[agent], p.stderr.strip()))
+
     def stopped(self, agent, pids):
         """Whether every one of pids is stopped (state T) or gone, on agent's host."""
         test = ("for p in %s; do s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -d' ' -f2); "
