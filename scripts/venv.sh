@@ -27,11 +27,11 @@ if [ -z "$base" ]; then
 fi
 make_venv() {
   "$base" -m venv "$venv"
-  # Byte-compiled afterwards on every core: pip compiles one file after another
-  # (76 s against 46 s on 2 cores here). compileall's complaints about files
-  # that are not Python 3 (some packages ship them) are pip's too: ignored.
+  # Not byte-compiled here: pip compiles every file of every package (76 s on
+  # 2 cores here, 46 s with compileall -j 0), most of them never imported;
+  # Python compiles a module the first time one imports it and keeps the
+  # result in .venv/ (a rank that races another writes the same file, by rename).
   "$venv/bin/python" -m pip install --no-compile -r requirements.txt
-  "$venv/bin/python" -m compileall -q -j 0 "$venv/lib" >/dev/null || true
   "$venv/bin/python" -c 'import torch, deepspeed, lightning, pytest; print("torch", torch.__version__)'
   # DeepSpeed's one op for the CPU accelerator (its shared-memory collectives,
   # compiled by torch's extension builder), built once here rather than by

@@ -103,6 +103,11 @@ struct ClientOptions {
   std::string socket_path;  // empty: $FTRUN_AGENT_SOCKET
   int rank = -1;            // -1: $FTRUN_RANK, else $RANK
   int connect_timeout_ms = 10000;
+  // A writer of the rank, not the rank: another process of the rank's process
+  // group (DCP's process checkpointer, dcp.async_save's background process)
+  // that saves versions for the rank beside the rank's own connection. It may
+  // save and list versions, nothing else.
+  bool writer = false;
 };
 
 class Client;

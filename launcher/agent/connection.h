@@ -44,6 +44,8 @@ struct Connection {
   // A warm control link (warm_ranks.h): a process under @ftrun.resilient,
   // kept across generations (a stop does not close it).
   bool control = false;
+  // A writer of rank `rank` (rank_hello.h): it saves for the rank, is not it.
+  bool writer = false;
   bool greeted() const { return rank >= 0 || control; }
   std::vector<uint64_t> pins;
   // The first failure sticks: once a write fails the connection is closed.

@@ -10,7 +10,16 @@ Status RankHello::Decode(const std::string& payload, RankHello* out) {
   out->rank = r.Get<int32_t>();
   (void)r.Get<int32_t>();  // the client's pid; SO_PEERCRED is what we trust
   out->job = r.GetString();
-  if (!r.ok()) return Status::Corruption("malformed hello");
+  out->role = HelloRole::kRank;
+  if (r.ok() && !r.done()) {
+    const uint8_t role = r.Get<uint8_t>();
+    if (r.ok() && role > static_cast<uint8_t>(HelloRole::kWriter)) {
+      return Status::InvalidArgument("hello: role " + std::to_string(role) +
+                                     " is neither 0 (the rank) nor 1 (a writer of the rank)");
+    }
+    out->role = static_cast<HelloRole>(role);
+  }
+  if (!r.ok() || !r.done()) return Status::Corruption("malformed hello");
   return Status::Ok();
 }
 
@@ -32,6 +41,13 @@ Status CheckHello(const RankHello& h, const HelloCheck& c) {
   if (c.peer_pgid != c.rank_pid) {
     return Status::FailedPrecondition("pid " + std::to_string(c.peer_pid) + " is not rank " + rank +
                                       "'s process (started by this agent as pid " + std::to_string(c.rank_pid) + ")");
+  }
+  if (h.role == HelloRole::kWriter) {
+    if (c.writers >= kMaxWritersPerRank) {
+      return Status::ResourceExhausted("rank " + rank + " has " + std::to_string(c.writers) +
+                                       " writers connected (at most " + std::to_string(kMaxWritersPerRank) + ")");
+    }
+    return Status::Ok();
   }
   if (c.rank_connected) return Status::AlreadyExists("rank " + rank + " is already connected");
   return Status::Ok();

@@ -15,10 +15,20 @@
 
 namespace ftrun {
 
+// Who connects: the rank's own process (one connection), or a writer of the
+// rank: another process of the rank's process group that saves versions for
+// it beside the rank's connection (DCP's process checkpointer: dcp.async_save's
+// background process). A writer may save and list versions, nothing else: it
+// does not load, report progress or stalls, or count as the rank. A hello
+// without the role byte (an older client) is the rank's.
+enum class HelloRole : uint8_t { kRank = 0, kWriter = 1 };
+constexpr int kMaxWritersPerRank = 4;
+
 struct RankHello {
   uint32_t protocol = 0;
   int32_t rank = -1;
   std::string job;  // "" when the rank does not know its job
+  HelloRole role = HelloRole::kRank;
   static Status Decode(const std::string& payload, RankHello* out);
 };
 
@@ -32,6 +42,7 @@ struct HelloCheck {
   bool is_local_rank = false;   // hello.rank is one of this node's
   pid_t rank_pid = 0;           // the rank's process as started (0: gone)
   bool rank_connected = false;  // the rank has a live connection already
+  int writers = 0;              // the rank's writer connections now
   pid_t peer_pgid = 0;          // the connecting process's group (from SO_PEERCRED's pid)
   pid_t peer_pid = 0;           // that pid, for the error
 };

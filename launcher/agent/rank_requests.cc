@@ -20,6 +20,7 @@ void RankRequests::Frame(Connection& conn, MsgType type, const std::string& payl
     (void)conn.SendError(Status::FailedPrecondition("connection is not an accepted rank of the current generation"));
     return p_.server->Close(conn.id, "request before hello or from a stopped generation");
   }
+  if (conn.writer) return WriterFrame(conn, type, payload);
   slot->last_progress = clock_.Now();
   if (type == MsgType::kProgress) return;
   if (type == MsgType::kSaveStall) {  // no reply: the client does not wait for one
@@ -40,6 +41,19 @@ void RankRequests::Frame(Connection& conn, MsgType type, const std::string& payl
   }
 }
 
+// A writer of a rank (rank_hello.h) saves and lists versions; it is not the rank, so nothing it sends is the
+// rank's progress, and it neither loads nor reports.
+void RankRequests::WriterFrame(Connection& conn, MsgType type, const std::string& payload) {
+  if (type == MsgType::kAlloc || type == MsgType::kSave || type == MsgType::kList ||
+      type == MsgType::kWaitCommitted) {
+    (void)p_.service->Handle(conn, type, payload);
+    return;
+  }
+  (void)conn.SendError(Status::FailedPrecondition("a writer of rank " + std::to_string(conn.rank) +
+                                                  " saves and lists versions only (request type " +
+                                                  std::to_string(static_cast<int>(type)) + ")"));
+}
+
 void RankRequests::Hello(Connection& conn, const std::string& payload) {
   const Place place = place_();
   RankHello h;
@@ -55,6 +69,7 @@ void RankRequests::Hello(Connection& conn, const std::string& payload) {
     c.is_local_rank = slot != nullptr;
     c.rank_pid = slot ? slot->pid : 0;
     c.rank_connected = slot && slot->conn_id != 0;
+    c.writers = static_cast<int>(p_.server->Count([&](const Connection& x) { return x.writer && x.rank == h.rank; }));
     c.peer_pid = conn.pid;
     c.peer_pgid = ::getpgid(conn.pid);
     s = CheckHello(h, c);
@@ -67,6 +82,13 @@ void RankRequests::Hello(Connection& conn, const std::string& payload) {
   conn.rank = h.rank;
   conn.reader.set_max_frame(Connection::kMaxRankFrame);
   conn.generation = p_.generations->generation();
+  conn.writer = h.role == HelloRole::kWriter;
+  if (conn.writer) {
+    FTRUN_LOG_INFO("pid {} writes for rank {}", conn.pid, h.rank);
+    (void)conn.Send(MsgType::kHelloOk, EncodeHelloOk(place.job_id, place.node_rank, place.chunk_size, std::nullopt),
+                    place.store_fd);
+    return;
+  }
   slot->conn_id = conn.id;
   slot->last_progress = clock_.Now();
   (void)conn.Send(MsgType::kHelloOk,

@@ -54,6 +54,7 @@ class RankRequests {
 
  private:
   void Hello(Connection& conn, const std::string& payload);
+  void WriterFrame(Connection& conn, MsgType type, const std::string& payload);
 
   const Parts p_;
   const std::function<Place()> place_;

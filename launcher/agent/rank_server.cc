@@ -168,4 +168,10 @@ Connection* RankServer::Find(uint64_t id) {
   return it == conns_.end() ? nullptr : it->second.get();
 }
 
+size_t RankServer::Count(const std::function<bool(const Connection&)>& which) const {
+  size_t n = 0;
+  for (const auto& [id, conn] : conns_) n += which(*conn) ? 1 : 0;
+  return n;
+}
+
 }  // namespace ftrun

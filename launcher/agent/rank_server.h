@@ -61,6 +61,7 @@ class RankServer {
   // Every connection but the warm control links (connection.h).
   void CloseAll(const std::string& why);
   Connection* Find(uint64_t id);
+  size_t Count(const std::function<bool(const Connection&)>& which) const;
   size_t size() const { return conns_.size(); }
 
  private:

@@ -83,6 +83,7 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   w.Put<int32_t>(impl->rank);
   w.Put<int32_t>(::getpid());
   w.PutString(expected_job);
+  w.Put<uint8_t>(options.writer ? 1 : 0);  // the role (launcher/agent/rank_hello.h)
   FTRUN_RETURN_IF_ERROR(SendFrame(impl->sock.get(), MsgType::kHello, w.data()));
   MsgType type;
   std::string reply;

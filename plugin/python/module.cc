@@ -55,11 +55,8 @@ void Check(const Status& st) {
 
 class PyClient {
  public:
-  PyClient(const std::string& socket_path, int rank, int connect_timeout_ms) {
-    ftrun::ClientOptions options;
-    options.socket_path = socket_path;
-    options.rank = rank;
-    options.connect_timeout_ms = connect_timeout_ms;
+  PyClient(const std::string& socket_path, int rank, int connect_timeout_ms, bool writer) {
+    ftrun::ClientOptions options{socket_path, rank, connect_timeout_ms, writer};
     std::unique_ptr<ftrun::Client> client;
     Status st;
     {
@@ -364,10 +361,11 @@ PYBIND11_MODULE(_ftrun, m) {
   py::class_<PyClient>(m, "Client",
                        "A rank's connection to its node agent. Use as a context manager or "
                        "call close(); calls after close raise Error (FAILED_PRECONDITION).")
-      .def(py::init<const std::string&, int, int>(), py::arg("socket_path") = "", py::arg("rank") = -1,
-           py::arg("connect_timeout_ms") = 10000,
+      .def(py::init<const std::string&, int, int, bool>(), py::arg("socket_path") = "", py::arg("rank") = -1,
+           py::arg("connect_timeout_ms") = 10000, py::arg("writer") = false,
            "Connects to the agent. socket_path '': $FTRUN_AGENT_SOCKET; rank -1: "
-           "$FTRUN_RANK, else $RANK.")
+           "$FTRUN_RANK, else $RANK. writer: a process of the rank's process group that saves for it "
+           "beside the rank's own connection (DCP's process checkpointer): save and list_versions only.")
       .def_property_readonly("rank", &PyClient::rank)
       .def_property_readonly("job_id", &PyClient::job_id)
       .def_property_readonly("chunk_size", &PyClient::chunk_size)

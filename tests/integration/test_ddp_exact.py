@@ -18,7 +18,12 @@ train_fabric.py, train_lightning.py, train_hf.py, train_accelerate.py).
 
 Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
 restart reduces its first step in DDP's start bucket layout instead of the
-rebuilt one, and the losses drift from there on."""
+rebuilt one, and the losses drift from there on.
+
+CI runs every configuration but wrap_first (a DDP built before ftrun.load,
+cold), which runs with FTRUN_SOAK=1, outside CI's time: a DDP that exists
+before the restore is in CI through Fabric (which builds it first), warm
+(the survivors' DDPs) and tests/unit_py/test_ddp_buckets.py."""
 import os
 import re
 import time
@@ -57,6 +62,9 @@ CONFIGS = {
 }
 
 
+SOAK_ONLY = {"wrap_first"}
+
+
 # Flags that change how a run recovers, not what it computes: configurations that differ only in them share
 # one failure-free run (and its seed): CI time.
 RECOVERY_ONLY = {"--wrap-first", "--resilient", "--overlap"}
@@ -84,6 +92,8 @@ def weights(log):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_ddp_killed_twice_ends_bit_identical(check, name):
+    if name in SOAK_ONLY and os.environ.get("FTRUN_SOAK") != "1":
+        pytest.skip("a DDP built before ftrun.load, cold: FTRUN_SOAK=1 runs it (CI time)")
     rng = seeded_rng()
     shared = GOLDEN.get(golden_key(name))  # (a configuration computing the same ran it already)
     args = ["--seed", str(shared[0] if shared else rng.randrange(1 << 20))]

@@ -5,7 +5,9 @@ ftrun round-trip every local shard, the optimizer state and the param groups;
 a checkpoint written to disk by plain DCP, loaded, saved into ftrun and loaded
 back is equal; dcp.async_save (the thread checkpointer, on its own gloo group)
 into ftrun while the next optimizer step runs loads back as the state was at
-async_save; each rank stored about its local shard bytes, not the model.
+async_save; so does dcp.async_save with the process checkpointer, whose
+background process (a child of the rank) saves as a writer of the rank; each
+rank stored about its local shard bytes, not the model.
 Then, with no agent running, the version the job wrote to its persist
 directory loads through ftrun.dcp.PersistedReader onto 2 ranks (FSDP2) and
 onto one process without a process group, and equals the saving job's
@@ -24,7 +26,7 @@ RANK_SCRIPT = os.path.join(HERE, "py_dcp_rank.py")
 RESHARD_SCRIPT = os.path.join(HERE, "py_dcp_reshard.py")
 WORLD = 4
 CONFIG = ("job:\n  id: %s\n  max_restarts: 0\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
-          "persist:\n  dir: %s\n  every_versions: 1\n  keep: 3\n")
+          "persist:\n  dir: %s\n  every_versions: 1\n  keep: 6\n")
 OK_RE = re.compile(r"^DCP OK (\d+) (\d+) (\d+)$", re.M)
 
 
@@ -46,6 +48,9 @@ def test_dcp_round_trips(check, scratch):
     check(rc == 0, f"runner exit {rc}\n{job.log[-6000:]}")
     ok = {int(r): (int(s), int(l)) for r, s, l in OK_RE.findall(job.log)}
     check(sorted(ok) == list(range(WORLD)), f"every rank reports DCP OK: {sorted(ok)}\n{job.log[-3000:]}")
+    # The process checkpointer's saves came from DCP's background processes, each taken as a writer of its rank.
+    writers = {int(r) for r in re.findall(r"pid \d+ writes for rank (\d+)", job.log)}
+    check(writers == set(range(WORLD)), f"every rank's background process saved as its writer: {sorted(writers)}")
     for r, (stored, local) in ok.items():
         # Rank 0 also holds the items DCP dedups onto one rank (scalars); bytes items are user bytes.
         check(stored <= local + (64 << 10), f"rank {r} stored {stored} bytes, its local shards are {local}")

@@ -59,6 +59,29 @@ TEST_CASE("rank hello: each refusal names why", "[hello]") {
   CHECK(CheckHello(Hi(), c).code() == Code::kAlreadyExists);
 }
 
+TEST_CASE("rank hello: a writer of the rank is taken beside the rank, from the rank's process group only",
+          "[hello]") {
+  RankHello h = Hi();
+  h.role = HelloRole::kWriter;
+  HelloCheck c = Good();
+  c.rank_connected = true;  // the rank's own connection does not keep its writers out
+  CHECK(CheckHello(h, c).ok());
+  c.rank_connected = false;  // nor does its absence
+  CHECK(CheckHello(h, c).ok());
+  c.writers = kMaxWritersPerRank;
+  Status s = CheckHello(h, c);
+  CHECK(s.code() == Code::kResourceExhausted);
+  CHECK(s.message() == "rank 5 has 4 writers connected (at most 4)");
+  c = Good();
+  c.peer_pgid = 999;  // a process outside the rank's group
+  CHECK(CheckHello(h, c).message() == "pid 1240 is not rank 5's process (started by this agent as pid 1234)");
+  c = Good();
+  c.running = false;
+  CHECK(CheckHello(h, c).message() == "rank 5 is being stopped");
+  h.job = "other";
+  CHECK(CheckHello(h, Good()).code() == Code::kFailedPrecondition);
+}
+
 TEST_CASE("rank hello: decoded as the client sends it; a short one is malformed", "[hello]") {
   ByteWriter w;
   w.Put<uint32_t>(7);
@@ -67,8 +90,23 @@ TEST_CASE("rank hello: decoded as the client sends it; a short one is malformed"
   w.PutString("job");
   RankHello h;
   REQUIRE(RankHello::Decode(w.data(), &h).ok());
-  CHECK((h.protocol == 7 && h.rank == 5 && h.job == "job"));
+  CHECK((h.protocol == 7 && h.rank == 5 && h.job == "job" && h.role == HelloRole::kRank));
   CHECK(RankHello::Decode(w.data().substr(0, 9), &h).message() == "malformed hello");
+  // The role byte: 0 the rank, 1 a writer of it; no byte (an older client) the rank; anything else refused.
+  for (uint8_t role : {0, 1}) {
+    ByteWriter with = w;
+    with.Put<uint8_t>(role);
+    REQUIRE(RankHello::Decode(with.data(), &h).ok());
+    CHECK(h.role == static_cast<HelloRole>(role));
+  }
+  ByteWriter bad = w;
+  bad.Put<uint8_t>(2);
+  Status s = RankHello::Decode(bad.data(), &h);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() == "hello: role 2 is neither 0 (the rank) nor 1 (a writer of the rank)");
+  bad = w;
+  bad.Put<uint16_t>(1);  // trailing bytes after the role
+  CHECK(RankHello::Decode(bad.data(), &h).message() == "malformed hello");
 
   const std::string ok = EncodeHelloOk("job", 3, 1 << 20, 17);
   ByteReader r(ok);

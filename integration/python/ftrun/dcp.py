@@ -32,10 +32,13 @@ sharded state dicts (FSDP, DTensor) a rank stores its own shards:
   DefaultSavePlanner does) and sends it, with the step, to every rank in its
   plan's storage_data.
 
-dcp.async_save works with the thread checkpointer (give it and the writer
-their own process group: its collectives run beside the next step's). The
-process checkpointer's writer runs in another process, which the agent does
-not take as the rank (one connection per rank): the writer says so.
+dcp.async_save works with both checkpointers. The thread checkpointer: give
+it and the writer their own process group (its collectives run beside the
+next step's). The process checkpointer (AsyncCheckpointerType.PROCESS): the
+writer is pickled to DCP's background process, a child of the rank in its
+process group, and saves from there as a writer of the rank (the agent takes
+one connection as the rank, and writers of it beside: ftrun.Client(writer=
+True)); its process group there is the background process's own.
 
 The step (ftrun version) is StorageWriter(step), or `checkpoint_id=step` of
 dcp.save (an int, or a string of digits, or "ftrun:<step>"), or, when neither
@@ -65,7 +68,8 @@ from torch.distributed.checkpoint import storage as _storage
 from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.futures import Future
 
-from .state_client import _ftrun_error, get_client
+from . import _ftrun
+from .state_client import _ftrun_error, get_client, get_writer_client
 from .state_pack import _FORMAT_VERSION, _Packer
 from .state_unpack import _Loaded, _load_version
 
@@ -127,17 +131,29 @@ class StorageWriter(_storage.StorageWriter):
         self._pid = os.getpid()
 
     def __getstate__(self):
+        # To DCP's background process (the process checkpointer): a connection and a process group stay in
+        # their process; there the writer is a writer of the rank, in the background process's own group.
         state = dict(self.__dict__)
-        state["_client"] = None     # a connection stays in its process
+        state["_client"] = None
+        state["process_group"] = None
         return state
 
-    def _get_client(self):
+    def _get_client(self, fresh=False):
         if os.getpid() != self._pid:
-            raise _ftrun_error("FAILED_PRECONDITION", f"ftrun.dcp.StorageWriter was made in process {self._pid} and "
-                               f"is used in process {os.getpid()}: the agent takes one connection per rank, from the "
-                               "rank's own process. With dcp.async_save use async_checkpointer_type="
-                               "AsyncCheckpointerType.THREAD (the default), not PROCESS")
+            return get_writer_client(fresh)
         return self._client if self._client is not None else get_client()
+
+    def _save(self, step, tensors, user):
+        for fresh in (False, True):
+            packer = _Packer()
+            user["skeleton"] = packer.pack(tensors)
+            try:
+                return packer.save(self._get_client(fresh), step, user)
+            except _ftrun.Error as e:
+                # A writer whose generation ended (a warm recovery kept this process, the agent refused the old
+                # connection): once more, on a new connection.
+                if fresh or os.getpid() == self._pid or e.code != "FAILED_PRECONDITION":
+                    raise
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
@@ -196,10 +212,8 @@ class StorageWriter(_storage.StorageWriter):
                 size = t.numel() * t.element_size()
             results.append(_storage.WriteResult(index=item.index, size_in_bytes=size,
                                                 storage_data=(_group_rank(self.process_group), key)))
-        packer = _Packer()
-        skeleton = packer.pack(tensors)
-        self.last_stats = packer.save(self._get_client(), step, {
-            "format": _FORMAT, "format_version": _FORMAT_VERSION, "step": step, "skeleton": skeleton,
+        self.last_stats = self._save(step, tensors, {
+            "format": _FORMAT, "format_version": _FORMAT_VERSION, "step": step,
             "bytes": blobs, "metadata": sd["ftrun_metadata"], "torch": torch.__version__,
         })
         fut = Future()

@@ -2,6 +2,7 @@
 connected on first use, the settings configure() sets (the client, pinned
 staging of CUDA tensors), warnings given once, and ftrun.Error with its code."""
 
+import os
 import threading
 import warnings
 
@@ -9,6 +10,7 @@ from . import _ftrun
 
 _lock = threading.Lock()
 _client = None
+_writer = None          # (pid, ftrun.Client): this process's connection as a writer of its rank
 _pin_memory = True
 _staging = {}           # tensor name -> pinned host buffer for CUDA tensors
 _in_flight = []         # CUDA buffers the last save's copies read (until wait() or the next save)
@@ -23,6 +25,21 @@ def get_client():
         if _client is None:
             _client = _ftrun.Client()
         return _client
+
+
+def get_writer_client(fresh=False):
+    """A connection for a process of the rank's process group that is not the
+    rank (DCP's process checkpointer: dcp.async_save's background process): it
+    saves for the rank beside the rank's own connection. fresh: a new one (the
+    last one's generation ended: a warm recovery kept this process)."""
+    global _writer
+    with _lock:
+        mine = _writer is not None and _writer[0] == os.getpid()
+        if fresh and mine:
+            _writer[1].close()
+        if fresh or not mine:
+            _writer = (os.getpid(), _ftrun.Client(writer=True))
+        return _writer[1]
 
 
 def configure(client=None, pin_memory=None):
