@@ -59,8 +59,7 @@ TEST_CASE("rank hello: each refusal names why", "[hello]") {
   CHECK(CheckHello(Hi(), c).code() == Code::kAlreadyExists);
 }
 
-TEST_CASE("rank hello: a writer of the rank is taken beside the rank, from the rank's process group only",
-          "[hello]") {
+TEST_CASE("rank hello: a writer of the rank is taken beside the rank, from the rank's process group only", "[hello]") {
   RankHello h = Hi();
   h.role = HelloRole::kWriter;
   HelloCheck c = Good();
