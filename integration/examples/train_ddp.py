@@ -55,6 +55,9 @@ def parse_args(argv=None, own=()):
                    help="run under @ftrun.resilient: warm recovery in the surviving processes (ftrun.restore)")
     p.add_argument("--fsdp", action="store_true", help="train_fabric.py and train_lightning.py: Lightning's "
                    "FSDPStrategy in lit-gpt's configuration, sharded state dicts (lightning_fsdp.py)")
+    p.add_argument("--fsdp-save", choices=("local", "sharded"), default="local",
+                   help="train_lightning.py --fsdp: ftrun.lightning.Checkpoint(fsdp=...): the rank's FSDP shards as "
+                   "it holds them (local), or the strategy's sharded state dicts")
     p.add_argument("--step-ms", type=float, default=0, help="sleep this long every step (tests: kills land mid-run)")
     p.add_argument("--checkpoint", default="ftrun", metavar="ftrun|none|own:DIR|dcp:DIR|...",
                    help="train_ddp.py and train_lightning.py: ftrun (the default), nothing, or the stack's own "

@@ -89,7 +89,8 @@ def checkpointing(a):
     own (--checkpoint own:DIR: ModelCheckpoint every optimizer step, DIR/last.ckpt), or none."""
     if a.checkpoint == "ftrun":
         return dict(enable_checkpointing=False, plugins=[ftrun.lightning.CheckpointIO()],
-                    callbacks=[ftrun.lightning.Checkpoint(overlap=a.overlap)]), ftrun.lightning.ckpt_path()
+                    callbacks=[ftrun.lightning.Checkpoint(overlap=a.overlap, fsdp=a.fsdp_save)]), \
+            ftrun.lightning.ckpt_path()
     if a.checkpoint == "none":
         return dict(enable_checkpointing=False), None
     last = os.path.join(a.own_dir, "last.ckpt")

@@ -20,10 +20,13 @@ Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
 restart reduces its first step in DDP's start bucket layout instead of the
 rebuilt one, and the losses drift from there on.
 
-CI runs every configuration but wrap_first (a DDP built before ftrun.load,
-cold), which runs with FTRUN_SOAK=1, outside CI's time: a DDP that exists
-before the restore is in CI through Fabric (which builds it first), warm
-(the survivors' DDPs) and tests/unit_py/test_ddp_buckets.py."""
+CI runs every configuration but two, which run with FTRUN_SOAK=1, outside
+CI's time: wrap_first (a DDP built before ftrun.load, cold; a DDP that exists
+before the restore is in CI through Fabric, which builds it first, warm, the
+survivors' DDPs, and tests/unit_py/test_ddp_buckets.py) and
+lightning_fsdp_sharded (the Trainer's FSDP saved as the strategy's sharded
+state dicts; sharded state dicts are in CI through fabric_fsdp and
+tests/torch2/test_fsdp.py)."""
 import os
 import re
 import time
@@ -58,16 +61,19 @@ CONFIGS = {
     # in fresh processes, as in a cold restart), saving with overlap.
     "lightning": ("train_lightning.py", ["--resilient", "--overlap"]),
     "lightning_fsdp": ("train_lightning.py", ["--fsdp", "--resilient", "--overlap"]),
+    # The same saving the strategy's sharded state dicts (Checkpoint(fsdp="sharded")) instead of FSDP's local
+    # shards (the default, above).
+    "lightning_fsdp_sharded": ("train_lightning.py", ["--fsdp", "--resilient", "--overlap", "--fsdp-save", "sharded"]),
     "accelerate": ("train_accelerate.py", []),          # an accelerate loop: ftrun.accelerate.save_state/load_state
 }
 
 
-SOAK_ONLY = {"wrap_first"}
+SOAK_ONLY = {"wrap_first", "lightning_fsdp_sharded"}
 
 
 # Flags that change how a run recovers, not what it computes: configurations that differ only in them share
 # one failure-free run (and its seed): CI time.
-RECOVERY_ONLY = {"--wrap-first", "--resilient", "--overlap"}
+RECOVERY_ONLY = {"--wrap-first", "--resilient", "--overlap", "--fsdp-save", "sharded"}
 GOLDEN = {}  # (script, the arguments that change the math) -> (seed, exit code, log)
 
 

@@ -24,21 +24,30 @@ wrapper around a RandomSampler draws a new order from the global generator
 each time an iterator is made, so a restored run would see other batches.
 The generators are put back right before the first restored batch.
 
-FSDPStrategy (state_dict_type="sharded"; a "full" one would gather the whole
-model on rank 0 at every save, and is refused): every rank saves its own
-shards of the model and optimizer states (the Trainer's sharded state dicts),
-nothing gathered. The strategy loads its checkpoints itself, without a
+FSDPStrategy: every rank saves its own shards, nothing gathered. By default
+(Checkpoint(fsdp="local")) they are the shards as the rank holds them: each
+FSDP unit's flat parameter shard and each optimizer's own state_dict()
+(ftrun.fsdp_local), in place of the Trainer's sharded state dicts, which
+cost most of a step in Python at every save; the rest of the checkpoint is
+the Trainer's. Such a version goes back into the same model on the same
+world size (a restart under ftrun), bit for bit. Checkpoint(fsdp="sharded")
+saves the Trainer's sharded state dicts instead (state_dict_type="sharded";
+a "full" one would gather the whole model on rank 0 at every save, and is
+refused). The strategy loads its checkpoints itself, without a
 CheckpointIO, so Checkpoint() gives it the ftrun path: the restored shards go
-straight into the live FSDP model and optimizers (torch's set_state_dict).
+straight into the live FSDP model and optimizers.
 """
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from . import fsdp_local
 from . import state as _state
 from .sharded import restore_into
 
 RESTORE = "ftrun:restore"
 _pending_rng = []  # the restored generators, for Checkpoint to put back before the first batch
+FSDP_LOCAL = "ftrun_fsdp_local"  # a checkpoint's key for the FSDP local state (in place of its state dicts)
+FSDP_MODES = ("local", "sharded")
 
 
 def ckpt_path():
@@ -80,6 +89,10 @@ def _load_fsdp(trainer, checkpoint):
     model = trainer.strategy.model
     saved_model = checkpoint.get("state_dict") or {}
     optimizers = trainer.strategy.optimizers if trainer.state.fn == TrainerFn.FITTING else []
+    if FSDP_LOCAL in checkpoint:
+        local = dict(checkpoint[FSDP_LOCAL])
+        local["optimizers"] = local["optimizers"] if optimizers else []
+        return fsdp_local.restore_local_state(model, optimizers, local, what="ftrun.lightning")
     saved_optims = checkpoint.get("optimizer_states") or []
     if optimizers and len(saved_optims) != len(optimizers):
         raise ValueError(f"ftrun.lightning: the restored version holds {len(saved_optims)} optimizer states, "
@@ -93,13 +106,17 @@ def _load_fsdp(trainer, checkpoint):
                            optim_state_dict=restore_into(osd, saved))
 
 
-def _take_fsdp_loads(strategy):
-    """Makes an FSDPStrategy load RESTORE from ftrun (it loads without a CheckpointIO)."""
+def _is_fsdp(strategy):
     from lightning.pytorch.strategies import FSDPStrategy
 
-    if not isinstance(strategy, FSDPStrategy) or getattr(strategy, "_ftrun_loads", False):
+    return isinstance(strategy, FSDPStrategy)
+
+
+def _take_fsdp_loads(strategy, mode):
+    """Makes an FSDPStrategy load RESTORE from ftrun (it loads without a CheckpointIO)."""
+    if not _is_fsdp(strategy) or getattr(strategy, "_ftrun_loads", False):
         return
-    if strategy._state_dict_type != "sharded":
+    if mode == "sharded" and strategy._state_dict_type != "sharded":
         raise ValueError("ftrun.lightning: FSDPStrategy(state_dict_type='full') gathers the whole model on rank 0 "
                          "at every save; use state_dict_type='sharded' (every rank saves its own shards)")
     original = strategy.load_checkpoint
@@ -122,16 +139,35 @@ class Checkpoint(Callback):
     runs a step's last micro-batch inside optimizer.step, so what it overlaps is the micro-batches before
     that one (gradient accumulation) and the dataloader's next batch."""
 
-    def __init__(self, every=1, overlap=False):
+    def __init__(self, every=1, overlap=False, fsdp="local"):
         if int(every) < 1:
             raise ValueError(f"ftrun.lightning.Checkpoint: every must be >= 1, not {every!r}")
+        if fsdp not in FSDP_MODES:
+            raise ValueError(f"ftrun.lightning.Checkpoint: fsdp must be one of {FSDP_MODES}, not {fsdp!r}")
         self.every = int(every)
         self.overlap = bool(overlap)
+        self.fsdp = fsdp
         self._saved = None
 
     def setup(self, trainer, pl_module, stage):
         _pending_rng.clear()  # (an earlier fit's, in the same process, ended before its first batch)
-        _take_fsdp_loads(trainer.strategy)
+        _take_fsdp_loads(trainer.strategy, self.fsdp)
+
+    def _dump(self, trainer):
+        """The Trainer's checkpoint; under FSDPStrategy with fsdp="local", its model and optimizer states are
+        the FSDP local state instead: the strategy's sharded state dicts are not made ("state_dict" and
+        "optimizer_states" are left empty)."""
+        strategy = trainer.strategy
+        if self.fsdp != "local" or not _is_fsdp(strategy):
+            return trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        strategy.lightning_module_state_dict = dict  # (instance attributes: the strategy's own come back below)
+        strategy.optimizer_state = lambda optimizer: {}
+        try:
+            checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        finally:
+            del strategy.lightning_module_state_dict, strategy.optimizer_state
+        checkpoint[FSDP_LOCAL] = fsdp_local.local_state(strategy.model, strategy.optimizers)
+        return checkpoint
 
     def on_train_start(self, trainer, pl_module):
         self._saved = trainer.global_step  # 0, or the restored step: saved already
@@ -144,6 +180,6 @@ class Checkpoint(Callback):
         step = trainer.global_step
         if step == self._saved or step % self.every:
             return  # no optimizer step since the last save or the start (gradient accumulation)
-        checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        checkpoint = self._dump(trainer)
         _state.save(step, {"checkpoint": checkpoint, "rng": _state.rng_state()}, overlap=self.overlap)
         self._saved = step
