@@ -42,8 +42,10 @@ void RankRequests::Frame(Connection& conn, MsgType type, const std::string& payl
 }
 
 // A writer of a rank (rank_hello.h) saves and lists versions; it is not the rank, so nothing it sends is the
-// rank's progress, and it neither loads nor reports.
+// rank's progress, and it neither loads nor reports. Its notices (a save's stall, progress: no reply is
+// awaited) are dropped: a writer's stall is not the training's.
 void RankRequests::WriterFrame(Connection& conn, MsgType type, const std::string& payload) {
+  if (type == MsgType::kSaveStall || type == MsgType::kProgress) return;
   if (type == MsgType::kAlloc || type == MsgType::kSave || type == MsgType::kList || type == MsgType::kWaitCommitted) {
     (void)p_.service->Handle(conn, type, payload);
     return;
