@@ -7,7 +7,6 @@ layouts are refused with a warning and change nothing.
 Run from the build tree: PYTHONPATH=build/python python3 -m pytest tests/unit_py/test_ddp_buckets.py
 """
 import gc
-import socket
 import warnings
 
 import pytest
@@ -19,14 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ftrun import ddp_buckets
 
 
-@pytest.fixture(scope="module", autouse=True)
-def group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("one_rank_group")  # (conftest.py)
 
 
 def model():

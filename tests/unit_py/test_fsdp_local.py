@@ -10,11 +10,9 @@ lightning_fsdp.)
 Run from the build tree: PYTHONPATH=build/python python3 -m pytest tests/unit_py/test_fsdp_local.py
 """
 import copy
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -22,14 +20,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from ftrun import fsdp_local
 
 
-@pytest.fixture(scope="module", autouse=True)
-def group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("one_rank_group")  # (conftest.py)
 
 
 class Block(nn.Module):
