@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import tempfile
 
-from .faults import complete_versions, manifest_chunks
+from .persist_files import complete_versions, manifest_chunks
 from .plan import NODE_LOSS_KINDS, RESTART_KINDS
 
 PHASES = [("stop_ms", "stop"), ("respawn_ms", "respawn"), ("connect_ms", "connect"),
