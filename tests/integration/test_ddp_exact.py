@@ -73,13 +73,19 @@ SOAK_ONLY = {"wrap_first", "lightning_fsdp_sharded"}
 
 # Flags that change how a run recovers, not what it computes: configurations that differ only in them share
 # one failure-free run (and its seed): CI time.
-RECOVERY_ONLY = {"--wrap-first", "--resilient", "--overlap", "--fsdp-save", "sharded"}
+RECOVERY_ONLY = {"--wrap-first", "--resilient", "--overlap"}
+SAVE_ONLY = {"--fsdp-save"}  # (with a value: how the state is saved, not what it is)
 GOLDEN = {}  # (script, the arguments that change the math) -> (seed, exit code, log)
 
 
 def golden_key(name):
     script, extra = CONFIGS[name]
-    return script, tuple(x for x in extra if x not in RECOVERY_ONLY)
+    kept, skip = [], False
+    for x in extra:
+        if not skip and x not in RECOVERY_ONLY and x not in SAVE_ONLY:
+            kept.append(x)
+        skip = x in SAVE_ONLY
+    return script, tuple(kept)
 
 
 def job(name, args):

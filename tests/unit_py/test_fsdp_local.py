@@ -2,8 +2,8 @@
 modules (CPU): the local state of a trained model and its optimizer, put
 into a model and optimizer built and wrapped the same way, makes them equal
 to the saved ones, bit for bit, and they then train on identically; a state
-of another wrapping, world size or optimizer count is refused, naming what
-differs, and changes nothing. (Bit-identical runs of Lightning's
+of another wrapping, world size, optimizer count or param groups is refused,
+naming what differs, and changes nothing. (Bit-identical runs of Lightning's
 FSDPStrategy killed and restarted with it: test_ddp_exact.py's
 lightning_fsdp.)
 
@@ -81,7 +81,7 @@ def test_a_local_state_put_back_is_the_state_bit_for_bit(check, use_orig_params)
     check(same(snapshot(other, other_opt), snapshot(model, opt)), "both train on identically")
 
 
-def test_another_wrapping_world_or_optimizer_count_is_refused_and_changes_nothing(check):
+def test_another_wrapping_world_optimizer_count_or_param_groups_is_refused_and_changes_nothing(check):
     model, opt = build(1)
     train(model, opt, 1, seed=5)
     saved = fsdp_local.local_state(model, [opt])
@@ -89,17 +89,21 @@ def test_another_wrapping_world_or_optimizer_count_is_refused_and_changes_nothin
     other, other_opt = build(2, per_block=False)  # one FSDP unit, not three
     before = snapshot(other, other_opt)
     model3, opt3 = build(3)
+    before3 = snapshot(model3, opt3)
     cases = [
         (other, [other_opt], saved, "the saved model has 3 FSDP units, the live one 1"),
         (model3, [opt3], {**saved, "world": 4}, "saved on 4 ranks, restored on 1"),
         (model3, [], saved, "1 optimizer states saved, 0 optimizers"),
         (other, [other_opt], {"format": 9}, "not an FSDP local state of format 1: 9"),
+        (model3, [torch.optim.AdamW(list(model3.parameters())[:1])], saved,
+         "optimizer 0 has param groups of [1] parameters, the saved one"),
     ]
     for target, optimizers, state, why in cases:
         with pytest.raises(ValueError) as e:
             fsdp_local.restore_local_state(target, optimizers, state)
         check(why in str(e.value), f"refused naming {why!r}: {e.value}")
     check(same(snapshot(other, other_opt), before), "a refused state changed nothing")
+    check(same(snapshot(model3, opt3), before3), "a refused state changed nothing (param groups last)")
     shrunk = {**saved, "flat": [saved["flat"][0][:-1]] + saved["flat"][1:]}
     model2, opt2 = build(4)
     before2 = snapshot(model2, opt2)

@@ -27,6 +27,10 @@ def _units(model):
     return FSDP.fsdp_modules(model)  # every FSDP unit, in the model's module order
 
 
+def _world():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
 def _raw(optimizer):
     return getattr(optimizer, "_optimizer", optimizer)  # (a LightningOptimizer wraps the torch one)
 
@@ -38,17 +42,18 @@ def local_state(model, optimizers):
     for unit in _units(model):
         param = unit._flat_param
         flat.append(None if param is None else param.detach())
-    return {"format": FORMAT, "world": dist.get_world_size() if dist.is_initialized() else 1, "flat": flat,
+    return {"format": FORMAT, "world": _world(), "flat": flat,
             "optimizers": [_raw(o).state_dict() for o in optimizers]}
 
 
 def restore_local_state(model, optimizers, saved, what="ftrun.fsdp_local"):
     """Puts a local_state back into the live model and optimizers, in place. A state of another world size,
-    wrapping or optimizer count is refused (ValueError naming what differs) before anything is changed."""
+    wrapping, optimizer count or param groups is refused (ValueError naming what differs) before anything is
+    changed."""
     if not isinstance(saved, dict) or saved.get("format") != FORMAT:
         raise ValueError(f"{what}: not an FSDP local state of format {FORMAT}: "
                          f"{saved.get('format') if isinstance(saved, dict) else type(saved).__name__}")
-    world = dist.get_world_size() if dist.is_initialized() else 1
+    world = _world()
     if saved["world"] != world:
         raise ValueError(f"{what}: saved on {saved['world']} ranks, restored on {world}: FSDP's local shards "
                          "are not resharded (save with sharded state dicts to load onto another world size)")
@@ -69,6 +74,11 @@ def restore_local_state(model, optimizers, saved, what="ftrun.fsdp_local"):
                              f"(numel, dtype) {have}, the saved one {want}: wrap the model the same way")
         if param is not None:
             pairs.append((param, shard))
+    for i, (optimizer, state) in enumerate(zip(optimizers, saved["optimizers"])):
+        have = [len(g["params"]) for g in _raw(optimizer).param_groups]
+        want = [len(g["params"]) for g in state["param_groups"]]
+        if have != want:
+            raise ValueError(f"{what}: optimizer {i} has param groups of {have} parameters, the saved one {want}")
     with torch.no_grad():
         for param, shard in pairs:
             param.copy_(shard.reshape(param.shape))
