@@ -20,6 +20,16 @@ if [ "${1:-}" = "--sanitize" ]; then
   flags=(-DFTRUN_SANITIZE=ON -DFTRUN_BUILD_PYTHON=OFF -DFTRUN_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
     -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1)
 fi
+# ccache: a checkout built before on this machine (CI's clone, a second work
+# tree) compiles only what changed. Paths under the checkout are hashed
+# relative to it, and the build directory's path is not hashed, so another
+# folder's clone hits the same entries. The cache lives outside the checkout
+# (ccache's default, ~/.cache/ccache); without ccache the build is the same,
+# only slower.
+if command -v ccache >/dev/null; then
+  launcher="env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=1;ccache"  # (in the launcher: a plain ninja run too)
+  flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" -DCMAKE_C_COMPILER_LAUNCHER="$launcher")
+fi
 phase "configuring $dir/ (cmake)" "configure-$dir.log" cmake -S . -B "$dir" -G Ninja \
   -DPython3_EXECUTABLE="$PWD/.venv/bin/python" "${flags[@]}"
 # shellcheck disable=SC2086  # FTRUN_BUILD_TARGETS is a list of targets

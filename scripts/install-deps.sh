@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/phase.sh
 pkgs=(
-  build-essential cmake pkg-config ninja-build
+  build-essential cmake pkg-config ninja-build ccache
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libspdlog-dev catch2 libisal-dev libxxhash-dev liburing-dev
   libcli11-dev nlohmann-json3-dev pybind11-dev python3-dev

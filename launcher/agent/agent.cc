@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "launcher/agent/rank_env.h"
 #include "plugin/common/duration.h"
 #include "plugin/common/log.h"
 #include "plugin/common/safe_dir.h"
@@ -148,6 +149,7 @@ int Agent::Run() {
                  o_.node_rank, o_.local_ranks, o_.first_global_rank, o_.first_global_rank + o_.local_ranks - 1,
                  o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
                  lock_.socket_path());
+  if (const std::string notice = ThreadsNotice(o_); !notice.empty()) FTRUN_LOG_INFO("{}", notice);
   member_->Pump();  // the coordinator says when to start (or what to restore from disk first)
   Loop();
   disk_->Drain(service_->last_committed(), fenced_);

@@ -50,6 +50,13 @@ std::vector<std::string> Finish(std::map<std::string, std::string> env) {
   return out;
 }
 
+// torchrun's rule: with more than one rank on a node and no OMP_NUM_THREADS
+// in the agent's environment, each rank gets OMP_NUM_THREADS=1 (torch's
+// intra-op pool is otherwise as wide as the node, in every rank at once).
+void LimitThreads(const AgentOptions& o, std::map<std::string, std::string>& env) {
+  if (!ThreadsNotice(o).empty()) env["OMP_NUM_THREADS"] = "1";
+}
+
 std::string Devices(const AgentOptions& o) {
   std::string devices;
   for (size_t i = 0; i < o.slots.size(); ++i) devices += (i ? "," : "") + std::to_string(o.slots[i]);
@@ -57,6 +64,12 @@ std::string Devices(const AgentOptions& o) {
 }
 
 }  // namespace
+
+std::string ThreadsNotice(const AgentOptions& o) {
+  if (o.local_ranks <= 1 || std::getenv("OMP_NUM_THREADS") != nullptr) return "";
+  return "OMP_NUM_THREADS=1 in each rank's environment (" + std::to_string(o.local_ranks) +
+         " ranks on this node; as torchrun: set OMP_NUM_THREADS to choose another)";
+}
 
 std::map<std::string, std::string> RankVariables(const AgentOptions& o, const RankIdentity& id) {
   const std::string world = std::to_string(o.world_size);
@@ -102,6 +115,7 @@ std::map<std::string, std::string> RankVariables(const AgentOptions& o, const Ra
 std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id) {
   std::map<std::string, std::string> env = AgentEnvironment();
   for (const auto& [k, v] : RankVariables(o, id)) env[k] = v;
+  LimitThreads(o, env);
   return Finish(std::move(env));
 }
 
@@ -121,6 +135,7 @@ std::vector<std::string> BuildStandbyEnv(const AgentOptions& o, const std::strin
   env["FTRUN_JOB_ID"] = o.job_id;
   env["FTRUN_NODE_RANK"] = std::to_string(o.node_rank);
   env["FTRUN_WARM_STANDBY"] = "1";
+  LimitThreads(o, env);
   return Finish(std::move(env));
 }
 

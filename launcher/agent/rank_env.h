@@ -35,6 +35,11 @@ std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity&
 // standby is given for a new generation: warm_ranks.h).
 std::map<std::string, std::string> RankVariables(const AgentOptions& o, const RankIdentity& id);
 
+// Non-empty where BuildRankEnv and BuildStandbyEnv set OMP_NUM_THREADS=1, as
+// torchrun does: more than one rank on this node and no OMP_NUM_THREADS in
+// the agent's environment. What the agent logs once, at its start.
+std::string ThreadsNotice(const AgentOptions& o);
+
 // This process's environment with the Python package built or installed
 // with it on PYTHONPATH, as BuildRankEnv does: for a Python helper ftrun
 // starts itself (the runner's rendezvous store).

@@ -31,7 +31,9 @@ def world_info(slots):
 
 
 def env():
-    e = dict(os.environ, DS_ACCELERATOR="cpu")
+    # (OMP_NUM_THREADS: ftrun-agent gives each rank 1 as torchrun does, DeepSpeed's launcher nothing; the
+    # golden runs under it compute with the same threads as the runs under ftrun)
+    e = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     e.pop("FTRUN_AGENT_SOCKET", None)
     return e
 

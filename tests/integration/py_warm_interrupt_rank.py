@@ -3,8 +3,11 @@ middle of a long backward pass (tests/integration/test_warm_interrupt.py).
 
 Generation 0, rank 0: a forward pass through LAYERS wide linear layers; in
 the backward pass, right after the last layer's gradient, a custom autograd
-node creates FLAG, and rank 1 (waiting for it) SIGKILLs itself. The rest of
-the backward pass is seconds of C++ (every layer's matrix products). The
+node creates FLAG, rank 1 (waiting for it) SIGKILLs itself, and the node
+returns once rank 1 is dead (its pid in FLAG.pid: a zombie until its agent
+reaps it), so that the agent's notice comes while the rest of the backward
+pass runs, however loaded the machine: seconds of C++ (every layer's matrix
+products). The
 Restart must come out of loss.backward() before it is over: it is raised by
 ftrun's gradient hook, so some parameters (or all: the hook runs before
 the gradient lands) have no gradient yet. Generation 1
@@ -22,7 +25,7 @@ import torch
 import ftrun
 from rank_say import say
 
-LAYERS, WIDTH, BATCH = 24, 1024, 256
+LAYERS, WIDTH, BATCH = 24, 1024, 512
 FLAG = os.environ["FTRUN_TEST_FLAG"]
 REPORT = {}  # what generation 0 saw, for generation 1 (this process's; ctx.keep starts afresh: nothing is saved)
 
@@ -38,7 +41,20 @@ class Announce(torch.autograd.Function):
     def backward(ctx, g):
         with open(FLAG, "w") as f:
             f.write("backward\n")
+        deadline = time.time() + 120
+        while time.time() < deadline and not rank1_dead():
+            time.sleep(0.001)
         return g
+
+
+def rank1_dead():
+    try:
+        with open(FLAG + ".pid") as f:
+            pid = int(f.read())
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return os.path.exists(FLAG + ".pid")  # (reaped already)
 
 
 @ftrun.resilient
@@ -51,6 +67,9 @@ def main(ctx):
             f"of={report.get('of')} warm={ctx.warm}")
         return
     if ctx.rank == 1:
+        with open(FLAG + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(FLAG + ".tmp", FLAG + ".pid")
         while not os.path.exists(FLAG):
             time.sleep(0.005)
         os.kill(os.getpid(), signal.SIGKILL)

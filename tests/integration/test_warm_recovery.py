@@ -61,7 +61,7 @@ class WarmJob(ScriptClusterJob):
         ranks = [r for ast in self.agents() for r in ast.get("ranks", []) if not r.get("finished")]
         return len(ranks) == WORLD and all(r.get("warm") for r in ranks) and min(self.standbys_ready() or [0]) >= 1
 
-    def wait_running(self, restarts, after_version, gone=(), timeout=90):
+    def wait_running(self, restarts, after_version, gone=(), timeout=180):
         """Until the job runs generation `restarts` with all ranks stepping, a version newer than
         after_version committed, and none of the pids `gone` (killed ones: the restart count and a commit
         in flight can move before the agents' status files do) among the ranks; the rank pids then (None
@@ -107,7 +107,7 @@ class Golden:
     def losses_and_weights(self):
         if self.result is None:
             job = self.job
-            rc = job.wait(timeout=180)
+            rc = job.wait(timeout=300)
             assert rc == 0, f"failure-free run under @ftrun.resilient: exit {rc}\n{job.log[-4000:]}"
             want_loss, want_weights = losses(job.log), weights(job.log)
             assert sorted(want_loss) == list(range(STEPS)) and len(set(want_weights.values())) == 1 and \
@@ -163,10 +163,10 @@ def test_repeated_rank_kills(check, seeds, golden):
     for n in range(1, 4):
         if pids is None:
             break
-        deadline = time.time() + 90  # the standbys of the previous kill are up (each imports torch: seconds)
+        deadline = time.time() + 180  # the standbys of the previous kill are up (each imports torch: seconds)
         while not job.all_warm() and time.time() < deadline:
             time.sleep(0.05)
-        check(job.all_warm(), f"kill {n}: every rank warm and a standby ready on every node within 90 s")
+        check(job.all_warm(), f"kill {n}: every rank warm and a standby ready on every node within 180 s")
         victim = 0 if n == 1 else rng.randrange(WORLD)  # rank 0 once: the store must not go with it
         killed = kill_mid_step(job, victim, rng)
         check(killed is not None, f"kill {n}: rank {victim} was running")
@@ -197,7 +197,7 @@ def test_repeated_rank_kills(check, seeds, golden):
           f"each generation at a store of its own (torch 2.x puts no per-generation prefix on the keys): "
           f"{first_store} -> {store}")
     check(store.get("pid") not in job.seen, f"the rendezvous store's pid {store.get('pid')} is a rank's")
-    rc = job.wait(timeout=180)
+    rc = job.wait(timeout=300)
     time.sleep(0.5)
     check(not store.get("pid") or not os.path.exists(f"/proc/{store['pid']}"),
           f"the rendezvous store (pid {store.get('pid')}) outlived the job")
@@ -235,7 +235,7 @@ def test_node_killed_with_spare(check, seeds, golden):
             check(not moved, f"the other node's ranks changed processes: {moved}")
             check(all(new[r] in spare_standbys for r in mine),
                   f"node {victim}'s ranks {[new[r] for r in mine]} are not the spare's standbys")
-    rc = job.wait(timeout=180)
+    rc = job.wait(timeout=300)
     check_end(check, job, rc, golden, "node killed, spare warm")
 
 
@@ -254,13 +254,13 @@ def test_hang_and_exception(check, seeds, golden):
         victim = rng.choice([r for r in range(WORLD) if r != raiser])
         after = committed(job)
         stopped = kill_mid_step(job, victim, rng, signal.SIGSTOP)
-        later = job.wait_running(2, after, gone=[stopped], timeout=60)
+        later = job.wait_running(2, after, gone=[stopped], timeout=120)
         check(later is not None, f"the hang was not recovered:\n{job.log[-3000:]}")
         if later:
             moved = {r: (new[r], later[r]) for r in range(WORLD) if r != victim and new[r] != later[r]}
             check(not moved, f"survivors of the hang changed processes: {moved}")
             check(later[victim] != stopped, "the hung rank was replaced")
-    rc = job.wait(timeout=180)
+    rc = job.wait(timeout=300)
     check(f"rank {raiser} raised in its training function" in job.log, "the agent names the raise")
     check("restart.abort_timeout" in job.log, "the hung rank was killed at restart.abort_timeout")
     check_end(check, job, rc, golden, "raise, then a hang", hang=True)
@@ -284,7 +284,7 @@ def test_second_failure_and_no_standbys(check, seeds, golden):
         if new:
             stayed = [r for r in range(WORLD) if r not in (first, second) and new[r] == pids[r]]
             check(len(stayed) == WORLD - 2, f"the two survivors kept their processes: {pids} -> {new}")
-    rc = job.wait(timeout=180)
+    rc = job.wait(timeout=300)
     kinds = [r.get("kind") for r in job.recoveries()]
     check("mixed" in kinds or "cold" in kinds, f"with no standbys a dead rank starts cold: {kinds}")
     check_end(check, job, rc, golden, "second failure, no standbys")

@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <map>
 
 #include "launcher/agent/options.h"
@@ -66,6 +67,24 @@ TEST_CASE("the launch argv of deepspeed.launcher.launch is accepted", "[agent]")
   CHECK(env["MASTER_PORT"] == "41234");
   CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");
   CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
+}
+
+TEST_CASE("ranks get OMP_NUM_THREADS=1 as under torchrun, unless the agent's environment sets it", "[agent]") {
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = before ? before : "";
+  ::unsetenv("OMP_NUM_THREADS");
+  AgentOptions o;
+  REQUIRE(Parse({"--nproc", "2", "train.py"}, &o).ok());
+  CHECK(EnvMap(BuildRankEnv(o, RankIdentity{1, 1, 0, "/tmp/x/s.sock"}))["OMP_NUM_THREADS"] == "1");
+  CHECK(EnvMap(BuildStandbyEnv(o, "/tmp/x/s.sock"))["OMP_NUM_THREADS"] == "1");
+  CHECK_THAT(ThreadsNotice(o), Catch::Contains("2 ranks on this node"));
+  ::setenv("OMP_NUM_THREADS", "4", 1);  // the user's choice wins
+  CHECK(EnvMap(BuildRankEnv(o, RankIdentity{1, 1, 0, "/tmp/x/s.sock"}))["OMP_NUM_THREADS"] == "4");
+  CHECK(ThreadsNotice(o).empty());
+  ::unsetenv("OMP_NUM_THREADS");
+  REQUIRE(Parse({"--nproc", "1", "train.py"}, &o).ok());  // one rank: the whole node is its own
+  CHECK(EnvMap(BuildRankEnv(o, RankIdentity{0, 0, 0, "/tmp/x/s.sock"})).count("OMP_NUM_THREADS") == 0);
+  if (before) ::setenv("OMP_NUM_THREADS", saved.c_str(), 1);
 }
 
 TEST_CASE("the rank command follows --module and --no_python and --no_local_rank", "[agent]") {
