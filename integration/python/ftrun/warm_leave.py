@@ -124,6 +124,24 @@ def _reset_accelerate():
     state.GradientState._reset_state()
 
 
+def _reset_dcp_process():
+    """dcp.async_save's process checkpointer keeps one background process per rank for the process's life
+    (torch.distributed.checkpoint._async_process_executor._CHECKPOINT_PROCESS), joined with the other ranks'
+    in a process group of its own: after a warm recovery that group still waits for the dead rank's, and the
+    next generation's fresh ranks make new ones that wait for the survivors'. It goes with the generation
+    (killed: it may be inside a collective with a dead peer); the next async_save starts a new one, in the
+    new generation's group, and its ftrun.dcp writer connects anew."""
+    executor = sys.modules.get("torch.distributed.checkpoint._async_process_executor")
+    process = getattr(executor, "_CHECKPOINT_PROCESS", None)
+    if process is None:
+        return
+    executor._CHECKPOINT_PROCESS = None
+    child = getattr(process, "_save_process", None)
+    if child is not None and child.is_alive():
+        child.kill()
+        child.join(timeout=10)
+
+
 def _abort_nccl():
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
