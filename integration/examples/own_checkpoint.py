@@ -9,7 +9,9 @@ step time without checkpoints):
   file; nanoGPT writes in place), and every rank of a restarted job
   torch.loads it. The generators are not saved (nanoGPT does not).
 * train_lightning.py: Lightning's ModelCheckpoint (every optimizer step, the
-  newest as DIR/last.ckpt; with --fsdp a directory of shards) and
+  newest as DIR/last.ckpt; with --fsdp a directory of shards, which
+  Lightning's FSDPStrategy writes with DCP's dcp.save and reads with
+  dcp.load: the FSDP stack's own checkpoint is DCP's sync save) and
   `trainer.fit(ckpt_path=...)` from it.
 * train_hf.py: the Trainer's own (`save_steps=1` into DIR/checkpoint-<step>,
   `resume_from_checkpoint` from the newest).
@@ -21,6 +23,10 @@ writer in a thread) and `dcp_process:DIR` (in a process of its own,
 AsyncCheckpointerType.PROCESS), the async ones with a stager kept across
 saves (its buffers reused; shared memory for the process), staging in the
 background, and the save plan cached.
+
+train_ddp.py --dcp dcp|dcp_async|dcp_process makes the same DCP calls with
+ftrun.dcp as their storage instead of a directory (FtrunDcpCheckpoint): what
+a DCP user changes to use ftrun.
 """
 import os
 
@@ -85,13 +91,13 @@ class DcpCheckpoint:
     time (the next waits for it, as DCP's documentation does) and stage in the background: the optimizer waits
     for the staging before it changes the weights (before_update)."""
 
-    def __init__(self, kind, directory, rank):
+    def __init__(self, kind, directory, rank, plan_caching=True):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
         self.dcp, self.kind, self.dir, self.rank = dcp, kind, directory, rank
-        self.planner = dcp.DefaultSavePlanner(enable_plan_caching=True)
+        self.planner = dcp.DefaultSavePlanner(enable_plan_caching=plan_caching)
         self.response = None  # the async save in flight
         self.group = None
         if kind != "dcp":
@@ -127,15 +133,17 @@ class DcpCheckpoint:
         return steps[-1]
 
     def save(self, step, raw, optimizer):
-        path = os.path.join(self.dir, f"step-{step:08d}")
+        self._save(self._state(raw, optimizer), planner=self.planner,
+                   checkpoint_id=os.path.join(self.dir, f"step-{step:08d}"))
+        self._prune()
+
+    def _save(self, state, **where):
         if self.kind == "dcp":
-            self.dcp.save(self._state(raw, optimizer), checkpoint_id=path, planner=self.planner)
+            self.dcp.save(state, **where)
         else:
             self._wait()
-            self.response = self.dcp.async_save(self._state(raw, optimizer), checkpoint_id=path, planner=self.planner,
-                                                process_group=self.group, async_checkpointer_type=self.type,
-                                                async_stager=self.stager)
-        self._prune()
+            self.response = self.dcp.async_save(state, process_group=self.group, async_checkpointer_type=self.type,
+                                                async_stager=self.stager, **where)
 
     def before_update(self):
         if self.response is not None and hasattr(self.response, "staging_completion"):
@@ -159,3 +167,46 @@ class DcpCheckpoint:
         self._wait()
         if self.kind != "dcp":
             self.stager.close()
+
+
+class FtrunDcpCheckpoint(DcpCheckpoint):
+    """DcpCheckpoint's DCP calls with ftrun.dcp's storage: ftrun.dcp.StorageWriter(step) for every save (it
+    records the rank's DDP gradient buckets: a restored run reduces as the saving one did) and
+    ftrun.dcp.StorageReader() for the version a restart restores. Each rank's generators go with its state
+    (under its own key: DCP keeps one copy of a key that every rank saves), so a restart is bit-identical."""
+
+    def __init__(self, kind, rank):
+        super().__init__(kind, None, rank, plan_caching=False)  # (the plan names the step: made every save)
+
+    def _state(self, raw, optimizer):
+        import pickle
+
+        import ftrun
+
+        return dict(super()._state(raw, optimizer), **{f"rng{self.rank}": pickle.dumps(ftrun.rng_state())})
+
+    def load(self, raw, optimizer):
+        import pickle
+
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        import ftrun
+        import ftrun.dcp
+
+        version = ftrun.dcp.restore_version()
+        if version is None:
+            return None
+        state = self._state(raw, optimizer)
+        self.dcp.load(state, storage_reader=ftrun.dcp.StorageReader())
+        set_state_dict(raw, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        ftrun.set_rng_state(pickle.loads(state[f"rng{self.rank}"]))
+        return version
+
+    def save(self, step, raw, optimizer):
+        import ftrun.dcp
+
+        self._save(self._state(raw, optimizer), planner=self.planner,
+                   storage_writer=ftrun.dcp.StorageWriter(step, process_group=self.group))
+
+    def _prune(self):
+        pass  # (ftrun keeps its versions: store.keep_versions)

@@ -63,6 +63,9 @@ def parse_args(argv=None, own=()):
                    help="train_ddp.py and train_lightning.py: ftrun (the default), nothing, or the stack's own "
                    "checkpoint in DIR (train_ddp.py: also DCP's, dcp:, dcp_async: or dcp_process:), run by "
                    "torchrun (own_checkpoint.py; bench/stack_recovery.py)")
+    p.add_argument("--dcp", choices=("dcp", "dcp_async", "dcp_process"), default=None,
+                   help="train_ddp.py: save with dcp.save / dcp.async_save (its thread or process checkpointer) "
+                   "into ftrun (ftrun.dcp's storage) and restore with dcp.load, instead of ftrun.save / ftrun.load")
     p.add_argument("--overlap", action="store_true", help="ftrun.save(overlap=True): the copy into the store "
                    "runs beside the next step's forward and backward pass (train_lightning.py: "
                    "ftrun.lightning.Checkpoint(overlap=True))")
@@ -78,6 +81,8 @@ def parse_args(argv=None, own=()):
     if a.accum < 1 or a.steps < 0 or a.d_model % a.heads:
         p.error("--accum must be >= 1, --steps >= 0, --d-model a multiple of --heads")
     own_checkpoint.parse(p, a, own or ("own",))
+    if a.dcp and a.checkpoint != "ftrun":
+        p.error(f"--dcp saves into ftrun: not with --checkpoint {a.checkpoint}")
     if a.checkpoint != "ftrun" and (a.resilient or not own):
         p.error("--resilient restores through ftrun: --checkpoint ftrun" if own else
                 f"--checkpoint {a.checkpoint}: {p.prog} saves through ftrun only")
@@ -173,7 +178,9 @@ def main(ctx=None):
     model = wrap() if a.wrap_first else None
     torch.manual_seed(a.seed + 1 + rank)  # dropout: each rank its own stream
     own = own_checkpoint.for_ddp(a.own_kind, a.own_dir, rank) if a.own_dir else None
-    if ctx is not None:
+    if a.dcp:  # DCP's own calls, into ftrun: restored by dcp.load, warm or cold
+        own = own_checkpoint.FtrunDcpCheckpoint(a.dcp, rank)
+    if ctx is not None and own is None:
         start = ftrun.restore(model=raw, optim=optimizer)  # in place, generators included
         if start:
             say(f"RESUMED {rank} {start - 1}")

@@ -65,6 +65,9 @@ CONFIGS = {
     # shards (the default, above).
     "lightning_fsdp_sharded": ("train_lightning.py", ["--fsdp", "--resilient", "--overlap", "--fsdp-save", "sharded"]),
     "accelerate": ("train_accelerate.py", []),          # an accelerate loop: ftrun.accelerate.save_state/load_state
+    # DCP's own calls into ftrun (ftrun.dcp): dcp.async_save with the process checkpointer, dcp.load, warm; each
+    # survivor's DCP background process goes with its generation, the next one's writer connects anew.
+    "dcp_process": ("train_ddp.py", ["--resilient", "--dcp", "dcp_process"]),
 }
 
 
@@ -74,7 +77,7 @@ SOAK_ONLY = {"wrap_first", "lightning_fsdp_sharded"}
 # Flags that change how a run recovers, not what it computes: configurations that differ only in them share
 # one failure-free run (and its seed): CI time.
 RECOVERY_ONLY = {"--wrap-first", "--resilient", "--overlap"}
-SAVE_ONLY = {"--fsdp-save"}  # (with a value: how the state is saved, not what it is)
+SAVE_ONLY = {"--fsdp-save", "--dcp"}  # (with a value: how the state is saved, not what it is)
 GOLDEN = {}  # (script, the arguments that change the math) -> (seed, exit code, log)
 
 

@@ -1,6 +1,7 @@
 """Checks ftrun.warm_leave's retirement of a left generation's connections
 on real loopback sockets and a real epoll set, as gloo's loop holds them, and
-its reset of accelerate's process-wide state (the real accelerate).
+its reset of accelerate's process-wide state (the real accelerate), and the
+gradients it drops from what a generation kept (real torch modules).
 
 Run from the build tree: PYTHONPATH=build/python python3 -m pytest tests/unit_py/test_warm_leave.py
 """
@@ -95,3 +96,19 @@ def test_accelerate_state_is_made_anew_after_a_generation(monkeypatch):
         and not state.GradientState._shared_state
     assert state.PartialState(cpu=True).initialized  # made again
     warm_leave._reset_accelerate()
+
+
+def test_drop_gradients_of_kept_modules_and_tensors():
+    """A left generation's gradients go from what it kept (modules, tensors); nothing else changes."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    loose = torch.ones(5, requires_grad=True)
+    other = torch.nn.Linear(2, 2)  # not kept: keeps its gradient
+    (model(torch.ones(1, 4)).sum() + loose.sum() + other(torch.ones(1, 2)).sum()).backward()
+    weights = [p.detach().clone() for p in model.parameters()]
+    assert all(p.grad is not None for p in model.parameters()) and loose.grad is not None
+    warm_leave._drop_gradients([model, loose, "not torch", 3])
+    assert all(p.grad is None for p in model.parameters()) and loose.grad is None
+    assert other.weight.grad is not None
+    assert all(torch.equal(w, p) for w, p in zip(weights, model.parameters()))

@@ -38,7 +38,13 @@ next step's). The process checkpointer (AsyncCheckpointerType.PROCESS): the
 writer is pickled to DCP's background process, a child of the rank in its
 process group, and saves from there as a writer of the rank (the agent takes
 one connection as the rank, and writers of it beside: ftrun.Client(writer=
-True)); its process group there is the background process's own.
+True)); its process group there is the background process's own. Under
+@ftrun.resilient, a warm recovery ends that process with the generation
+(ftrun.warm_leave); the next async_save starts a new one.
+
+With DDP: a StorageWriter records the rank's DDP gradient buckets when it is
+made (ftrun.ddp_buckets; make one for each save), and StorageReader hands
+them to the next DDP built, so a restored run reduces as the saving one did.
 
 The step (ftrun version) is StorageWriter(step), or `checkpoint_id=step` of
 dcp.save (an int, or a string of digits, or "ftrun:<step>"), or, when neither
@@ -68,12 +74,12 @@ from torch.distributed.checkpoint import storage as _storage
 from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.futures import Future
 
-from . import _ftrun
+from . import _ftrun, ddp_buckets
 from .state_client import _ftrun_error, get_client, get_writer_client
 from .state_pack import _FORMAT_VERSION, _Packer
-from .state_unpack import _Loaded, _load_version
+from .state_unpack import _load_version
 
-__all__ = ["StorageWriter", "StorageReader", "PersistedReader"]
+__all__ = ["StorageWriter", "StorageReader", "PersistedReader", "restore_version"]
 
 _FORMAT = "ftrun.dcp"
 
@@ -98,6 +104,11 @@ def _valid_id(checkpoint_id):
         return _as_step(checkpoint_id) is not None
     except Exception:
         return False
+
+
+def restore_version():
+    """The version a restart restores, which StorageReader() loads (None: a fresh start)."""
+    return get_client().restore_version
 
 
 def _group_rank(group):
@@ -129,6 +140,7 @@ class StorageWriter(_storage.StorageWriter):
         self.is_coordinator = False
         self.last_stats = None      # Client.save's statistics of this rank's last save
         self._pid = os.getpid()
+        self._ddp = ddp_buckets.layouts_to_save()  # (here, in the rank: its DDP modules' gradient buckets)
 
     def __getstate__(self):
         # To DCP's background process (the process checkpointer): a connection and a process group stay in
@@ -214,7 +226,7 @@ class StorageWriter(_storage.StorageWriter):
                                                 storage_data=(_group_rank(self.process_group), key)))
         self.last_stats = self._save(step, tensors, {
             "format": _FORMAT, "format_version": _FORMAT_VERSION, "step": step,
-            "bytes": blobs, "metadata": sd["ftrun_metadata"], "torch": torch.__version__,
+            "bytes": blobs, "metadata": sd["ftrun_metadata"], "torch": torch.__version__, "ddp": self._ddp,
         })
         fut = Future()
         fut.set_result(results)
@@ -263,6 +275,7 @@ class StorageReader(_storage.StorageReader):
             if loaded is None:
                 raise _ftrun_error("NOT_FOUND", "ftrun.dcp.StorageReader: no version is committed")
             self._loaded = loaded
+            ddp_buckets.restore(loaded.payload.get("ddp"))  # (the next DDP built reduces as the saving run did)
         return self._loaded
 
     def read_metadata(self, *args, **kwargs):
@@ -353,47 +366,4 @@ class StorageReader(_storage.StorageReader):
         return {k: got[k] for k in wanted}
 
 
-class PersistedReader(StorageReader):
-    """DCP StorageReader over a version that ftrun wrote to a persist
-    directory (persist.dir), read without any agent, onto any world size:
-    resharding. The loading job may have another number of ranks than the one
-    that saved (or be one process without a process group, which gets full
-    tensors); DCP's planner maps every saved shard onto this rank's shards.
-
-        reader = ftrun.dcp.PersistedReader("/data/ftrun", "my-job")      # the newest complete version
-        dcp.load(state, storage_reader=reader)
-
-    Each rank reads, whole and hash-checked, the files of every saving rank
-    whose items it needs (all of them, for a process loading full tensors).
-    version None: the newest complete version when the reader first reads;
-    give the version when the saving job may still be writing newer ones."""
-
-    def __init__(self, dir, job, version=None, *, map_location="cpu"):
-        super().__init__(version, map_location=map_location)
-        self.dir = os.fspath(dir)
-        self.job = job
-        self._ranks = {}
-
-    def reset(self, checkpoint_id=None):
-        super().reset(checkpoint_id)
-        self._ranks = {}
-
-    def _rank_objects(self, rank):
-        """(tensors, bytes items) of saving rank `rank` of the version, read once."""
-        if rank not in self._ranks:
-            from .persisted import read_persisted
-
-            loaded = _Loaded(read_persisted(self.dir, self.job, self.version, rank), _FORMAT)
-            self.version = loaded.version  # None named the newest: keep every later read on that one
-            self._ranks[rank] = (loaded, loaded.unpack(loaded.payload["skeleton"], self.map_location),
-                                 loaded.payload["bytes"])
-        return self._ranks[rank]
-
-    def _load(self):
-        return self._rank_objects(0)[0]  # every saving rank's version holds the global metadata
-
-    def prepare_global_plan(self, plans):
-        return plans  # each rank reads what it needs from the files: nothing is exchanged
-
-    def _sources(self, plan):
-        return lambda owner: self._rank_objects(owner)[1:]
+from .dcp_persisted import PersistedReader  # noqa: E402  (a StorageReader: below this module's classes)

@@ -58,8 +58,9 @@ import threading
 import time
 
 from .warm_interrupt import Interrupts
-from .warm_leave import (_abort_nccl, _destroy_process_group, _reset_accelerate, _reset_dcp_process,
-                         _reset_ftrun_client, _retire_connections, _set_local_rank_arg, _socket_inodes)
+from .warm_leave import (_abort_nccl, _destroy_process_group, _drop_gradients, _reset_accelerate,
+                         _reset_dcp_process, _reset_ftrun_client, _retire_connections, _set_local_rank_arg,
+                         _socket_inodes)
 
 _MAGIC = 0x46545231
 _HEADER = struct.Struct("<IHHI")
@@ -343,6 +344,7 @@ class _Runner:
         self.used_rendezvous = _destroy_process_group()
         _reset_accelerate()
         _reset_dcp_process()
+        _drop_gradients(self.kept.values())
         _retire_connections(self.sockets_before, self._quiet[0].fileno(), int(os.environ.get("MASTER_PORT", "0") or 0))
         _reset_ftrun_client()
         self.link.send(_WARM_PARKED, {"generation": self.generation, "rendezvous": int(self.used_rendezvous)})

@@ -124,6 +124,22 @@ def _reset_accelerate():
     state.GradientState._reset_state()
 
 
+def _drop_gradients(kept):
+    """The gradients of the step a generation left, in the modules and tensors it kept (ctx.keep): the next
+    generation finds none, as a fresh process would. (A first backward pass would add to them; and
+    torch.distributed.checkpoint's get_state_dict, finding gradients, would not make the optimizer state
+    that a dcp.load fills: the optimizer would silently start anew.)"""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    for obj in kept:
+        if isinstance(obj, torch.nn.Module):
+            for p in obj.parameters():
+                p.grad = None
+        elif isinstance(obj, torch.Tensor) and obj.requires_grad:
+            obj.grad = None
+
+
 def _reset_dcp_process():
     """dcp.async_save's process checkpointer keeps one background process per rank for the process's life
     (torch.distributed.checkpoint._async_process_executor._CHECKPOINT_PROCESS), joined with the other ranks'
