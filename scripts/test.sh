@@ -3,8 +3,8 @@
 # clang-format leaves them, runs every unit, transport and integration test
 # (CTest), then runs the unit and transport tests, and the integration tests
 # that need no Python module, again under AddressSanitizer and UBSan
-# (runner, agents and ranks included; their build compiles while CTest
-# runs). Packages and builds print one line per phase (their logs:
+# (runner, agents and ranks included; that build comes before CTest's).
+# Packages and builds print one line per phase (their logs:
 # build/logs/); the tests' output is shown whole.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,31 +19,17 @@ sanitized=(test_restart_random_kills test_agent_lifecycle test_c_client test_clu
   test_slurm_scripts test_runner_attach test_security_dropin test_security_agent_socket test_security_agent_links
   test_security_run_dir test_security_attach test_security_restore_eio test_security_pull_to_disk
   test_security_standby_files test_metrics test_etcd_failover test_etcd_tls test_cluster_erasure)
-# The sanitized build (build-asan/) compiles while CTest runs, at the lowest CPU
-# priority: in a session of its own whose autogroup is niced too (with the
-# kernel's autogroups, a plain nice only ranks processes within one session),
-# so the tests' agents and ranks get the CPU whenever they want it. Its output:
-# build/logs/sanitize.log (shown if it fails).
-mkdir -p build/logs
-asan_log=build/logs/sanitize.log
+# The sanitized build (build-asan/) before CTest, not beside it: its links
+# (ASan binaries of ~200 MB each) once stalled the machine for two seconds in
+# CI, and every node of a running job lost its coordinator. With ccache
+# (scripts/build.sh) it compiles only what changed since this machine last
+# built it.
 FTRUN_BUILD_TARGETS="ftrun_unit_tests ftrun_transport_tests transport_peer ftrun-agent ftrun-runner ftrun-synthetic ftrun-c-client" \
-  setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 ./scripts/build.sh --sanitize' \
-  >"$asan_log" 2>&1 &
-asan_build=$!
-trap 'kill -- -"$asan_build" 2>/dev/null || true' EXIT
-echo "ftrun: running the tests (ctest); build-asan/ compiles beside them, niced..."
+  ./scripts/build.sh --sanitize
+echo "ftrun: running the tests (ctest)..."
 start=$SECONDS
 (cd build && ctest --output-on-failure -j2 --timeout 600 -E "^integration: ($(IFS='|'; echo "${sanitized[*]}"))\$")
 echo "ftrun: ctest: done in $((SECONDS - start))s"
-start=$SECONDS
-if ! wait "$asan_build"; then
-  echo "ftrun: the sanitized build FAILED; $asan_log:"
-  tail -n 60 "$asan_log" | sed 's/^/  | /'
-  exit 1
-fi
-trap - EXIT
-echo "ftrun: waited $((SECONDS - start))s for build-asan/ after ctest"
-cat "$asan_log"
 start=$SECONDS
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ./build-asan/tests/ftrun_unit_tests

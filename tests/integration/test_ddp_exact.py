@@ -39,7 +39,10 @@ EXAMPLES = os.path.join(os.path.abspath(SOURCE), "integration", "examples")
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
 STEPS = 16
-CONFIG = "job:\n  max_restarts: 4\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
+# (heartbeat_misses: two jobs of four ranks and their standbys share two cores here; a node is lost after 5 s of
+# silence, not 2 s: a killed node is found by its agent's death anyway)
+CONFIG = ("job:\n  max_restarts: 4\n  stop_grace: 2s\nstore:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
+          "cluster:\n  heartbeat_misses: 25\n")
 LOSS_RE = re.compile(r"^LOSS (\d+) (\S+)$", re.M)
 WEIGHTS_RE = re.compile(r"^WEIGHTS (\d+) ([0-9a-f]{64})$", re.M)
 RESUMED_RE = re.compile(r"^RESUMED (\d+) (\d+)$", re.M)

@@ -47,9 +47,12 @@ not above the rank's last version, takes the last version + 1 (the same on
 every rank, since ranks save the same tag sequence). The mapping is recorded
 in engine.tag_versions, in the version's own metadata (tag, files), and in
 each placeholder file (tag, version, file), so a restarted process finds it
-on disk. commit waits until every rank has saved the version (it is
-committed) before it writes the placeholders and `latest`, so `latest` never
-names a tag the agent cannot restore. The agent keeps only the last committed
+on disk. commit writes the rank's placeholders, saves, and waits until
+every rank has saved the version (it is committed) before it writes `latest`,
+so `latest` never names a tag the agent cannot restore, nor one whose
+placeholders a rank lacks (a rank killed between its save and the commit
+wrote them before its save). A placeholder of a tag that never committed
+names a version the agent does not hold: loading it says so. The agent keeps only the last committed
 version: older tags cannot be loaded from RAM.
 
 Placeholders are a few hundred bytes of text starting with "ftrun placeholder"
@@ -258,14 +261,16 @@ class FtrunCheckpointEngine:
         version = self._version_for(tag)
         payload = {"format": _FORMAT, "format_version": _FORMAT_VERSION, "tag": tag, "files": p.skeletons,
                    "save_dir": p.save_dir}
+        # The placeholders before the save: once the version is committed (every rank saved it) and a rank
+        # writes `latest`, every rank's placeholders are there, even a rank killed right after its save.
+        for key, path in p.paths.items():
+            _atomic_write(path, _placeholder_bytes(tag, version, key))
         p.packer.save(self.client, version, payload)
         self._last_version = version
         self.tag_versions[tag] = version
         self._pending = None
         if self.commit_timeout:
             self.client.wait_committed(version, timeout_ms=int(self.commit_timeout * 1000))
-        for key, path in p.paths.items():
-            _atomic_write(path, _placeholder_bytes(tag, version, key))
         if p.new_style and save_latest and p.save_dir is not None:
             _atomic_write(os.path.join(p.save_dir, "latest"), tag.encode())
         return True
