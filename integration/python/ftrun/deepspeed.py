@@ -52,8 +52,8 @@ every rank has saved the version (it is committed) before it writes `latest`,
 so `latest` never names a tag the agent cannot restore, nor one whose
 placeholders a rank lacks (a rank killed between its save and the commit
 wrote them before its save). A placeholder of a tag that never committed
-names a version the agent does not hold: loading it says so. The agent keeps only the last committed
-version: older tags cannot be loaded from RAM.
+names a version the agent does not hold: loading it says so. The agent keeps
+only the last committed version: older tags cannot be loaded from RAM.
 
 Placeholders are a few hundred bytes of text starting with "ftrun placeholder"
 (torch.load refuses them). A path that holds a real torch file (not a
