@@ -14,7 +14,9 @@ overlap), and with
 Lightning Fabric and a Lightning Trainer (each with DDPStrategy, and with
 FSDPStrategy in lit-gpt's configuration saving sharded state dicts), a
 Hugging Face Trainer and an accelerate loop (integration/examples/
-train_fabric.py, train_lightning.py, train_hf.py, train_accelerate.py).
+train_fabric.py, train_lightning.py, train_hf.py, train_accelerate.py), and
+DCP's own calls into ftrun (train_ddp.py --dcp dcp_process: dcp.async_save
+with the process checkpointer, dcp.load, warm).
 
 Without ftrun.ddp_buckets (FTRUN_DDP_BUCKETS=0) the DDP built after each
 restart reduces its first step in DDP's start bucket layout instead of the
