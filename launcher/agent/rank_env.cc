@@ -53,8 +53,10 @@ std::vector<std::string> Finish(std::map<std::string, std::string> env) {
 // torchrun's rule: with more than one rank on a node and no OMP_NUM_THREADS
 // in the agent's environment, each rank gets OMP_NUM_THREADS=1 (torch's
 // intra-op pool is otherwise as wide as the node, in every rank at once).
+bool OneThreadPerRank(const AgentOptions& o) { return o.local_ranks > 1 && std::getenv("OMP_NUM_THREADS") == nullptr; }
+
 void LimitThreads(const AgentOptions& o, std::map<std::string, std::string>& env) {
-  if (!ThreadsNotice(o).empty()) env["OMP_NUM_THREADS"] = "1";
+  if (OneThreadPerRank(o)) env["OMP_NUM_THREADS"] = "1";
 }
 
 std::string Devices(const AgentOptions& o) {
@@ -66,7 +68,7 @@ std::string Devices(const AgentOptions& o) {
 }  // namespace
 
 std::string ThreadsNotice(const AgentOptions& o) {
-  if (o.local_ranks <= 1 || std::getenv("OMP_NUM_THREADS") != nullptr) return "";
+  if (!OneThreadPerRank(o)) return "";
   return "OMP_NUM_THREADS=1 in each rank's environment (" + std::to_string(o.local_ranks) +
          " ranks on this node; as torchrun: set OMP_NUM_THREADS to choose another)";
 }
