@@ -5,8 +5,7 @@ tests/integration/test_train_gpt.py).
     ftrun --num_nodes 2 --num_gpus 2 integration/examples/train_gpt.py --steps 30
 
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from
-ftrun (a fresh MASTER_PORT per restart, so a new generation never meets the
-rendezvous of the dead one) and `--local_rank=N` on its command line (ignored).
+ftrun (a fresh MASTER_PORT per restart) and `--local_rank=N` (ignored).
 
 What it shows:
 
@@ -31,10 +30,8 @@ for every step it runs (after a restart the steps after the restored version
 are printed again), every rank prints `RESUMED <rank> <step>` after a restore
 and `WEIGHTS <rank> <sha256 of every parameter's bytes, in order>` at the end.
 
-Benchmark options (`ftrun-bench baseline-torch`): `--checkpoint torch:DIR`,
-`--timing`, `--fsdp`, and the model's sizes; train_gpt_checkpoints.py's
-docstring says what each does and what `--timing` prints. `--resilient` runs
-main() under @ftrun.resilient (warm recovery: README).
+Benchmark options (`--checkpoint torch:DIR`, `--timing`, `--fsdp`, sizes):
+train_gpt_checkpoints.py's docstring. `--resilient`: @ftrun.resilient (README).
 """
 import argparse
 import hashlib
@@ -87,6 +84,8 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--step-ms", type=float, default=0.0, help="sleep this long after every step")
+    p.add_argument("--hold-file", metavar="PATH", default=None,
+                   help="(tests) after every step, wait while PATH exists: a test holds training between failures")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                    help="auto: nccl when CUDA is available, else gloo")
     p.add_argument("--checkpoint", default="ftrun", metavar="ftrun|torch:DIR",
@@ -376,8 +375,9 @@ def main(ctx=None):
                 say(f"TIMING {rank} save_stall_s {stall!r} {step}")
                 for name, value in parts.items():
                     say(f"TIMING {rank} {name} {value!r} {step}")
-        if a.step_ms > 0:
-            time.sleep(a.step_ms / 1000.0)
+        time.sleep(a.step_ms / 1000.0)
+        while a.hold_file and os.path.exists(a.hold_file):
+            time.sleep(0.02)
 
     ckpt.finish()
     dist.barrier()

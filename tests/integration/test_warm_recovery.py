@@ -17,13 +17,12 @@ import time
 
 import pytest
 
-from ftrun_testlib import ScriptClusterJob
+from ftrun_testlib import ScriptClusterJob, scratch
 from test_train_gpt import LOSS_RE, SCRIPT, losses, seeds, weights  # noqa: F401 (seeds: a fixture)
 
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
-STEPS = 90  # (the repeated kills wait for fresh standbys between kills, seconds each: at 60, the third kill
-#  could come after the last step, and then nothing ran again)
+STEPS = 90
 BASE_CONFIG = ("job:\n  max_restarts: 6\n  stop_grace: 2s\n  hang_timeout: %s\n"
                "store:\n  memory_budget: 64MiB\n  chunk_size: 64KiB\n"
                "restart:\n  abort_timeout: 5s\n  warm_standbys: %s\n")
@@ -31,11 +30,21 @@ BASE_CONFIG = ("job:\n  max_restarts: 6\n  stop_grace: 2s\n  hang_timeout: %s\n"
 
 class WarmJob(ScriptClusterJob):
     def __init__(self, model_seed, extra=(), standbys="auto", hang_timeout="60s", spares=0, step_ms=60):
+        self.hold_file = os.path.join(scratch("ftrun-warm-hold-"), "hold")
         args = ["--steps", str(STEPS), "--seed", str(model_seed), "--backend", "gloo", "--resilient",
-                "--step-ms", str(step_ms), *extra]
+                "--step-ms", str(step_ms), "--hold-file", self.hold_file, *extra]
         super().__init__(SCRIPT, args, NODES, PER_NODE, BASE_CONFIG % (hang_timeout, standbys),
                          prefix="ftrun-warm-", ports=12, spares=spares)
         self.seen = set()  # every rank and standby pid seen: none may outlive the job
+
+    def hold(self, on):
+        """Training waits after its step while on (the trainer's --hold-file): standbys start up meanwhile
+        (each imports torch: seconds, more on a loaded machine) and the job cannot run out of steps before
+        the next failure is injected. Below the hang timeout: a held rank makes no progress."""
+        if on:
+            open(self.hold_file, "w").close()
+        elif os.path.exists(self.hold_file):
+            os.unlink(self.hold_file)
 
     def agents(self):
         st = self.state() or {}
@@ -163,11 +172,13 @@ def test_repeated_rank_kills(check, seeds, golden):
     for n in range(1, 4):
         if pids is None:
             break
-        deadline = time.time() + 180  # the standbys of the previous kill are up (each imports torch: seconds)
+        job.hold(True)
+        deadline = time.time() + 45  # the standbys of the previous kill are up (each imports torch: seconds)
         while not job.all_warm() and time.time() < deadline:
             time.sleep(0.05)
-        check(job.all_warm(), f"kill {n}: every rank warm and a standby ready on every node within 180 s")
+        check(job.all_warm(), f"kill {n}: every rank warm and a standby ready on every node within 45 s")
         victim = 0 if n == 1 else rng.randrange(WORLD)  # rank 0 once: the store must not go with it
+        job.hold(False)
         killed = kill_mid_step(job, victim, rng)
         check(killed is not None, f"kill {n}: rank {victim} was running")
         standbys_before = set(job.seen)
@@ -216,13 +227,15 @@ def test_node_killed_with_spare(check, seeds, golden):
     pids = job.wait_running(0, 1)
     check(pids is not None, f"the job never ran:\n{job.log[-3000:]}")
     if pids is not None:
-        deadline = time.time() + 60
+        job.hold(True)
+        deadline = time.time() + 45
         while len(job.standbys_ready()) < NODES or min(job.standbys_ready()) < PER_NODE or \
                 (job.agents()[-1].get("warm_standbys") or {}).get("ready", 0) < PER_NODE:
             if time.time() > deadline:
                 break
             time.sleep(0.05)
         spare_standbys = set(job.seen)
+        job.hold(False)
         victim = rng.randrange(NODES)
         after = committed(job)
         check(job.kill_node(victim), f"node {victim} killed")
