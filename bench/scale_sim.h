@@ -2,7 +2,7 @@
 // hosted as the runner hosts it (messages in as they come, Tick every 20 ms,
 // the status view every 200 ms), joined to a fleet of simulated agents by
 // an in-process transport (two mailboxes). The simulated agents speak the
-// cluster protocol (recovery/cluster_messages.h) with the real encodings:
+// cluster protocol (plugin/protocol/cluster_messages.h) with the real encodings:
 // they register, send heartbeats, report what they hold, answer halts,
 // pulls and starts at once, and can go silent. scale_ucx.h runs the same
 // fleet and coordinator over UCX.

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "plugin/erasure/stripe_layout.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/transport/transport.h"
-#include "recovery/cluster_messages.h"
 #include "recovery/coordinator_view.h"
 #include "recovery/early_failure.h"
 

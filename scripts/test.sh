@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 ./scripts/build.sh
 source scripts/python-env.sh
 ./scripts/check-format.sh
+./scripts/check-layers.sh
 # The integration tests that need no Python module run once, against the
 # sanitized build (at the end, by build-asan/'s CTest), not in CTest's pass too: the same tests, with
 # every memory and UB check on. (test_crash_modes is not one of them: ASan

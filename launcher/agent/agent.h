@@ -39,13 +39,13 @@
 #include "launcher/agent/recovery_log.h"
 #include "launcher/agent/save_stalls.h"
 #include "launcher/agent/store_service.h"
-#include "launcher/agent/supervisor.h"
 #include "launcher/agent/version_retention.h"
 #include "launcher/common/event_loop.h"
 #include "launcher/common/metrics_endpoint.h"
+#include "launcher/common/supervisor.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/store/arena.h"
 #include "plugin/store/snapshot_store.h"
-#include "recovery/cluster_messages.h"
 #include "recovery/commit_tracker.h"
 
 namespace ftrun {

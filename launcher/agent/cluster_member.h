@@ -31,10 +31,10 @@
 #include "launcher/agent/version_retention.h"
 #include "plugin/common/clock.h"
 #include "plugin/config/config.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/replication/replicator.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
-#include "recovery/cluster_messages.h"
 
 namespace ftrun {
 

@@ -30,15 +30,16 @@
 #include "launcher/common/disk_worker.h"
 #include "plugin/common/clock.h"
 #include "plugin/persist/env.h"
+#include "plugin/protocol/cluster_messages.h"
+#include "plugin/protocol/id_ranges.h"
 #include "plugin/store/snapshot_store.h"
-#include "recovery/cluster_messages.h"
 
 namespace ftrun {
 
 class DiskRestorer {
  public:
   // The store reservation owner of a restore's extents.
-  static constexpr uint64_t kOwner = ~0ull - 7;
+  static constexpr uint64_t kOwner = id_ranges::kDiskRestoreOwner;
 
   // Where a restore reads, and this node's place in the job (as they are
   // when it begins: a replacement learns its place late).

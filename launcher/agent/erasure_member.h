@@ -26,7 +26,7 @@
 #include "plugin/erasure/erasure_rebuild.h"
 #include "plugin/erasure/fragment_server.h"
 #include "plugin/erasure/parity_exchange.h"
-#include "recovery/cluster_messages.h"
+#include "plugin/protocol/cluster_messages.h"
 
 namespace ftrun {
 

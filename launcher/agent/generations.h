@@ -25,9 +25,9 @@
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
 #include "launcher/agent/recovery_log.h"
-#include "launcher/agent/supervisor.h"
 #include "launcher/agent/version_retention.h"
 #include "launcher/agent/warm_ranks.h"
+#include "launcher/common/supervisor.h"
 #include "plugin/store/snapshot_store.h"
 #include "recovery/commit_tracker.h"
 

@@ -4,16 +4,10 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <random>
+
+#include "launcher/common/job_id.h"
 
 namespace ftrun {
-
-std::string NewJobId() {
-  std::random_device rd;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "job-%08x", rd());
-  return buf;
-}
 
 namespace {
 
@@ -158,12 +152,7 @@ Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help) {
   if (o.job_id.empty() && !o.config.job.id.empty()) o.job_id = o.config.job.id;
   if (const char* env = std::getenv("FTRUN_JOB_ID"); o.job_id.empty() && env != nullptr) o.job_id = env;
   if (o.job_id.empty()) o.job_id = NewJobId();
-  for (char c : o.job_id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return Status::InvalidArgument("job id '" + o.job_id + "': use letters, digits, '-', '_' and '.' only");
-    }
-  }
-  if (o.job_id.size() > 63) return Status::InvalidArgument("job id '" + o.job_id + "' is longer than 63 characters");
+  FTRUN_RETURN_IF_ERROR(CheckJobId(o.job_id));
   *out = std::move(o);
   return Status::Ok();
 }

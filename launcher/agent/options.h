@@ -49,9 +49,6 @@ struct AgentOptions {
 // *help set).
 Status ParseAgentOptions(int argc, char** argv, AgentOptions* out, bool* help);
 
-// A fresh random job id ("job-1a2b3c4d").
-std::string NewJobId();
-
 // Decodes DeepSpeed's --world_info (urlsafe base64 of {"host": [slots]}).
 // Hosts keep their order. Errors say what was expected.
 Status DecodeWorldInfo(const std::string& b64, std::vector<std::pair<std::string, std::vector<int>>>* out);

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/transport/transport.h"
-#include "recovery/cluster_messages.h"
 
 namespace ftrun {
 

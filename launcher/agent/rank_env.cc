@@ -5,8 +5,6 @@
 
 #include "launcher/common/install_paths.h"
 
-extern char** environ;
-
 namespace ftrun {
 
 std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank) {
@@ -27,28 +25,6 @@ std::vector<std::string> BuildRankCommand(const AgentOptions& o, int local_rank)
 }
 
 namespace {
-
-std::map<std::string, std::string> AgentEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv = *e;
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return env;
-}
-
-// `env` with the Python package built or installed with this agent on
-// PYTHONPATH: `import ftrun` finds it without the user setting PYTHONPATH
-// (a path the user set comes first).
-std::vector<std::string> Finish(std::map<std::string, std::string> env) {
-  const std::string own_package = OwnPythonPackageDir();
-  if (!own_package.empty()) env["PYTHONPATH"] = AppendSearchPath(env["PYTHONPATH"], own_package);
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
-}
 
 // torchrun's rule: with more than one rank on a node and no OMP_NUM_THREADS
 // in the agent's environment, each rank gets OMP_NUM_THREADS=1 (torch's
@@ -115,16 +91,14 @@ std::map<std::string, std::string> RankVariables(const AgentOptions& o, const Ra
 }
 
 std::vector<std::string> BuildRankEnv(const AgentOptions& o, const RankIdentity& id) {
-  std::map<std::string, std::string> env = AgentEnvironment();
+  std::map<std::string, std::string> env = ProcessEnvironment();
   for (const auto& [k, v] : RankVariables(o, id)) env[k] = v;
   LimitThreads(o, env);
-  return Finish(std::move(env));
+  return WithOwnPythonPackage(std::move(env));
 }
 
-std::vector<std::string> OwnPythonEnv() { return Finish(AgentEnvironment()); }
-
 std::vector<std::string> BuildStandbyEnv(const AgentOptions& o, const std::string& socket_path) {
-  std::map<std::string, std::string> env = AgentEnvironment();
+  std::map<std::string, std::string> env = ProcessEnvironment();
   // Nothing that names a rank or a rendezvous: a standby joins no
   // generation before it is given a rank.
   for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "FTRUN_RANK", "ROLE_RANK",
@@ -138,7 +112,7 @@ std::vector<std::string> BuildStandbyEnv(const AgentOptions& o, const std::strin
   env["FTRUN_NODE_RANK"] = std::to_string(o.node_rank);
   env["FTRUN_WARM_STANDBY"] = "1";
   LimitThreads(o, env);
-  return Finish(std::move(env));
+  return WithOwnPythonPackage(std::move(env));
 }
 
 }  // namespace ftrun

@@ -40,11 +40,6 @@ std::map<std::string, std::string> RankVariables(const AgentOptions& o, const Ra
 // the agent's environment. What the agent logs once, at its start.
 std::string ThreadsNotice(const AgentOptions& o);
 
-// This process's environment with the Python package built or installed
-// with it on PYTHONPATH, as BuildRankEnv does: for a Python helper ftrun
-// starts itself (the runner's rendezvous store).
-std::vector<std::string> OwnPythonEnv();
-
 // A warm standby's environment: the agent's, with the node's variables and
 // FTRUN_WARM_STANDBY=1, but no rank's (it gets them when given a rank).
 std::vector<std::string> BuildStandbyEnv(const AgentOptions& o, const std::string& socket_path);

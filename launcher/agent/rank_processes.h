@@ -22,7 +22,7 @@
 #include <set>
 #include <vector>
 
-#include "launcher/agent/supervisor.h"
+#include "launcher/common/supervisor.h"
 #include "plugin/common/clock.h"
 
 namespace ftrun {

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "plugin/common/clock.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/transport/transport.h"
-#include "recovery/cluster_messages.h"
 
 namespace ftrun {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "launcher/agent/release_connections.h"
-#include "launcher/agent/supervisor.h"
+#include "launcher/common/supervisor.h"
 #include "plugin/common/log.h"
 
 namespace ftrun {

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+extern char** environ;
+
 // The install tree's directory that holds only the `ftrun` package (a link
 // to it in the site directory), relative to the bin directory; from
 // cmake/install.cmake. Empty in builds without the Python module.
@@ -59,6 +61,25 @@ std::string AppendSearchPath(const std::string& search_path, const std::string& 
 std::string PythonInterpreter() {
   const char* py = std::getenv("FTRUN_PYTHON");
   return py != nullptr && *py != '\0' ? py : "python3";
+}
+
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+std::vector<std::string> WithOwnPythonPackage(std::map<std::string, std::string> env) {
+  const std::string own_package = OwnPythonPackageDir();
+  if (!own_package.empty()) env["PYTHONPATH"] = AppendSearchPath(env["PYTHONPATH"], own_package);
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
 }
 
 }  // namespace ftrun

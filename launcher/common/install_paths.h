@@ -13,7 +13,9 @@
 // Thread-safety: every function may be called from any thread.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 namespace ftrun {
 
@@ -31,6 +33,15 @@ std::string OwnPythonPackageDir();
 // The Python interpreter that runs ranks (and the runner's rendezvous
 // store): $FTRUN_PYTHON when set and not empty, else python3 from PATH.
 std::string PythonInterpreter();
+
+// This process's environment, as a map.
+std::map<std::string, std::string> ProcessEnvironment();
+
+// `env` as "KEY=VALUE" strings, with the Python package built or installed
+// with this executable on PYTHONPATH (OwnPythonPackageDir): `import ftrun`
+// finds it without the user setting PYTHONPATH (a path the user set comes
+// first). What a rank, a standby and the runner's rendezvous store get.
+std::vector<std::string> WithOwnPythonPackage(std::map<std::string, std::string> env);
 
 // `search_path` (a PATH-like list such as PYTHONPATH, possibly empty) with
 // `dir` appended, unless `dir` is empty or already one of its entries.

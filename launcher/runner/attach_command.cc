@@ -16,8 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "launcher/agent/options.h"
-#include "launcher/agent/supervisor.h"
+#include "launcher/common/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
 #include "launcher/runner/runner.h"

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "launcher/agent/rank_env.h"
+#include "launcher/common/install_paths.h"
 #include "plugin/common/log.h"
 
 namespace ftrun {
@@ -40,7 +40,7 @@ Status RendezvousKeeper::Start(const std::string& python, const std::string& hos
   }
   SpawnSpec spec;
   spec.argv = {python, "-u", "-m", "ftrun.rendezvous_store", "--host", host};
-  spec.env = OwnPythonEnv();
+  spec.env = WithOwnPythonPackage(ProcessEnvironment());
   spec.stdout_fd = write_end.get();
   spec.stdin_fd = its_stdin.get();
   FTRUN_RETURN_IF_ERROR(SpawnProcess(spec, &pid_));

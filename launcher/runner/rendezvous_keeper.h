@@ -27,7 +27,7 @@
 #include <string>
 
 #include "ftrun/status.h"
-#include "launcher/agent/supervisor.h"
+#include "launcher/common/supervisor.h"
 #include "plugin/common/fd.h"
 
 namespace ftrun {

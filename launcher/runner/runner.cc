@@ -14,10 +14,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "launcher/agent/options.h"
-#include "launcher/agent/supervisor.h"
 #include "launcher/common/disk_scan.h"
 #include "launcher/common/install_paths.h"
+#include "launcher/common/job_id.h"
+#include "launcher/common/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
 #include "launcher/runner/runner_impl.h"
@@ -93,6 +93,7 @@ Status Runner::Setup() {
         "run can resume from them only with job.id set to it");
   }
   if (!o_.attach_job.empty()) job_id_ = o_.attach_job;
+  if (!job_id_.empty()) FTRUN_RETURN_IF_ERROR(CheckJobId(job_id_, o_.attach_job.empty() ? "job.id" : "--attach"));
   if (job_id_.empty()) {
     // Inside a Slurm allocation the id names it, so the epilog finds what
     // the job left in the run directory (integration/slurm/epilog.sh).

@@ -15,8 +15,7 @@
 #include <map>
 #include <memory>
 
-#include "launcher/agent/options.h"
-#include "launcher/agent/supervisor.h"
+#include "launcher/common/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/remote_command.h"
 #include "launcher/runner/runner_impl.h"

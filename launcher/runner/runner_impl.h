@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "launcher/agent/supervisor.h"
 #include "launcher/common/disk_worker.h"
 #include "launcher/common/event_loop.h"
 #include "launcher/common/metrics_endpoint.h"
+#include "launcher/common/supervisor.h"
 #include "launcher/runner/hostfile.h"
 #include "launcher/runner/job_metrics.h"
 #include "launcher/runner/leadership.h"

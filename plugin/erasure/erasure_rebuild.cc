@@ -6,12 +6,13 @@
 #include <utility>
 
 #include "plugin/common/log.h"
+#include "plugin/protocol/id_ranges.h"
 
 namespace ftrun {
 namespace {
 
-constexpr uint64_t kOwner = (1ull << 61) + 1;  // the store reservation of a rebuild
-constexpr size_t kMaxChoices = 16;             // decodes of one slice, at most
+constexpr uint64_t kOwner = id_ranges::kRebuildOwner;  // the store reservation of a rebuild
+constexpr size_t kMaxChoices = 16;                     // decodes of one slice, at most
 
 // The next choice of k of `avail` (ascending) after those in `tried`, in
 // lexicographic order; empty when none is left.

@@ -46,8 +46,8 @@
 #include "plugin/erasure/byte_pool.h"
 #include "plugin/erasure/group_code.h"
 #include "plugin/erasure/node_shard.h"
-#include "plugin/erasure/parity_messages.h"
 #include "plugin/erasure/shard_target.h"
+#include "plugin/protocol/parity_messages.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
 

@@ -42,8 +42,8 @@
 
 #include "plugin/erasure/group_code.h"
 #include "plugin/erasure/node_shard.h"
-#include "plugin/erasure/parity_messages.h"
 #include "plugin/erasure/parity_rows.h"
+#include "plugin/protocol/parity_messages.h"
 #include "plugin/store/snapshot_store.h"
 #include "plugin/transport/transport.h"
 

@@ -40,6 +40,7 @@
 
 #include "ftrun/status.h"
 #include "plugin/erasure/group_code.h"
+#include "plugin/protocol/parity_messages.h"
 #include "plugin/store/snapshot_store.h"
 
 namespace ftrun {
@@ -49,7 +50,7 @@ class ParityRows {
   static constexpr uint64_t kBlock = 1ull << 20;
   // The longest row a contributor may make (a hostile offer cannot make a
   // member allocate more): 64 GiB, a 256 GiB node shard in 4 slices.
-  static constexpr uint64_t kMaxRowBytes = 64ull << 30;
+  static constexpr uint64_t kMaxRowBytes = kMaxParityRowBytes;
 
   // `code` and `store` outlive the rows; `arena_base` is the store's mapping.
   ParityRows(const GroupCode* code, int member, SnapshotStore* store, char* arena_base);

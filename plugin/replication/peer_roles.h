@@ -20,8 +20,8 @@
 #include <string>
 
 #include "ftrun/status.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/transport/transport.h"
-#include "recovery/cluster_messages.h"
 
 namespace ftrun {
 

@@ -5,8 +5,8 @@
 #include "plugin/common/bytes.h"
 #include "plugin/common/hash.h"
 #include "plugin/common/log.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/replication/replicator_wire.h"
-#include "recovery/cluster_messages.h"
 
 namespace ftrun {
 

@@ -5,14 +5,15 @@
 
 #include <cstdint>
 
-#include "recovery/cluster_messages.h"
+#include "plugin/protocol/cluster_messages.h"
+#include "plugin/protocol/id_ranges.h"
 
 namespace ftrun {
 namespace replicator_wire {
 
-constexpr uint64_t kSendTokenBit = 1ull << 63;  // a bulk send's token (receives use their tag)
-constexpr uint64_t kPullBit = 1ull << 62;       // a transfer the receiver asked for (a pull)
-constexpr uint64_t kOwnerBase = 1ull << 62;     // store reservation owners, above any rank connection id
+constexpr uint64_t kSendTokenBit = id_ranges::kReplicaSendToken;  // a bulk send's token (receives use their tag)
+constexpr uint64_t kPullBit = id_ranges::kReplicaPull;            // a transfer the receiver asked for (a pull)
+constexpr uint64_t kOwnerBase = id_ranges::kReplicaOwnerBase;     // store reservation owners
 
 inline uint16_t T(ClusterMsg m) { return static_cast<uint16_t>(m); }
 

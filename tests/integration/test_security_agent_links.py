@@ -27,7 +27,7 @@ CONFIG = ("job:\n  max_restarts: 3\n  stop_grace: 2s\n"
           "store:\n  memory_budget: 256MiB\n  chunk_size: 64KiB\n  prefault: false\n"
           "cluster:\n  replicas: 1\n  heartbeat_interval: 200ms\n  heartbeat_misses: 10\n  lost_node_timeout: 30s\n"
           "  copy_timeout: 2s\n")
-# ClusterMsg numbers (recovery/cluster_messages.h).
+# ClusterMsg numbers (plugin/protocol/cluster_messages.h).
 K_COMMIT, K_STOP, K_OFFER, K_PULL_REQUEST = 37, 38, 64, 68
 
 

@@ -22,10 +22,10 @@
 #include "plugin/common/bytes.h"
 #include "plugin/common/hash.h"
 #include "plugin/common/log.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "plugin/store/manifest.h"
 #include "plugin/transport/secret.h"
 #include "plugin/transport/ucx_transport.h"
-#include "recovery/cluster_messages.h"
 
 using namespace ftrun;
 

@@ -3,6 +3,7 @@
 
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_env.h"
+#include "launcher/common/job_id.h"
 #include "tests/catch.h"
 
 using namespace ftrun;
@@ -102,4 +103,15 @@ TEST_CASE("bad agent command lines are refused with the reason", "[agent]") {
              Catch::Contains("--nproc 3 disagrees with --world_info"));
   CHECK_THAT(Parse({"--job-id", "a b", "t.py"}, &o).message(), Catch::Contains("job id 'a b'"));
   CHECK_THAT(Parse({"--config", "/nonexistent.yaml", "t.py"}, &o).message(), Catch::Contains("/nonexistent.yaml"));
+}
+
+TEST_CASE("a job id is checked by one rule, the runner's and the agents'", "[agent]") {
+  CHECK(CheckJobId("job-1a2b3c4d").ok());
+  CHECK(CheckJobId("slurm-42_a.b").ok());
+  CHECK(CheckJobId(NewJobId()).ok());
+  CHECK(NewJobId() != NewJobId());
+  CHECK_THAT(CheckJobId("").message(), Catch::Contains("job id is empty"));
+  CHECK_THAT(CheckJobId("../x", "job.id").message(), Catch::Contains("job.id '../x': use letters"));
+  CHECK_THAT(CheckJobId(std::string(64, 'a')).message(), Catch::Contains("longer than 63"));
+  CHECK(CheckJobId(std::string(63, 'a')).ok());
 }

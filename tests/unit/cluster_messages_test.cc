@@ -1,6 +1,6 @@
 // Every cluster message: what Encode writes, Decode reads back whole; a
 // payload cut short or with bytes left over is refused, naming the message.
-#include "recovery/cluster_messages.h"
+#include "plugin/protocol/cluster_messages.h"
 
 #include "tests/catch.h"
 

@@ -5,7 +5,7 @@
 
 #include "plugin/etcd/etcd_client.h"
 #include "plugin/etcd/leader_record.h"
-#include "recovery/cluster_messages.h"
+#include "plugin/protocol/cluster_messages.h"
 #include "tests/catch.h"
 
 using namespace ftrun;

@@ -18,7 +18,7 @@ Prints "listening <port>" on stdout once the first server takes connections,
 and again for a new server each time it reads "next" on stdin; the three
 newest stay up (a generation's stragglers may still be leaving), older ones
 are closed. Runs until its parent is gone or it is killed (the
-runner starts it with PR_SET_PDEATHSIG, launcher/agent/supervisor.h, and kills
+runner starts it with PR_SET_PDEATHSIG, launcher/common/supervisor.h, and kills
 it at its end). Exits 2 with a one-line reason when torch cannot be imported
 or the port is taken.
 """

@@ -1,6 +1,4 @@
-#include "plugin/erasure/parity_messages.h"
-
-#include "plugin/erasure/parity_rows.h"
+#include "plugin/protocol/parity_messages.h"
 
 namespace ftrun {
 
@@ -164,8 +162,8 @@ Status Decode(const std::string& payload, FragmentRequestMsg* m) {
   m->offset = r.Get<uint64_t>();
   m->length = r.Get<uint64_t>();
   m->tag = r.Get<uint64_t>();
-  if (r.ok() && (m->kind > FragmentRequestMsg::kManifests || m->index < 0 || m->length > ParityRows::kMaxRowBytes ||
-                 m->offset > ParityRows::kMaxRowBytes)) {
+  if (r.ok() && (m->kind > FragmentRequestMsg::kManifests || m->index < 0 || m->length > kMaxParityRowBytes ||
+                 m->offset > kMaxParityRowBytes)) {
     return Status::Corruption("fragment request " + std::to_string(m->xfer) + ": kind " + std::to_string(m->kind) +
                               ", index " + std::to_string(m->index) + ", " + std::to_string(m->length) + " bytes at " +
                               std::to_string(m->offset) + " out of range");

@@ -1,4 +1,4 @@
-#include "recovery/cluster_messages.h"
+#include "plugin/protocol/cluster_messages.h"
 
 namespace ftrun {
 namespace {

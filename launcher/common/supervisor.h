@@ -1,9 +1,11 @@
-// RankSupervisor: starts the node's rank processes and stops them. Each rank
-// leads its own process group, so a stop reaches its whole process tree; the
-// agent is a child subreaper, so orphaned grandchildren are reaped too.
+// Process supervision: starts processes (a node's ranks and standbys, the
+// runner's local agents and rendezvous store) each leading its own process
+// group, so a stop reaches its whole process tree; the agent is a child
+// subreaper, so orphaned grandchildren are reaped too.
 //
-// Not thread-safe: used from the agent's event loop. Reaping is driven by
-// the caller (SIGCHLD via signalfd), which passes each reaped pid back.
+// Not thread-safe: used from one event loop (the agent's, the runner's).
+// Reaping is driven by the caller (SIGCHLD via signalfd), which passes each
+// reaped pid back.
 #pragma once
 
 #include <sys/types.h>

@@ -1,4 +1,4 @@
-#include "launcher/agent/supervisor.h"
+#include "launcher/common/supervisor.h"
 
 #include <fcntl.h>
 #include <linux/close_range.h>

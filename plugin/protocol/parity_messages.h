@@ -15,19 +15,21 @@
 #include <vector>
 
 #include "ftrun/status.h"
+#include "plugin/protocol/cluster_messages.h"
+#include "plugin/protocol/id_ranges.h"
 #include "plugin/store/manifest.h"
 #include "plugin/transport/transport.h"
-#include "recovery/cluster_messages.h"
 
 namespace ftrun {
 
 // The ids the erasure parts give their transfers, tags and tokens, each in
-// a range of its own: they share the agents' connections with the
-// Replicator, whose ids stay below bit 59 or carry bits 62 and 63
-// (plugin/replication/replicator_wire.h).
-inline constexpr uint64_t kParityIdBit = 1ull << 61;       // ParityExchange: xfers, tags, tokens
-inline constexpr uint64_t kFragmentTokenBit = 1ull << 60;  // FragmentServer: bulk send tokens
-inline constexpr uint64_t kRebuildIdBit = 1ull << 59;      // ErasureRebuild: xfers (= tags = tokens)
+// a range of its own (plugin/protocol/id_ranges.h).
+inline constexpr uint64_t kParityIdBit = id_ranges::kParity;              // ParityExchange: xfers, tags, tokens
+inline constexpr uint64_t kFragmentTokenBit = id_ranges::kFragmentToken;  // FragmentServer: bulk send tokens
+inline constexpr uint64_t kRebuildIdBit = id_ranges::kRebuild;            // ErasureRebuild: xfers (= tags = tokens)
+
+// The longest parity row (one slot's row of one stripe) a message may name.
+inline constexpr uint64_t kMaxParityRowBytes = 64ull << 30;
 
 struct ParityOfferMsg {
   static constexpr ClusterMsg kType = ClusterMsg::kParityOffer;

@@ -1,6 +1,6 @@
 // Encode and Decode of the small cluster messages (cluster_messages.h):
 // agents' reports to the coordinator and the coordinator's orders.
-#include "recovery/cluster_messages.h"
+#include "plugin/protocol/cluster_messages.h"
 
 namespace ftrun {
 

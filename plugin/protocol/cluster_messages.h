@@ -67,7 +67,7 @@ enum class ClusterMsg : uint16_t {
   kStored,       // xfer: the holder has the manifest and every chunk
   kPullRequest,  // xfer, epoch, rank, version: "offer me this (rank, version)"
   kAbort,        // xfer, message: the source gave up a copy it offered (e.g. a chunk corrupted at the source)
-  // agent <-> agent, erasure coding (plugin/erasure/parity_messages.h)
+  // agent <-> agent, erasure coding (plugin/protocol/parity_messages.h)
   kParityOffer = 80,   // ParityOfferMsg: deltas of one stripe's fragment for one version
   kParityWant,         // xfer, tag: the receive is posted
   kParityRefused,      // xfer, need_full, message
