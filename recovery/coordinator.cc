@@ -19,6 +19,19 @@ std::string Coordinator::Join(const std::vector<int>& v) {
   return s;
 }
 
+Coordinator::Options Coordinator::Options::FromConfig(const Config& c) {
+  Options o;
+  o.replicas = c.cluster.replicas;
+  o.erasure_data = c.cluster.erasure.data;
+  o.erasure_parity = c.cluster.erasure.parity;
+  o.heartbeat_interval = c.cluster.heartbeat_interval;
+  o.heartbeat_misses = c.cluster.heartbeat_misses;
+  o.lost_node_timeout = c.cluster.lost_node_timeout;
+  o.copy_timeout = c.cluster.copy_timeout;
+  o.max_restarts = c.job.max_restarts;
+  return o;
+}
+
 Coordinator::Coordinator(Options options, Outbox* out)
     : o_(std::move(options)), out_(out), slots_(o_.ranks_per_slot.size()) {
   o_.racks.resize(o_.ranks_per_slot.size());

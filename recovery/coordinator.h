@@ -32,6 +32,7 @@
 #include <tuple>
 #include <vector>
 
+#include "plugin/config/config.h"
 #include "plugin/erasure/stripe_layout.h"
 #include "plugin/protocol/cluster_messages.h"
 #include "plugin/transport/transport.h"
@@ -61,13 +62,14 @@ class Coordinator {
     // across its group (coordinator_erasure.cc).
     int erasure_data = 0;
     int erasure_parity = 0;
-    std::chrono::milliseconds heartbeat_interval{200};
-    int heartbeat_misses = 10;  // 0: no agent is ever declared lost by its silence
-    std::chrono::milliseconds lost_node_timeout{60000};
+    // (The defaults of what the config sets are the config's: one place.)
+    std::chrono::milliseconds heartbeat_interval = ClusterConfig{}.heartbeat_interval;
+    int heartbeat_misses = ClusterConfig{}.heartbeat_misses;  // 0: no agent is ever declared lost by its silence
+    std::chrono::milliseconds lost_node_timeout = ClusterConfig{}.lost_node_timeout;
     // No commit for 3 x this while ranks save newer versions: a WARN naming
     // the ranks and holders that lag (again every 3 x this).
-    std::chrono::milliseconds copy_timeout{5000};
-    int max_restarts = 3;
+    std::chrono::milliseconds copy_timeout = ClusterConfig{}.copy_timeout;
+    int max_restarts = JobConfig{}.max_restarts;
     int master_port = 29500;
     // The job's rendezvous store, "host:port", when a process that no rank's
     // death takes down hosts it (launcher/runner/rendezvous_keeper.h); ""
@@ -82,6 +84,11 @@ class Coordinator {
     // cover, and when a node cannot read the version the job went back to.
     // Nothing starts while an answer is awaited.
     std::function<void()> scan_disk;
+
+    // What the job's config sets: cluster.replicas and cluster.redundancy,
+    // the heartbeats and timeouts of cluster.*, job.max_restarts. The
+    // runner's coordinator and a one-node job's agent's take them from here.
+    static Options FromConfig(const Config& c);
   };
 
   class Outbox {

@@ -23,15 +23,12 @@ ClusterMember::Options Agent::MemberOptions() {
   m.job_id = o_.job_id;
   m.chunk_size = c.store.chunk_size;
   if (remote()) return m;
-  Coordinator::Options& co = m.local;
+  Coordinator::Options& co = m.local = Coordinator::Options::FromConfig(c);
   co.ranks_per_slot = {o_.local_ranks};
   co.first_rank = o_.first_global_rank;
   co.world_size = o_.world_size;
-  co.replicas = 0;  // no other node to copy to
-  co.heartbeat_interval = c.cluster.heartbeat_interval;
-  co.lost_node_timeout = c.cluster.lost_node_timeout;
-  co.copy_timeout = c.cluster.copy_timeout;
-  co.max_restarts = c.job.max_restarts;
+  co.replicas = 0;  // no other node to copy to, nor to code across
+  co.erasure_data = co.erasure_parity = 0;
   co.master_port = o_.master_port;
   if (persist()) {
     // Scanned on the disk worker, as the runner does: the loop goes on.

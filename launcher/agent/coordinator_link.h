@@ -15,6 +15,7 @@
 #include <string>
 
 #include "plugin/common/clock.h"
+#include "plugin/config/config.h"
 #include "plugin/transport/transport.h"
 
 namespace ftrun {
@@ -24,9 +25,10 @@ class CoordinatorLink {
   struct Options {
     PeerId peer = 0;      // the coordinator's id on the transport
     std::string address;  // where it listens
-    std::chrono::milliseconds heartbeat_interval{1000};
-    int heartbeat_misses = 5;
-    std::chrono::milliseconds lost_node_timeout{30000};
+    // (The defaults are the config's: one place.)
+    std::chrono::milliseconds heartbeat_interval = ClusterConfig{}.heartbeat_interval;
+    int heartbeat_misses = ClusterConfig{}.heartbeat_misses;
+    std::chrono::milliseconds lost_node_timeout = ClusterConfig{}.lost_node_timeout;
   };
 
   CoordinatorLink(Transport* transport, Options options, const Clock& clock = Clock::Steady());

@@ -151,19 +151,11 @@ Status Runner::Setup() {
   FTRUN_RETURN_IF_ERROR(CreateUcxTransport(t, &transport_));
   outbox_ = std::make_unique<TransportOutbox>(transport_.get(), lead_ ? lead_->term() : 0);
   if (lead_) lead_->Announce(transport_->address());
-  Coordinator::Options co;
+  Coordinator::Options co = Coordinator::Options::FromConfig(config_);
   for (const auto& n : nodes_) {
     co.ranks_per_slot.push_back(static_cast<int>(n.slots.size()));
     co.racks.push_back(n.rack);
   }
-  co.replicas = config_.cluster.replicas;
-  co.erasure_data = config_.cluster.erasure.data;
-  co.erasure_parity = config_.cluster.erasure.parity;
-  co.heartbeat_interval = config_.cluster.heartbeat_interval;
-  co.heartbeat_misses = config_.cluster.heartbeat_misses;
-  co.lost_node_timeout = config_.cluster.lost_node_timeout;
-  co.copy_timeout = config_.cluster.copy_timeout;
-  co.max_restarts = config_.job.max_restarts;
   co.master_port = o_.master_port;
   if (!config_.persist.dir.empty()) {
     int world = 0;

@@ -98,6 +98,32 @@ struct Fixture {
   }
 };
 
+TEST_CASE("coordinator: its options come from the config, with the config's defaults") {
+  Coordinator::Options d;
+  CHECK(d.heartbeat_interval == ClusterConfig{}.heartbeat_interval);
+  CHECK(d.heartbeat_misses == ClusterConfig{}.heartbeat_misses);
+  CHECK(d.lost_node_timeout == ClusterConfig{}.lost_node_timeout);
+  CHECK(d.max_restarts == JobConfig{}.max_restarts);
+  Config c;
+  c.cluster.replicas = 0;
+  c.cluster.erasure.data = 4;
+  c.cluster.erasure.parity = 2;
+  c.cluster.heartbeat_interval = std::chrono::milliseconds(321);
+  c.cluster.heartbeat_misses = 7;
+  c.cluster.lost_node_timeout = std::chrono::milliseconds(4321);
+  c.cluster.copy_timeout = std::chrono::milliseconds(987);
+  c.job.max_restarts = 11;
+  Coordinator::Options o = Coordinator::Options::FromConfig(c);
+  CHECK(o.replicas == 0);
+  CHECK(o.erasure_data == 4);
+  CHECK(o.erasure_parity == 2);
+  CHECK(o.heartbeat_interval.count() == 321);
+  CHECK(o.heartbeat_misses == 7);
+  CHECK(o.lost_node_timeout.count() == 4321);
+  CHECK(o.copy_timeout.count() == 987);
+  CHECK(o.max_restarts == 11);
+}
+
 TEST_CASE("coordinator: starts once every node registered, commits only at full redundancy") {
   Fixture f(0);
   for (PeerId a = 0; a < 3; ++a) REQUIRE(f.out.Count(a, ClusterMsg::kStart) == 1);
