@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/common/file.h"
 #include "plugin/common/log.h"
 #include "plugin/common/progress.h"
 #include "plugin/config/units.h"
@@ -74,64 +75,6 @@ bool Exists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
-// "'a', 'b', ... (12 in all)"; "none" for an empty list.
-std::string Listing(std::vector<std::string> items, bool quote = true) {
-  if (items.empty()) return "none";
-  std::string s;
-  for (size_t i = 0; i < items.size() && i < 8; ++i) {
-    s += (i ? ", " : "") + (quote ? "'" + items[i] + "'" : items[i]);
-  }
-  if (items.size() > 8) s += ", ... (" + std::to_string(items.size()) + " in all)";
-  return s;
-}
-
-// Bytes done, rate and time left. On a terminal the line on stderr is
-// rewritten in place at most every 250 ms; elsewhere nothing is shown until
-// the caller prints its final line.
-
-// The version to export: --version's, or the newest complete one. Errors
-// name the path and what was expected.
-Status FindVersion(Env* env, const std::string& dir, const std::string& job, bool has_version, uint64_t want,
-                   VersionScan* out) {
-  if (!IsDir(dir)) {
-    return Status::NotFound("persist dir '" + dir + "' does not exist or is not a directory (expected the " +
-                            "persist.dir the job ran with)");
-  }
-  const std::string job_dir = PersistJobDir(dir, job);
-  if (!IsDir(job_dir)) {
-    std::vector<std::string> jobs;
-    (void)env->ListDir(dir, &jobs);
-    std::sort(jobs.begin(), jobs.end());
-    return Status::NotFound("persist dir '" + dir + "' has no job '" + job + "' (no directory '" + job_dir +
-                            "'; jobs there: " + Listing(jobs) + ")");
-  }
-  std::vector<uint64_t> versions;
-  FTRUN_RETURN_IF_ERROR(ListVersions(env, job_dir, &versions));
-  std::vector<std::string> have;
-  for (auto it = versions.rbegin(); it != versions.rend(); ++it) have.push_back(std::to_string(*it));
-  if (has_version) {
-    if (!std::binary_search(versions.begin(), versions.end(), want)) {
-      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no version " + std::to_string(want) +
-                              " (no directory '" + VersionDir(job_dir, want) +
-                              "'; versions there, newest first: " + Listing(have, false) + ")");
-    }
-    *out = ScanVersion(env, job_dir, want);
-    if (!out->complete) {
-      return Status::FailedPrecondition("version " + std::to_string(want) + " of job '" + job +
-                                        "' is not complete, so it cannot be exported: " + out->reason);
-    }
-    return Status::Ok();
-  }
-  std::string reasons;
-  for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
-    *out = ScanVersion(env, job_dir, *it);
-    if (out->complete) return Status::Ok();
-    reasons += "; version " + std::to_string(*it) + ": " + out->reason;
-  }
-  return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no complete version" +
-                          (versions.empty() ? " (no version directory in '" + job_dir + "')" : reasons));
-}
-
 // "0,2,5-7" -> {0, 2, 5, 6, 7}, each in [0, world_size).
 Status ParseRanks(const std::string& text, int world_size, std::vector<int>* out) {
   std::set<int> ranks;
@@ -175,7 +118,7 @@ Status PrepareOut(Env* env, const std::string& out, bool* created) {
     FTRUN_RETURN_IF_ERROR(env->ListDir(out, &names));
     std::sort(names.begin(), names.end());
     if (!names.empty()) {
-      return Status::InvalidArgument("out dir '" + out + "' is not empty (it holds " + Listing(names) +
+      return Status::InvalidArgument("out dir '" + out + "' is not empty (it holds " + NameListing(names) +
                                      "); expected a new or empty directory, so that an export never mixes with " +
                                      "other files");
     }
@@ -327,7 +270,8 @@ int RunExportCommand(int argc, char** argv) {
 
   // Everything that can be wrong with the arguments is checked before a file is written.
   VersionScan scan;
-  Status st = FindVersion(env, dir, job, version_opt->count() > 0, version, &scan);
+  Status st = FindCompleteVersion(env, dir, job,
+                                  version_opt->count() > 0 ? std::optional<uint64_t>(version) : std::nullopt, &scan);
   if (!st.ok()) return Fail(st, 2);
   if (world_size != 0 && world_size != scan.world_size) {
     return Fail(Status::InvalidArgument("version " + std::to_string(scan.version) + " of job '" + job + "' in '" + dir +

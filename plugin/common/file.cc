@@ -19,4 +19,14 @@ Status ReadWholeFile(const std::string& path, const std::string& what, std::stri
   return Status::Ok();
 }
 
+std::string NameListing(const std::vector<std::string>& names, bool quote) {
+  if (names.empty()) return "none";
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) {
+    s += (i ? ", " : "") + (quote ? "'" + names[i] + "'" : names[i]);
+  }
+  if (names.size() > 8) s += ", ... (" + std::to_string(names.size()) + " in all)";
+  return s;
+}
+
 }  // namespace ftrun

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "plugin/common/file.h"
+
 namespace ftrun {
 namespace {
 
@@ -143,6 +145,46 @@ VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version) 
   s.has_epoch = markers.front().has_epoch;
   s.complete = true;
   return s;
+}
+
+Status FindCompleteVersion(Env* env, const std::string& dir, const std::string& job, std::optional<uint64_t> want,
+                           VersionScan* out) {
+  std::vector<std::string> jobs;
+  if (!env->ListDir(dir, &jobs).ok()) {
+    return Status::NotFound("persist dir '" + dir + "' does not exist or is not a directory (expected the " +
+                            "persist.dir the job ran with)");
+  }
+  const std::string job_dir = PersistJobDir(dir, job);
+  if (std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
+    std::sort(jobs.begin(), jobs.end());
+    return Status::NotFound("persist dir '" + dir + "' has no job '" + job + "' (no directory '" + job_dir +
+                            "'; jobs there: " + NameListing(jobs) + ")");
+  }
+  std::vector<uint64_t> versions;
+  FTRUN_RETURN_IF_ERROR(ListVersions(env, job_dir, &versions));
+  if (want.has_value()) {
+    if (!std::binary_search(versions.begin(), versions.end(), *want)) {
+      std::vector<std::string> have;
+      for (auto it = versions.rbegin(); it != versions.rend(); ++it) have.push_back(std::to_string(*it));
+      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no version " + std::to_string(*want) +
+                              " (no directory '" + VersionDir(job_dir, *want) +
+                              "'; versions there, newest first: " + NameListing(have, false) + ")");
+    }
+    *out = ScanVersion(env, job_dir, *want);
+    if (!out->complete) {
+      return Status::FailedPrecondition("version " + std::to_string(*want) + " of job '" + job +
+                                        "' is not complete: " + out->reason);
+    }
+    return Status::Ok();
+  }
+  std::string reasons;
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+    *out = ScanVersion(env, job_dir, *it);
+    if (out->complete) return Status::Ok();
+    reasons += "; version " + std::to_string(*it) + ": " + out->reason;
+  }
+  return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no complete version" +
+                          (versions.empty() ? " (no version directory in '" + job_dir + "')" : reasons));
 }
 
 }  // namespace ftrun

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,14 @@ Status ListVersions(Env* env, const std::string& job_dir, std::vector<uint64_t>*
 // torn, corrupt, disagreeing, unreadable) makes complete false with a reason
 // that names the file.
 VersionScan ScanVersion(Env* env, const std::string& job_dir, uint64_t version);
+
+// The version a reader of a persist directory takes (`ftrun export`,
+// ftrun.read_persisted/load_persisted): `want` when given, which must be
+// complete, else the newest complete one. Errors name the persist dir, the
+// job and what is there instead: NotFound (no such dir, job or version, no
+// complete version: every version's reason), FailedPrecondition (`want`
+// is not complete).
+Status FindCompleteVersion(Env* env, const std::string& dir, const std::string& job, std::optional<uint64_t> want,
+                           VersionScan* out);
 
 }  // namespace ftrun

@@ -62,35 +62,9 @@ struct Found {
 Status FindVersion(const std::string& dir, const std::string& job, bool has_version, uint64_t want, int world_size,
                    Found* out) {
   Env* env = PosixEnv();
-  if (!IsDir(dir)) return Status::NotFound("persist dir '" + dir + "' does not exist or is not a directory");
-  const std::string job_dir = PersistJobDir(dir, job);
-  if (!IsDir(job_dir)) {
-    return Status::NotFound("persist dir '" + dir + "' has no job '" + job + "' (no directory '" + job_dir + "')");
-  }
-  std::vector<uint64_t> versions;
-  FTRUN_RETURN_IF_ERROR(ListVersions(env, job_dir, &versions));
   VersionScan scan;
-  if (has_version) {
-    if (!std::binary_search(versions.begin(), versions.end(), want)) {
-      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no version " + std::to_string(want) +
-                              " (no directory '" + VersionDir(job_dir, want) + "')");
-    }
-    scan = ScanVersion(env, job_dir, want);
-    if (!scan.complete) {
-      return Status::FailedPrecondition("version " + std::to_string(want) + " of job '" + job +
-                                        "' is not complete: " + scan.reason);
-    }
-  } else {
-    std::string reasons;
-    for (auto it = versions.rbegin(); it != versions.rend() && !scan.complete; ++it) {
-      scan = ScanVersion(env, job_dir, *it);
-      if (!scan.complete) reasons += "; version " + std::to_string(*it) + ": " + scan.reason;
-    }
-    if (!scan.complete) {
-      return Status::NotFound("job '" + job + "' in persist dir '" + dir + "' has no complete version" +
-                              (versions.empty() ? " (no version directory in '" + job_dir + "')" : reasons));
-    }
-  }
+  FTRUN_RETURN_IF_ERROR(
+      FindCompleteVersion(env, dir, job, has_version ? std::optional<uint64_t>(want) : std::nullopt, &scan));
   if (world_size > 0 && world_size != scan.world_size) {
     return Status::FailedPrecondition("version " + std::to_string(scan.version) + " of job '" + job +
                                       "' was written with world size " + std::to_string(scan.world_size) + ", not " +

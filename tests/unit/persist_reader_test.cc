@@ -10,6 +10,7 @@
 #include "plugin/persist/disk_format.h"
 #include "plugin/persist/fault_env.h"
 #include "plugin/persist/retention.h"
+#include "plugin/persist/version_scan.h"
 #include "tests/catch.h"
 #include "tests/unit/persist_test_util.h"
 
@@ -145,6 +146,41 @@ TEST_CASE("versions with a bad or missing marker or manifest are skipped with th
   REQUIRE(env.CreateDir(dir.path() + "/job/not-a-version").ok());  // strays are ignored
   REQUIRE(r.ListComplete(&versions).ok());
   CHECK(versions == std::vector<uint64_t>{1});
+}
+
+TEST_CASE("a reader takes the version asked for or the newest complete one, naming what is there",
+          "[persist][reader]") {
+  ScratchDir dir;
+  FaultEnv env(PosixEnv());
+  Written w(&env, dir.path());
+  VersionScan scan;
+  REQUIRE(FindCompleteVersion(&env, dir.path(), "job", std::nullopt, &scan).ok());
+  CHECK(scan.version == 2);
+  REQUIRE(FindCompleteVersion(&env, dir.path(), "job", 1, &scan).ok());
+  CHECK(scan.version == 1);
+
+  Status st = FindCompleteVersion(&env, dir.path() + "/nope", "job", std::nullopt, &scan);
+  CHECK(st.code() == Code::kNotFound);
+  CHECK(Contains(st.message(), "persist dir '" + dir.path() + "/nope' does not exist"));
+  st = FindCompleteVersion(&env, dir.path(), "other", std::nullopt, &scan);
+  CHECK(Contains(st.message(), "has no job 'other'"));
+  CHECK(Contains(st.message(), "jobs there: 'job'"));
+  st = FindCompleteVersion(&env, dir.path(), "job", 7, &scan);
+  CHECK(Contains(st.message(), "has no version 7"));
+  CHECK(Contains(st.message(), "versions there, newest first: 2, 1"));
+
+  // A newer version that is not complete: skipped by default, refused by name.
+  const std::string v2 = VersionDir(dir.path() + "/job", 2);
+  REQUIRE(env.FlipBitOnDisk(v2 + "/rank0.manifest", 40, 2).ok());
+  REQUIRE(FindCompleteVersion(&env, dir.path(), "job", std::nullopt, &scan).ok());
+  CHECK(scan.version == 1);
+  st = FindCompleteVersion(&env, dir.path(), "job", 2, &scan);
+  CHECK(st.code() == Code::kFailedPrecondition);
+  CHECK(Contains(st.message(), "version 2 of job 'job' is not complete: manifest"));
+  REQUIRE(env.FlipBitOnDisk(VersionDir(dir.path() + "/job", 1) + "/rank0.manifest", 40, 2).ok());
+  st = FindCompleteVersion(&env, dir.path(), "job", std::nullopt, &scan);
+  CHECK(st.code() == Code::kNotFound);
+  CHECK(Contains(st.message(), "has no complete version; version 2: manifest"));
 }
 
 TEST_CASE("a snapshot of another job or world size is refused by name", "[persist][reader]") {
