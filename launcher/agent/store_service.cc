@@ -97,11 +97,8 @@ void StoreService::HandleSave(Connection& conn, const std::string& payload) {
                                 std::to_string(conn.rank));
   }
   for (const auto& t : m.tensors) {
-    for (const auto& c : t.chunks) {
-      if (s.ok() && (c.length == 0 || c.length > chunk_size_)) {
-        s = Status::InvalidArgument("tensor '" + t.info.name + "' has a " + std::to_string(c.length) +
-                                    "-byte chunk; chunks are 1.." + std::to_string(chunk_size_) + " bytes");
-      }
+    for (size_t i = 0; s.ok() && i < t.chunks.size(); ++i) {
+      s = CheckChunkLength("rank " + std::to_string(conn.rank) + " save", t, i, chunk_size_);
     }
   }
   const uint64_t version = m.version;

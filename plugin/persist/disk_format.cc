@@ -204,17 +204,8 @@ Status DecodeManifestFile(const std::string& bytes, const std::string& path, Man
   if (!r.ok()) return Status::Corruption("persist file '" + path + "': truncated manifest header");
   FTRUN_RETURN_IF_ERROR(DecodeManifest(&r, "persist file '" + path + "'", &f.manifest));
   if (!r.done()) return Status::Corruption("persist file '" + path + "': bytes after the manifest");
-  // A length sizes the store reservation and the read of the chunk file: a
-  // corrupt one must not reach either.
-  for (const TensorManifest& t : f.manifest.tensors) {
-    for (size_t i = 0; i < t.chunks.size(); ++i) {
-      if (t.chunks[i].length > kMaxChunkSize) {
-        return Status::Corruption("persist file '" + path + "': tensor '" + t.info.name + "' chunk #" +
-                                  std::to_string(i) + " field 'length' is " + std::to_string(t.chunks[i].length) +
-                                  " bytes; a chunk is at most " + std::to_string(kMaxChunkSize) + " bytes");
-      }
-    }
-  }
+  // (DecodeManifest checked every chunk's length: it sizes the store
+  // reservation and the read of the chunk file.)
   if (f.manifest.rank != rank || f.manifest.version != version) {
     return Status::Corruption("persist file '" + path + "': header says rank " + std::to_string(rank) + " version " +
                               std::to_string(version) + ", the manifest rank " + std::to_string(f.manifest.rank) +

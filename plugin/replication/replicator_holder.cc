@@ -69,12 +69,13 @@ void Replicator::Offer(PeerId from, ByteReader* r) {
   std::set<std::pair<uint64_t, uint64_t>> seen;
   size_t i = 0;
   for (auto& t : in.manifest.tensors) {
-    for (auto& c : t.chunks) {
+    for (size_t k = 0; k < t.chunks.size(); ++k) {
+      ChunkRef& c = t.chunks[k];
       c.offset = kNoOffset;
-      if (c.length == 0 || c.length > chunk_size_) {
+      if (Status bad = CheckChunkLength("offer", t, k, chunk_size_); !bad.ok()) {
         store_->ReleaseReservations(in.owner);  // the holds taken so far
         in_.erase({from, xfer});
-        return Reply(from, T(ClusterMsg::kOfferFailed), xfer, "a chunk of " + std::to_string(c.length) + " bytes");
+        return Reply(from, T(ClusterMsg::kOfferFailed), xfer, bad.message());
       }
       if (!seen.insert({c.hash.lo, c.hash.hi}).second) {  // a duplicate within the manifest
         ++i;

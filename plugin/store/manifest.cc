@@ -24,8 +24,12 @@ Status CheckTensor(const TensorManifest& t, const std::string& what) {
                                    " were given");
   }
   uint64_t sum = 0;
-  for (const ChunkRef& c : t.chunks) {
-    if (__builtin_add_overflow(sum, c.length, &sum)) return Status::Corruption(where + ": chunk lengths overflow");
+  for (size_t i = 0; i < t.chunks.size(); ++i) {
+    Status s = CheckChunkLength(what, t, i, kMaxChunkSize);
+    if (!s.ok()) return Status::Corruption(s.message());
+    if (__builtin_add_overflow(sum, t.chunks[i].length, &sum)) {
+      return Status::Corruption(where + ": chunk lengths overflow");
+    }
   }
   if (sum != t.info.nbytes) {
     return Status::Corruption(where + ": chunks hold " + std::to_string(sum) + " bytes, expected " +
@@ -35,6 +39,14 @@ Status CheckTensor(const TensorManifest& t, const std::string& what) {
 }
 
 }  // namespace
+
+Status CheckChunkLength(const std::string& where, const TensorManifest& t, size_t chunk, uint64_t max) {
+  const uint64_t length = t.chunks[chunk].length;
+  if (length >= 1 && length <= max) return Status::Ok();
+  return Status::InvalidArgument(where + ": tensor '" + t.info.name + "' chunk #" + std::to_string(chunk) +
+                                 " field 'length' is " + std::to_string(length) + " bytes; a chunk is 1.." +
+                                 std::to_string(max) + " bytes");
+}
 
 uint64_t Manifest::state_bytes() const {
   uint64_t n = 0;

@@ -34,6 +34,14 @@ struct TensorManifest {
 // chunk length read from outside (a disk manifest) above it is corrupt.
 inline constexpr uint64_t kMaxChunkSize = 1ull << 30;
 
+// The one rule for a chunk's length: 1..`max` bytes (`max`: the job's
+// store.chunk_size where the chunk is new, kMaxChunkSize where it may come
+// from an earlier run's). A length sizes a store reservation and a read, so
+// every way in (a rank's save, a copy, a disk manifest, the store itself)
+// checks it. InvalidArgument naming `where`, the tensor, the chunk and the
+// bounds.
+Status CheckChunkLength(const std::string& where, const TensorManifest& t, size_t chunk, uint64_t max);
+
 struct Manifest {
   int32_t rank = -1;
   uint64_t version = 0;

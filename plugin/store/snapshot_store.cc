@@ -114,6 +114,9 @@ Status SnapshotStore::AddManifest(uint64_t owner, Manifest m) {
   std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> added;  // new in this manifest -> length
   std::unordered_set<uint64_t> used_offsets;
   for (const auto& t : m.tensors) {
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      FTRUN_RETURN_IF_ERROR(CheckChunkLength(who, t, i, kMaxChunkSize));
+    }
     for (const auto& c : t.chunks) {
       if (c.offset == kNoOffset) continue;
       auto r = reserved.find(c.offset);

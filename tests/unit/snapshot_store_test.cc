@@ -94,6 +94,16 @@ TEST_CASE("the store refuses bad manifests and changes nothing", "[store]") {
     Status st = s.AddManifest(1, Make(0, 6, {{"dddd", true}}, {kBase + 4096 * 10}));
     CHECK(st.code() == Code::kInvalidArgument);
   }
+  SECTION("a chunk length of 0, or above any store's chunk size") {
+    for (uint64_t bad : {uint64_t{0}, kMaxChunkSize + 1}) {
+      Manifest m = Make(0, 6, {{"aaaa", false}}, {});
+      m.tensors[0].chunks[0].length = bad;
+      Status st = s.AddManifest(1, m);
+      CHECK(st.code() == Code::kInvalidArgument);
+      CHECK_THAT(st.message(), Catch::Contains("rank 0 version 6: tensor 'w' chunk #0 field 'length' is " +
+                                               std::to_string(bad) + " bytes"));
+    }
+  }
   SECTION("a different tensor layout") {
     Manifest m = Make(0, 6, {{"aaaa", false}, {"aaaa", false}}, {});
     Status st = s.AddManifest(1, m);
