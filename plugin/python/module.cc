@@ -22,6 +22,7 @@
 #include "ftrun/client.h"
 #include "ftrun/status.h"
 #include "plugin/python/buffers.h"
+#include "plugin/python/errors.h"
 #include "plugin/python/module_docs.h"
 #include "plugin/python/module_parts.h"
 #include "plugin/python/save_refs.h"
@@ -34,20 +35,11 @@ using ftrun::Code;
 using ftrun::DType;
 using ftrun::Status;
 
-// Exception types and the load result type; created once at import and kept
-// for the life of the process.
-PyObject* g_error = nullptr;
-PyObject* g_invalid_argument = nullptr;
-PyTypeObject* g_load_result = nullptr;
+using ftrun::python::Raise;
 
-[[noreturn]] void Raise(const Status& st) {
-  PyObject* type = st.code() == Code::kInvalidArgument ? g_invalid_argument : g_error;
-  py::object exc = py::reinterpret_borrow<py::object>(type)(st.ToString());
-  exc.attr("code") = ftrun::CodeName(st.code());
-  exc.attr("message") = st.message();
-  PyErr_SetObject(type, exc.ptr());
-  throw py::error_already_set();
-}
+// The load result type; created once at import and kept for the life of the
+// process.
+PyTypeObject* g_load_result = nullptr;
 
 void Check(const Status& st) {
   if (!st.ok()) Raise(st);
@@ -338,18 +330,9 @@ PyStructSequence_Desc g_load_result_desc = {
 PYBIND11_MODULE(_ftrun, m) {
   m.doc() = ftrun::python::kModuleDoc;
 
-  g_error = PyErr_NewExceptionWithDoc("_ftrun.Error",
-                                      "An ftrun call failed; .code is the status code name, .message the text.",
-                                      PyExc_RuntimeError, nullptr);
-  if (g_error == nullptr) throw py::error_already_set();
-  py::tuple bases = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
-  g_invalid_argument = PyErr_NewExceptionWithDoc(
-      "_ftrun.InvalidArgumentError", "An ftrun call rejected its arguments (INVALID_ARGUMENT).", bases.ptr(), nullptr);
-  if (g_invalid_argument == nullptr) throw py::error_already_set();
+  ftrun::python::RegisterErrors(m);
   g_load_result = PyStructSequence_NewType(&g_load_result_desc);
   if (g_load_result == nullptr) throw py::error_already_set();
-  m.add_object("Error", py::handle(g_error));
-  m.add_object("InvalidArgumentError", py::handle(g_invalid_argument));
   m.add_object("LoadResult", py::handle(reinterpret_cast<PyObject*>(g_load_result)));
   m.attr("LATEST") = py::int_(ftrun::Client::kLatest);
 #ifdef FTRUN_HAVE_CUDA

@@ -25,6 +25,7 @@
 #include "plugin/persist/persist_reader.h"
 #include "plugin/persist/version_scan.h"
 #include "plugin/python/buffers.h"
+#include "plugin/python/errors.h"
 #include "plugin/python/module_parts.h"
 
 namespace py = pybind11;
@@ -32,20 +33,9 @@ namespace py = pybind11;
 namespace ftrun::python {
 namespace {
 
-// The module's exception and result types, looked up at registration and
-// kept for the life of the process (as module.cc keeps them).
-PyObject* g_error = nullptr;
-PyObject* g_invalid_argument = nullptr;
+// The module's result type, looked up at registration and kept for the life
+// of the process (as module.cc keeps it).
 PyObject* g_load_result = nullptr;
-
-[[noreturn]] void Raise(const Status& st) {
-  PyObject* type = st.code() == Code::kInvalidArgument ? g_invalid_argument : g_error;
-  py::object exc = py::reinterpret_borrow<py::object>(type)(st.ToString());
-  exc.attr("code") = CodeName(st.code());
-  exc.attr("message") = st.message();
-  PyErr_SetObject(type, exc.ptr());
-  throw py::error_already_set();
-}
 
 bool IsDir(const std::string& path) {
   struct stat st {};
@@ -183,8 +173,6 @@ world size.
 // Called from module.cc's PYBIND11_MODULE, after Error, InvalidArgumentError
 // and LoadResult are in the module.
 void RegisterPersist(py::module_& m) {
-  g_error = py::object(m.attr("Error")).release().ptr();
-  g_invalid_argument = py::object(m.attr("InvalidArgumentError")).release().ptr();
   g_load_result = py::object(m.attr("LoadResult")).release().ptr();
   m.def("read_persisted", &ReadPersisted, py::arg("dir"), py::arg("job"), py::arg("version") = py::none(),
         py::arg("rank") = 0, py::arg("world_size") = py::none(), kReadDoc);
