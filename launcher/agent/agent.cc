@@ -75,7 +75,7 @@ Status Agent::Setup() {
   corrupt_ = std::make_unique<CorruptChunks>(store_.get(), arena_.base(), std::move(repair),
                                              "the persist directory (" + disk_->dir() + ")");
   corrupt_->on_change = [this] { status_dirty_ = true; };
-  service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size);
+  service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size, clock_);
   service_->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = ranks_->ByRank(rank)) generations_->RankEvent(*s, &RankSlot::first_step);
     member_->RankSaved(rank, version);

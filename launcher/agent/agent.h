@@ -64,7 +64,6 @@ class Agent : private ClusterMember::Orders {
   int Run();
 
  private:
-  using Clock = std::chrono::steady_clock;
   using RankSlot = RankProcesses::Slot;
 
   Status Setup();
@@ -92,7 +91,7 @@ class Agent : private ClusterMember::Orders {
   void Ended(int code, const std::string& message, bool fenced) override;
   void Lost(const std::string& why) override;
   void GaveUp() override { generations_->GaveUp(); }
-  void Heard(Clock::time_point now) override;
+  void Heard(Clock::Time now) override;
   void ShardPulled(int rank, uint64_t version, PeerId from) override;
   void CorruptToSend(int rank, uint64_t version, const ChunkRef& chunk) override;
   void Changed() override { status_dirty_ = true; }
@@ -133,7 +132,7 @@ class Agent : private ClusterMember::Orders {
   std::unique_ptr<CorruptChunks> corrupt_;
   SaveStalls stalls_;  // the ranks' save stalls, for the metrics and the status
   bool status_dirty_ = true;
-  Clock::time_point last_status_write_;
+  Clock::Time last_status_write_;
   std::string status_error_;                           // the last status write error logged (logged once)
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;  // metrics.agent_listen; set with the status
   std::unique_ptr<AgentMetrics> metrics_;

@@ -101,7 +101,7 @@ void Agent::DropAbove(uint64_t version) { disk_->DropFilesAbove(version, ranks_-
 // The disk's lease (node_disk.h): half the coordinator's silence before it
 // declares a node lost. Once the coordinator ended the job nobody replaces
 // this node: the drain may finish after it is gone.
-void Agent::Heard(Clock::time_point now) {
+void Agent::Heard(Clock::Time now) {
   const auto lease = o_.config.cluster.heartbeat_interval * o_.config.cluster.heartbeat_misses / 2;
   if (fenced_)
     disk_->EndLease();

@@ -26,7 +26,7 @@ void ErasureMember::Membership(const MembershipMsg& m) {
       return;
     }
     code_ = std::move(code);
-    exchange_ = std::make_unique<ParityExchange>(t_, store_, base_, code_.get());
+    exchange_ = std::make_unique<ParityExchange>(t_, store_, base_, code_.get(), clock_);
     exchange_->on_complete = [this](uint64_t v) {
       if (on_parity_held) on_parity_held(v);
     };

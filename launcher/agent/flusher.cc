@@ -57,12 +57,12 @@ Status Flusher::Start() {
   scrubber_ = std::make_unique<ChunkScrubber>(writer_.get());
   event_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!event_.valid()) return Status::FromErrno("eventfd", errno);
-  last_write_time_ = Clock::now();
+  last_write_time_ = o_.clock->Now();
   thread_ = std::thread([this] { ThreadMain(); });
   return Status::Ok();
 }
 
-void Flusher::OnCommitted(uint64_t version, std::optional<uint64_t> epoch, Clock::time_point now) {
+void Flusher::OnCommitted(uint64_t version, std::optional<uint64_t> epoch, Clock::Time now) {
   if (committed_ && version <= *committed_) return;
   committed_ = version;
   committed_epoch_ = epoch;
@@ -82,9 +82,9 @@ void Flusher::SetPending(uint64_t version, uint64_t epoch) {
   pending_epoch_ = epoch;
 }
 
-void Flusher::Tick(Clock::time_point now) { MaybeStart(now, false); }
+void Flusher::Tick(Clock::Time now) { MaybeStart(now, false); }
 
-void Flusher::MaybeStart(Clock::time_point now, bool ignore_backoff) {
+void Flusher::MaybeStart(Clock::Time now, bool ignore_backoff) {
   if (writing_ || !pending_ || paused_) return;
   if (last_written_ && *last_written_ >= *pending_) {
     store_->Unpin(*pending_);
@@ -142,7 +142,7 @@ void Flusher::ThreadMain() {
     d.epoch = job.epoch;
     d.generation = job.generation;
     PersistProgress before = writer_->Progress();
-    auto t0 = Clock::now();
+    auto t0 = Wall::now();
     std::vector<const Manifest*> ptrs;
     for (const Manifest& m : job.manifests) ptrs.push_back(&m);
     const char* base = o_.arena_base;
@@ -152,7 +152,7 @@ void Flusher::ThreadMain() {
       return Status::Ok();
     };
     d.status = writer_->WriteVersion(job.version, job.epoch, ptrs, source, job.generation);
-    d.took = Clock::now() - t0;
+    d.took = Wall::now() - t0;
     if (d.status.ok()) d.status = ScrubWritten(job.version, ptrs, source, &d.scrub);
     PersistProgress after = writer_->Progress();
     d.progress.bytes_written = after.bytes_written - before.bytes_written;
@@ -191,7 +191,7 @@ void LogFinding(uint64_t version, const ScrubFinding& f) {
 // the backoff and retry apply and the version stays pinned until then.
 Status Flusher::ScrubWritten(uint64_t version, const std::vector<const Manifest*>& manifests, const ChunkSource& source,
                              std::string* note) {
-  const auto t0 = Clock::now();
+  const auto t0 = Wall::now();
   const ScrubProgress before = scrubber_->Progress();
   std::vector<ScrubFinding> findings;
   Status st = scrubber_->Scrub(version, manifests, source, &findings);
@@ -201,7 +201,7 @@ Status Flusher::ScrubWritten(uint64_t version, const std::vector<const Manifest*
   const uint64_t repaired = after.chunks_repaired - before.chunks_repaired;
   if (checked > 0) {
     *note = "scrub: " + std::to_string(checked) + " reused chunk file(s) checked, " + std::to_string(repaired) +
-            " repaired from RAM, in " + std::to_string(static_cast<int64_t>(Ms(Clock::now() - t0))) + " ms";
+            " repaired from RAM, in " + std::to_string(static_cast<int64_t>(Ms(Wall::now() - t0))) + " ms";
   }
   if (st.code() == Code::kUnavailable) {
     *note = st.message();
@@ -226,7 +226,7 @@ std::string Flusher::RunRetention(uint64_t protect) {
          std::to_string(res.chunks_deleted) + " chunk file(s)";
 }
 
-void Flusher::OnEvent(Clock::time_point now) {
+void Flusher::OnEvent(Clock::Time now) {
   uint64_t n;
   while (::read(event_.get(), &n, sizeof n) > 0) {
   }
@@ -285,7 +285,7 @@ void Flusher::OnEvent(Clock::time_point now) {
 }
 
 std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
-  auto deadline = Clock::now() + bound;
+  auto deadline = Wall::now() + bound;
   // The job ends: the last version on disk matters more than checking the
   // chunk files it reuses (the next start checks them).
   scrubber_->Stop();
@@ -298,15 +298,15 @@ std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
     SetPending(*committed_, *committed_epoch_);  // the end of the job: the last committed version, aligned or not
   }
   while (true) {
-    auto now = Clock::now();
-    if (!writing_) MaybeStart(now, true);
+    if (!writing_) MaybeStart(o_.clock->Now(), true);
     if (!writing_) return last_written_;
-    if (now >= deadline) break;
+    const auto wall = Wall::now();
+    if (wall >= deadline) break;
     pollfd p{event_.get(), POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - wall).count();
     ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 200)));
     std::optional<uint64_t> before = writing_;
-    OnEvent(Clock::now());
+    OnEvent(o_.clock->Now());
     if (before && !writing_ && failures_ > 0) return last_written_;  // the disk fails: no point waiting
   }
   FTRUN_LOG_WARN("persist: version {} not on disk after {} ms; stopping the write (newest on disk from this node: {})",
@@ -314,7 +314,7 @@ std::optional<uint64_t> Flusher::Drain(std::chrono::milliseconds bound) {
   writer_->Cancel();  // the thread stops between writes and says so
   pollfd p{event_.get(), POLLIN, 0};
   ::poll(&p, 1, 5000);
-  OnEvent(Clock::now());
+  OnEvent(o_.clock->Now());
   return last_written_;
 }
 
@@ -331,7 +331,7 @@ void Flusher::Rewind(uint64_t version) {
   writer_->Cancel();
   if (writing_) {
     pollfd p{event_.get(), POLLIN, 0};
-    while (writing_ && ::poll(&p, 1, 10000) > 0) OnEvent(Clock::now());
+    while (writing_ && ::poll(&p, 1, 10000) > 0) OnEvent(o_.clock->Now());
     if (writing_) {
       FTRUN_LOG_WARN(
           "persist: the write of version {} did not stop within 10 s of the go-back to version {}; it can "

@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "plugin/common/clock.h"
 #include "plugin/common/fd.h"
 #include "plugin/config/config.h"
 #include "plugin/persist/env.h"
@@ -53,7 +54,10 @@ namespace ftrun {
 
 class Flusher {
  public:
-  using Clock = std::chrono::steady_clock;
+  // Decisions (when a write is due, a backoff's end) read the Clock seam;
+  // the real waits of Drain and Rewind, and the durations the log reports,
+  // read the steady clock.
+  using Wall = std::chrono::steady_clock;
 
   struct Options {
     PersistConfig config;
@@ -64,6 +68,7 @@ class Flusher {
     std::function<std::vector<int>()> ranks;  // this node's ranks, asked at each write
     Env* env = nullptr;                       // nullptr: a PosixEnv with persist.direct_io
     std::function<Status()> marker_guard;     // PersistWriterOptions::marker_guard (on the writer thread)
+    const Clock* clock = &Clock::Steady();    // the agent's (its tests': a ManualClock)
   };
 
   Flusher(Options o, SnapshotStore* store);
@@ -76,11 +81,11 @@ class Flusher {
   // nullopt when this agent does not know the epoch it was committed in (a
   // restore point learned from the coordinator's pull or start): then it is
   // remembered as committed but never written by this agent.
-  void OnCommitted(uint64_t version, std::optional<uint64_t> epoch, Clock::time_point now);
+  void OnCommitted(uint64_t version, std::optional<uint64_t> epoch, Clock::Time now);
   // The writer thread finished (event_fd readable).
-  void OnEvent(Clock::time_point now);
+  void OnEvent(Clock::Time now);
   // Timer: time-based writes and retries.
-  void Tick(Clock::time_point now);
+  void Tick(Clock::Time now);
   // Writes the last committed version if it is not on disk yet, waiting up
   // to `bound`; on timeout cancels. Returns the version on disk after it.
   std::optional<uint64_t> Drain(std::chrono::milliseconds bound);
@@ -112,7 +117,7 @@ class Flusher {
     std::string scrub;      // what the scrub did, for the log
   };
 
-  void MaybeStart(Clock::time_point now, bool ignore_backoff);
+  void MaybeStart(Clock::Time now, bool ignore_backoff);
   void SetPending(uint64_t version, uint64_t epoch);  // pins it; unpins the one it replaces
   void ThreadMain();
   Status ScrubWritten(uint64_t version, const std::vector<const Manifest*>& manifests, const ChunkSource& source,
@@ -136,8 +141,8 @@ class Flusher {
   std::optional<uint64_t> writing_;          // pinned, with the thread
   std::optional<uint64_t> pending_;          // pinned, next to write
   bool paused_ = false;                      // Rewind waits for the thread
-  Clock::time_point last_write_time_;
-  Clock::time_point backoff_until_;
+  Clock::Time last_write_time_;
+  Clock::Time backoff_until_;
   int failures_ = 0;  // in a row
   std::string last_error_;
   uint64_t bytes_written_ = 0, chunk_bytes_skipped_ = 0, versions_written_ = 0;

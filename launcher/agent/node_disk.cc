@@ -25,6 +25,7 @@ void NodeDisk::Committed(uint64_t version, std::optional<uint64_t> epoch) {
     f.node = node_;
     f.arena_base = o_.arena_base;
     f.env = o_.env;
+    f.clock = &clock_;
     if (o_.leased) {
       f.marker_guard = [lease = lease_, &clock = clock_] {
         const int64_t now = clock.Now().time_since_epoch().count();

@@ -17,8 +17,8 @@ void SendCommitted(Connection& conn, uint64_t version) {
 }  // namespace
 
 StoreService::StoreService(SnapshotStore* store, const CommitTracker* tracker, VersionRetention* retention,
-                           uint64_t chunk_size)
-    : store_(store), tracker_(tracker), retention_(retention), chunk_size_(chunk_size) {}
+                           uint64_t chunk_size, const Clock& clock)
+    : store_(store), tracker_(tracker), retention_(retention), chunk_size_(chunk_size), clock_(clock) {}
 
 bool StoreService::Waiting(const Connection& conn) const {
   for (const Waiter& w : waiters_) {
@@ -203,11 +203,11 @@ void StoreService::HandleWaitCommitted(Connection& conn, const std::string& payl
     SendCommitted(conn, *committed);
     return;
   }
-  auto deadline = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto deadline = timeout_ms < 0 ? Clock::Time::max() : clock_.Now() + std::chrono::milliseconds(timeout_ms);
   waiters_.push_back({&conn, version, deadline});
 }
 
-void StoreService::Tick(Clock::time_point now) {
+void StoreService::Tick(Clock::Time now) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (now >= it->deadline) {
       (void)it->conn->SendError(Status::Timeout("version " + std::to_string(it->version) + " not committed in time"));

@@ -15,6 +15,7 @@
 
 #include "launcher/agent/connection.h"
 #include "launcher/agent/version_retention.h"
+#include "plugin/common/clock.h"
 #include "plugin/store/snapshot_store.h"
 #include "recovery/commit_tracker.h"
 
@@ -22,10 +23,10 @@ namespace ftrun {
 
 class StoreService {
  public:
-  using Clock = std::chrono::steady_clock;
-
-  // chunk_size: the largest chunk a rank may reserve or reference.
-  StoreService(SnapshotStore* store, const CommitTracker* tracker, VersionRetention* retention, uint64_t chunk_size);
+  // chunk_size: the largest chunk a rank may reserve or reference; `clock`:
+  // where a commit wait's deadline is read (the agent's).
+  StoreService(SnapshotStore* store, const CommitTracker* tracker, VersionRetention* retention, uint64_t chunk_size,
+               const Clock& clock = Clock::Steady());
 
   // Handles one store request; false for a message type it does not own.
   // Replies (or errors) are sent on conn.
@@ -33,7 +34,7 @@ class StoreService {
   // The connection is gone: its reservations, pins and waits end.
   void Disconnected(Connection& conn);
   // Expires commit waits past their deadline.
-  void Tick(Clock::time_point now);
+  void Tick(Clock::Time now);
   // The rank behind conn is blocked waiting for a commit (not hung).
   bool Waiting(const Connection& conn) const;
 
@@ -50,7 +51,7 @@ class StoreService {
   struct Waiter {
     Connection* conn;
     uint64_t version;
-    Clock::time_point deadline;
+    Clock::Time deadline;
   };
 
   void HandleAlloc(Connection& conn, const std::string& payload);
@@ -65,6 +66,7 @@ class StoreService {
   const CommitTracker* tracker_;
   VersionRetention* retention_;
   const uint64_t chunk_size_;
+  const Clock& clock_;
   std::list<Waiter> waiters_;
 };
 

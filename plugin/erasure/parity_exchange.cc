@@ -24,8 +24,9 @@ void Xor(const uint8_t* a, const uint8_t* b, uint8_t* out, uint64_t n) {
 
 }  // namespace
 
-ParityExchange::ParityExchange(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code)
-    : t_(transport), store_(store), base_(arena_base), code_(code) {}
+ParityExchange::ParityExchange(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code,
+                               const Clock& clock)
+    : t_(transport), store_(store), base_(arena_base), code_(code), clock_(clock) {}
 
 void ParityExchange::SetGroup(std::vector<PeerId> members, int self) {
   if (!rows_ || self != self_) rows_ = std::make_unique<ParityRows>(code_, self, store_, base_);
@@ -89,7 +90,7 @@ Status ParityExchange::Contribute(uint64_t version, std::optional<uint64_t> base
   Contribution c;
   c.epoch = epoch_;
   c.base = base;
-  c.started = std::chrono::steady_clock::now();
+  c.started = clock_.Now();
   FTRUN_RETURN_IF_ERROR(Prepare(version, &c, ranks));
   // Stripe of slice t: where this member's fragment t goes; each of its rows' holders gets a job.
   const uint64_t slice = c.now->SliceLength(code_->data());
@@ -326,7 +327,7 @@ void ParityExchange::Finish(uint64_t version) {
              0,
              c.bytes_sent,
              0,
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - c.started).count()};
+             std::chrono::duration<double>(clock_.Now() - c.started).count()};
   for (const auto& [key, plan] : c.plans) {
     if (key.second) continue;  // (the plan of its base; not the whole fragments a new holder asked for)
     for (const DeltaPiece& p : plan.pieces) rec.changed_bytes += p.length;

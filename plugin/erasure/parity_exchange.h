@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "plugin/common/clock.h"
 #include "plugin/erasure/group_code.h"
 #include "plugin/erasure/node_shard.h"
 #include "plugin/erasure/parity_rows.h"
@@ -56,8 +57,10 @@ class ParityExchange {
   static constexpr int kInflight = 2;
 
   // `code` and `store` outlive the exchange; `arena_base` is the store's
-  // mapping (the parity rows' blocks are the store's too).
-  ParityExchange(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code);
+  // mapping (the parity rows' blocks are the store's too); `clock` times
+  // contributions (the agent's).
+  ParityExchange(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code,
+                 const Clock& clock = Clock::Steady());
 
   // This node's group: members[i] is member i's agent; this node is `self`.
   // Contributions under way to an agent no longer in the group fail.
@@ -153,7 +156,7 @@ class ParityExchange {
     std::vector<Job> jobs;
     std::vector<uint8_t> checked;  // per chunk: its hashes verified (BatchBytes)
     uint64_t bytes_sent = 0;
-    std::chrono::steady_clock::time_point started;
+    Clock::Time started;
     int unfinished = 0;
   };
   struct Sent {
@@ -193,6 +196,7 @@ class ParityExchange {
   SnapshotStore* store_;
   char* base_;
   const GroupCode* code_;
+  const Clock& clock_;
   std::vector<PeerId> members_;
   int self_ = -1;
   uint64_t epoch_ = 0;
