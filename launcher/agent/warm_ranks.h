@@ -33,7 +33,7 @@
 
 #include "launcher/agent/rank_processes.h"
 #include "launcher/agent/rank_server.h"
-#include "launcher/agent/warm_fields.h"
+#include "plugin/protocol/warm_fields.h"
 
 namespace ftrun {
 

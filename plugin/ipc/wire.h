@@ -39,7 +39,7 @@ enum class MsgType : uint16_t {
 
   // A process under @ftrun.resilient, over its second connection (its
   // control link, launcher/agent/warm_ranks.h). Payloads are key=value lines
-  // (launcher/agent/warm_fields.h).
+  // (plugin/protocol/warm_fields.h).
   kWarmHello = 32,  // process -> agent: role (rank or standby), rank, job
   kWarmAbort,       // agent -> process: leave generation N now
   kWarmParked,      // process -> agent: out of the decorated function, its process group gone

@@ -378,4 +378,5 @@ PYBIND11_MODULE(_ftrun, m) {
 
   ftrun::python::RegisterPersist(m);
   ftrun::python::RegisterStateWalk(m);
+  ftrun::python::RegisterWarm(m);
 }

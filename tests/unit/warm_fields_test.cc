@@ -1,7 +1,7 @@
-// The warm control frames' payload (launcher/agent/warm_fields.h): what the
+// The warm control frames' payload (plugin/protocol/warm_fields.h): what the
 // agent writes reads back, and what a hostile or broken process writes is
 // refused with the reason.
-#include "launcher/agent/warm_fields.h"
+#include "plugin/protocol/warm_fields.h"
 
 #include "tests/catch.h"
 

@@ -57,14 +57,17 @@ import sys
 import threading
 import time
 
+from . import _ftrun
 from .warm_interrupt import Interrupts
 from .warm_leave import (_abort_nccl, _destroy_process_group, _drop_gradients, _reset_accelerate,
                          _reset_dcp_process, _reset_ftrun_client, _retire_connections, _set_local_rank_arg,
                          _socket_inodes)
 
-_MAGIC = 0x46545231
+# The frame and its fields are the agent's own codec (plugin/protocol/warm_fields.h, plugin/ipc/wire.h).
+_MAGIC = _ftrun.FRAME_MAGIC
 _HEADER = struct.Struct("<IHHI")
-_ERROR, _WARM_HELLO, _WARM_ABORT, _WARM_PARKED, _WARM_START, _WARM_FAILED = 3, 32, 33, 34, 35, 36
+_ERROR, _WARM_HELLO, _WARM_ABORT, _WARM_PARKED, _WARM_START, _WARM_FAILED = (
+    _ftrun.WARM_KINDS[k] for k in ("error", "hello", "abort", "parked", "start", "failed"))
 _MAX_FRAME = 1 << 20
 _SIGNAL = signal.SIGUSR2
 _RESEND_S = 0.05  # the interrupt is repeated until the main thread is out of the function
@@ -170,20 +173,11 @@ def _import_first_use():
 
 
 def _encode(fields):
-    out = []
-    for k, v in fields.items():
-        v = str(v).replace("\n", " ")
-        out.append(f"{k}={v}\n")
-    return "".join(out).encode()
+    return _ftrun.encode_warm_fields({k: str(v).replace("\n", " ") for k, v in fields.items()})
 
 
 def _decode(payload):
-    fields = {}
-    for line in payload.decode("utf-8", "replace").split("\n"):
-        if line:
-            k, _, v = line.partition("=")
-            fields[k] = v
-    return fields
+    return _ftrun.decode_warm_fields(payload)  # (InvalidArgumentError, a ValueError: a malformed frame)
 
 
 class _Link:

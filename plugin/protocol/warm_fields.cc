@@ -1,4 +1,4 @@
-#include "launcher/agent/warm_fields.h"
+#include "plugin/protocol/warm_fields.h"
 
 #include <cerrno>
 #include <cstdlib>
