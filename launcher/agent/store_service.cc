@@ -4,6 +4,7 @@
 
 #include "plugin/common/bytes.h"
 #include "plugin/common/log.h"
+#include "plugin/ipc/rank_messages.h"
 
 namespace ftrun {
 namespace {
@@ -53,16 +54,13 @@ bool StoreService::Handle(Connection& conn, MsgType type, const std::string& pay
 }
 
 void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
-  ByteReader r(payload);
-  uint64_t version = r.Get<uint64_t>();
-  bool first = r.Get<uint8_t>() != 0;
-  uint32_t n = r.GetCount(8);
-  std::vector<uint64_t> lengths(n);
-  for (auto& len : lengths) len = r.Get<uint64_t>();
-  if (!r.ok() || !r.done()) {
-    (void)conn.SendError(Status::Corruption("malformed reserve request"));
+  AllocMsg ask;
+  if (Status bad = Decode(payload, &ask); !bad.ok()) {
+    (void)conn.SendError(bad);
     return;
   }
+  const uint64_t version = ask.version;
+  const std::vector<uint64_t>& lengths = ask.lengths;
   for (uint64_t len : lengths) {
     if (len == 0 || len > chunk_size_) {
       (void)conn.SendError(Status::InvalidArgument("reserve request for a " + std::to_string(len) +
@@ -73,7 +71,7 @@ void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
   }
   // The first reservation of a save attempt: whatever an abandoned attempt
   // (failed before its manifest was sent) still holds goes now.
-  if (first) store_->ReleaseReservations(conn.id);
+  if (ask.first) store_->ReleaseReservations(conn.id);
   std::vector<uint64_t> offsets;
   Status s = store_->Reserve(conn.id, lengths, &offsets);
   if (!s.ok()) {
@@ -81,10 +79,7 @@ void StoreService::HandleAlloc(Connection& conn, const std::string& payload) {
     (void)conn.SendError(s.Annotate("rank " + std::to_string(conn.rank) + " version " + std::to_string(version)));
     return;
   }
-  ByteWriter w;
-  w.Put<uint32_t>(static_cast<uint32_t>(offsets.size()));
-  for (uint64_t off : offsets) w.Put<uint64_t>(off);
-  (void)conn.Send(MsgType::kAllocOk, w.data());
+  (void)conn.Send(MsgType::kAllocOk, Encode(AllocOkMsg{std::move(offsets)}));
 }
 
 void StoreService::HandleSave(Connection& conn, const std::string& payload) {
@@ -178,26 +173,23 @@ void StoreService::HandleLoadDone(Connection& conn, const std::string& payload) 
 
 void StoreService::HandleList(Connection& conn) {
   auto committed = tracker_->last_committed();
-  std::vector<uint64_t> done, pending;
-  for (uint64_t v : store_->RankVersions(conn.rank)) (committed && v <= *committed ? done : pending).push_back(v);
-  ByteWriter w;
-  w.Put<uint32_t>(static_cast<uint32_t>(done.size()));
-  for (uint64_t v : done) w.Put<uint64_t>(v);
-  w.Put<uint32_t>(static_cast<uint32_t>(pending.size()));
-  for (uint64_t v : pending) w.Put<uint64_t>(v);
-  w.Put<uint8_t>(committed.has_value());
-  w.Put<uint64_t>(committed.value_or(0));
-  (void)conn.Send(MsgType::kListOk, w.data());
+  ListOkMsg list;
+  for (uint64_t v : store_->RankVersions(conn.rank)) {
+    (committed && v <= *committed ? list.committed : list.pending).push_back(v);
+  }
+  list.has_committed = committed.has_value();
+  list.committed_version = committed.value_or(0);
+  (void)conn.Send(MsgType::kListOk, Encode(list));
 }
 
 void StoreService::HandleWaitCommitted(Connection& conn, const std::string& payload) {
-  ByteReader r(payload);
-  uint64_t version = r.Get<uint64_t>();
-  int32_t timeout_ms = r.Get<int32_t>();
-  if (!r.ok()) {
-    (void)conn.SendError(Status::Corruption("malformed wait request"));
+  WaitCommittedMsg ask;
+  if (Status bad = Decode(payload, &ask); !bad.ok()) {
+    (void)conn.SendError(bad);
     return;
   }
+  const uint64_t version = ask.version;
+  const int32_t timeout_ms = ask.timeout_ms;
   auto committed = tracker_->last_committed();
   if (committed && *committed >= version) {
     SendCommitted(conn, *committed);

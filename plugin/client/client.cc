@@ -11,6 +11,7 @@
 #include "plugin/client/client_impl.h"
 #include "plugin/client/device_saver.h"
 #include "plugin/common/bytes.h"
+#include "plugin/ipc/rank_messages.h"
 #include "plugin/ipc/unix_socket.h"
 
 namespace ftrun {
@@ -157,25 +158,23 @@ Status Client::OrderAfterSave(void* cuda_stream) {
 
 Status Client::WaitCommitted(uint64_t version, int timeout_ms) {
   FTRUN_RETURN_IF_ERROR(Wait());
-  ByteWriter w;
-  w.Put<uint64_t>(version);
-  w.Put<int32_t>(timeout_ms);
   std::string reply;
   // The agent answers at timeout_ms; our own deadline is only a backstop.
   const int64_t backstop = timeout_ms < 0 ? -1 : std::min<int64_t>(int64_t{timeout_ms} + 30000, INT32_MAX);
-  return impl_->Call(MsgType::kWaitCommitted, w.data(), MsgType::kCommitted, &reply, static_cast<int>(backstop));
+  return impl_->Call(MsgType::kWaitCommitted, Encode(WaitCommittedMsg{version, timeout_ms}), MsgType::kCommitted,
+                     &reply, static_cast<int>(backstop));
 }
 
 Status Client::ListVersions(VersionList* out) {
   std::string reply;
   FTRUN_RETURN_IF_ERROR(impl_->Call(MsgType::kList, "", MsgType::kListOk, &reply));
-  ByteReader r(reply);
+  ListOkMsg got;
+  FTRUN_RETURN_IF_ERROR(Decode(reply, &got));
   *out = VersionList{};
-  for (uint32_t i = 0, n = r.GetCount(8); i < n; ++i) out->committed.push_back(r.Get<uint64_t>());
-  for (uint32_t i = 0, n = r.GetCount(8); i < n; ++i) out->pending.push_back(r.Get<uint64_t>());
-  out->has_restore = r.Get<uint8_t>() != 0;
-  out->restore_version = r.Get<uint64_t>();
-  if (!r.ok()) return Status::Corruption("malformed version list from the agent");
+  out->committed = std::move(got.committed);
+  out->pending = std::move(got.pending);
+  out->has_restore = got.has_committed;
+  out->restore_version = got.committed_version;
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 
 #include "plugin/client/client_impl.h"
 #include "plugin/common/bytes.h"
+#include "plugin/ipc/rank_messages.h"
 
 namespace ftrun {
 namespace {
@@ -82,19 +83,18 @@ void Client::Impl::BeginSave(uint64_t version, const std::vector<TensorRef>& ten
 Status Client::Impl::Reserve(PendingSave* p, const std::vector<uint64_t>& lengths, std::vector<uint64_t>* offsets) {
   offsets->clear();
   if (lengths.empty()) return Status::Ok();
-  ByteWriter w;
-  w.Put<uint64_t>(p->manifest.version);
-  w.Put<uint8_t>(p->reserved ? 0 : 1);  // first of this attempt
+  AllocMsg ask;
+  ask.version = p->manifest.version;
+  ask.first = !p->reserved;  // first of this attempt
   p->reserved = true;
-  w.Put<uint32_t>(static_cast<uint32_t>(lengths.size()));
-  for (uint64_t len : lengths) w.Put<uint64_t>(len);
+  ask.lengths = lengths;
   std::string reply;
-  FTRUN_RETURN_IF_ERROR(Call(MsgType::kAlloc, w.data(), MsgType::kAllocOk, &reply));
-  ByteReader r(reply);
-  uint32_t n = r.GetCount(8);
-  if (!r.ok() || n != lengths.size()) return Status::Corruption("agent reserved the wrong number of extents");
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t off = r.Get<uint64_t>();
+  FTRUN_RETURN_IF_ERROR(Call(MsgType::kAlloc, Encode(ask), MsgType::kAllocOk, &reply));
+  AllocOkMsg got;
+  FTRUN_RETURN_IF_ERROR(Decode(reply, &got));
+  if (got.offsets.size() != lengths.size()) return Status::Corruption("agent reserved the wrong number of extents");
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const uint64_t off = got.offsets[i];
     if (off < arena().data_offset() || lengths[i] > arena().size() || off > arena().size() - lengths[i]) {
       return Status::Corruption("agent reserved an extent outside the store segment");
     }

@@ -1,0 +1,47 @@
+// The rank <-> agent store requests: each round-trips through its codec,
+// and a truncated or padded payload is refused by name.
+#include "plugin/ipc/rank_messages.h"
+
+#include "tests/catch.h"
+
+namespace ftrun {
+
+TEST_CASE("the rank's store requests round-trip and refuse a malformed payload", "[ipc]") {
+  AllocMsg alloc{7, true, {65536, 12, 1}};
+  AllocMsg a;
+  REQUIRE(Decode(Encode(alloc), &a).ok());
+  CHECK(a.version == 7);
+  CHECK(a.first);
+  CHECK(a.lengths == alloc.lengths);
+
+  AllocOkMsg ok;
+  REQUIRE(Decode(Encode(AllocOkMsg{{4096, 8192}}), &ok).ok());
+  CHECK(ok.offsets == std::vector<uint64_t>{4096, 8192});
+
+  WaitCommittedMsg wait;
+  REQUIRE(Decode(Encode(WaitCommittedMsg{42, -1}), &wait).ok());
+  CHECK(wait.version == 42);
+  CHECK(wait.timeout_ms == -1);
+
+  ListOkMsg list{{1, 2}, {3}, true, 2};
+  ListOkMsg l;
+  REQUIRE(Decode(Encode(list), &l).ok());
+  CHECK(l.committed == list.committed);
+  CHECK(l.pending == list.pending);
+  CHECK(l.has_committed);
+  CHECK(l.committed_version == 2);
+
+  std::string e = Encode(alloc);
+  CHECK_THAT(Decode(e.substr(0, e.size() - 1), &a).message(), Catch::Contains("malformed reserve request"));
+  CHECK_THAT(Decode(e + "x", &a).message(), Catch::Contains("malformed reserve request"));
+  // A count larger than the bytes that follow is refused before anything is allocated for it.
+  std::string huge = Encode(AllocOkMsg{});
+  huge[0] = huge[1] = huge[2] = huge[3] = '\xff';
+  CHECK(Decode(huge, &ok).code() == Code::kCorruption);
+  e = Encode(WaitCommittedMsg{1, 5});
+  CHECK_THAT(Decode(e.substr(0, 4), &wait).message(), Catch::Contains("malformed wait request"));
+  e = Encode(list);
+  CHECK_THAT(Decode(e + "\x01", &l).message(), Catch::Contains("malformed version list"));
+}
+
+}  // namespace ftrun
