@@ -7,17 +7,6 @@
 
 namespace ftrun {
 
-Status CorruptChunkReport::Decode(const std::string& payload, CorruptChunkReport* out) {
-  ByteReader r(payload);
-  out->version = r.Get<uint64_t>();
-  out->tensor = r.GetString();
-  out->index = r.Get<uint64_t>();
-  out->seen.lo = r.Get<uint64_t>();
-  out->seen.hi = r.Get<uint64_t>();
-  if (!r.ok() || !r.done()) return Status::Corruption("malformed corrupted-chunk report");
-  return Status::Ok();
-}
-
 CorruptChunks::CorruptChunks(SnapshotStore* store, char* arena_base, Repair repair, std::string repair_from)
     : store_(store), base_(arena_base), repair_(std::move(repair)), repair_from_(std::move(repair_from)) {}
 

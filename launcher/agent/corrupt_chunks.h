@@ -22,18 +22,10 @@
 
 #include "ftrun/status.h"
 #include "plugin/common/hash.h"
+#include "plugin/ipc/rank_messages.h"
 #include "plugin/store/snapshot_store.h"
 
 namespace ftrun {
-
-// A rank's kCorruptChunk frame (plugin/ipc/wire.h).
-struct CorruptChunkReport {
-  uint64_t version = 0;
-  std::string tensor;
-  uint64_t index = 0;  // the chunk's index in the tensor
-  ChunkHash seen;      // what the rank's read of its bytes hashed to
-  static Status Decode(const std::string& payload, CorruptChunkReport* out);
-};
 
 class CorruptChunks {
  public:

@@ -1,27 +1,6 @@
 #include "launcher/agent/rank_hello.h"
 
-#include "plugin/common/bytes.h"
-
 namespace ftrun {
-
-Status RankHello::Decode(const std::string& payload, RankHello* out) {
-  ByteReader r(payload);
-  out->protocol = r.Get<uint32_t>();
-  out->rank = r.Get<int32_t>();
-  (void)r.Get<int32_t>();  // the client's pid; SO_PEERCRED is what we trust
-  out->job = r.GetString();
-  out->role = HelloRole::kRank;
-  if (r.ok() && !r.done()) {
-    const uint8_t role = r.Get<uint8_t>();
-    if (r.ok() && role > static_cast<uint8_t>(HelloRole::kWriter)) {
-      return Status::InvalidArgument("hello: role " + std::to_string(role) +
-                                     " is neither 0 (the rank) nor 1 (a writer of the rank)");
-    }
-    out->role = static_cast<HelloRole>(role);
-  }
-  if (!r.ok() || !r.done()) return Status::Corruption("malformed hello");
-  return Status::Ok();
-}
 
 Status CheckHello(const RankHello& h, const HelloCheck& c) {
   const std::string rank = std::to_string(h.rank);
@@ -51,17 +30,6 @@ Status CheckHello(const RankHello& h, const HelloCheck& c) {
   }
   if (c.rank_connected) return Status::AlreadyExists("rank " + rank + " is already connected");
   return Status::Ok();
-}
-
-std::string EncodeHelloOk(const std::string& job_id, int node, uint64_t chunk_size,
-                          std::optional<uint64_t> restore_version) {
-  ByteWriter w;
-  w.PutString(job_id);
-  w.Put<int32_t>(node);
-  w.Put<uint64_t>(chunk_size);
-  w.Put<uint8_t>(restore_version.has_value());
-  w.Put<uint64_t>(restore_version.value_or(0));
-  return w.data();
 }
 
 }  // namespace ftrun

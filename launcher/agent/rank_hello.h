@@ -12,25 +12,12 @@
 #include <string>
 
 #include "ftrun/status.h"
+#include "plugin/ipc/rank_messages.h"
 
 namespace ftrun {
 
-// Who connects: the rank's own process (one connection), or a writer of the
-// rank: another process of the rank's process group that saves versions for
-// it beside the rank's connection (DCP's process checkpointer: dcp.async_save's
-// background process). A writer may save and list versions, nothing else: it
-// does not load, report progress or stalls, or count as the rank. A hello
-// without the role byte (an older client) is the rank's.
-enum class HelloRole : uint8_t { kRank = 0, kWriter = 1 };
+// (The hello itself, its role and its codec: plugin/ipc/rank_messages.h.)
 constexpr int kMaxWritersPerRank = 4;
-
-struct RankHello {
-  uint32_t protocol = 0;
-  int32_t rank = -1;
-  std::string job;  // "" when the rank does not know its job
-  HelloRole role = HelloRole::kRank;
-  static Status Decode(const std::string& payload, RankHello* out);
-};
 
 // What the agent knows when a hello arrives.
 struct HelloCheck {
@@ -49,11 +36,5 @@ struct HelloCheck {
 
 // Ok, or why the hello is refused (the rank is told, the connection closed).
 Status CheckHello(const RankHello& h, const HelloCheck& c);
-
-// The agent's kHelloOk payload: the job, the node, the chunk size, and the
-// version the rank restores (none: a fresh start). The store's memfd goes
-// with it.
-std::string EncodeHelloOk(const std::string& job_id, int node, uint64_t chunk_size,
-                          std::optional<uint64_t> restore_version);
 
 }  // namespace ftrun

@@ -86,15 +86,16 @@ void RankRequests::Hello(Connection& conn, const std::string& payload) {
   conn.writer = h.role == HelloRole::kWriter;
   if (conn.writer) {
     FTRUN_LOG_INFO("pid {} writes for rank {}", conn.pid, h.rank);
-    (void)conn.Send(MsgType::kHelloOk, EncodeHelloOk(place.job_id, place.node_rank, place.chunk_size, std::nullopt),
-                    place.store_fd);
+    (void)conn.Send(MsgType::kHelloOk,
+                    Encode(HelloOkMsg{place.job_id, place.node_rank, place.chunk_size, std::nullopt}), place.store_fd);
     return;
   }
   slot->conn_id = conn.id;
   slot->last_progress = clock_.Now();
-  (void)conn.Send(MsgType::kHelloOk,
-                  EncodeHelloOk(place.job_id, place.node_rank, place.chunk_size, p_.generations->restore_version()),
-                  place.store_fd);
+  (void)conn.Send(
+      MsgType::kHelloOk,
+      Encode(HelloOkMsg{place.job_id, place.node_rank, place.chunk_size, p_.generations->restore_version()}),
+      place.store_fd);
   p_.generations->RankEvent(*slot, &RankProcesses::Slot::connected);
 }
 

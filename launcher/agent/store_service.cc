@@ -10,9 +10,7 @@ namespace ftrun {
 namespace {
 
 void SendCommitted(Connection& conn, uint64_t version) {
-  ByteWriter w;
-  w.Put<uint64_t>(version);
-  (void)conn.Send(MsgType::kCommitted, w.data());
+  (void)conn.Send(MsgType::kCommitted, Encode(VersionMsg{version}));
 }
 
 }  // namespace
@@ -105,12 +103,7 @@ void StoreService::HandleSave(Connection& conn, const std::string& payload) {
     return;
   }
   if (on_saved) on_saved(conn.rank, version);  // reported to the coordinator, which commits
-  ByteWriter w;
-  w.Put<uint64_t>(version);
-  auto last = tracker_->last_committed();
-  w.Put<uint8_t>(last.has_value());
-  w.Put<uint64_t>(last.value_or(0));
-  (void)conn.Send(MsgType::kSaveOk, w.data());
+  (void)conn.Send(MsgType::kSaveOk, Encode(SaveOkMsg{version, tracker_->last_committed()}));
 }
 
 void StoreService::Committed(uint64_t version) {
@@ -128,12 +121,12 @@ void StoreService::Committed(uint64_t version) {
 }
 
 void StoreService::HandleLoad(Connection& conn, const std::string& payload) {
-  ByteReader r(payload);
-  uint64_t version = r.Get<uint64_t>();
-  if (!r.ok()) {
-    (void)conn.SendError(Status::Corruption("malformed load request"));
+  VersionMsg ask;
+  if (Status bad = Decode(payload, &ask, "load request"); !bad.ok()) {
+    (void)conn.SendError(bad);
     return;
   }
+  uint64_t version = ask.version;
   auto committed = tracker_->last_committed();
   if (version == ~0ull) {
     if (!committed) {
@@ -162,9 +155,9 @@ void StoreService::HandleLoad(Connection& conn, const std::string& payload) {
 }
 
 void StoreService::HandleLoadDone(Connection& conn, const std::string& payload) {
-  ByteReader r(payload);
-  uint64_t version = r.Get<uint64_t>();
-  if (!r.ok()) return;
+  VersionMsg done;
+  if (!Decode(payload, &done, "load-done notice").ok()) return;
+  const uint64_t version = done.version;
   auto it = std::find(conn.pins.begin(), conn.pins.end(), version);
   if (it == conn.pins.end()) return;
   conn.pins.erase(it);

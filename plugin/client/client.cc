@@ -79,13 +79,13 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
 
   const char* job_env = std::getenv("FTRUN_JOB_ID");
   std::string expected_job = job_env != nullptr ? job_env : "";
-  ByteWriter w;
-  w.Put<uint32_t>(kProtocolVersion);
-  w.Put<int32_t>(impl->rank);
-  w.Put<int32_t>(::getpid());
-  w.PutString(expected_job);
-  w.Put<uint8_t>(options.writer ? 1 : 0);  // the role (launcher/agent/rank_hello.h)
-  FTRUN_RETURN_IF_ERROR(SendFrame(impl->sock.get(), MsgType::kHello, w.data()));
+  RankHello hello;
+  hello.protocol = kProtocolVersion;
+  hello.rank = impl->rank;
+  hello.pid = ::getpid();
+  hello.job = expected_job;
+  hello.role = options.writer ? HelloRole::kWriter : HelloRole::kRank;
+  FTRUN_RETURN_IF_ERROR(SendFrame(impl->sock.get(), MsgType::kHello, Encode(hello)));
   MsgType type;
   std::string reply;
   UniqueFd memfd;
@@ -95,13 +95,13 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
     return DecodeError(reply).Annotate("agent at " + path + " refused rank " + std::to_string(impl->rank));
   if (type != MsgType::kHelloOk || !memfd.valid())
     return Status::Corruption("agent at " + path + " sent no store segment");
-  ByteReader r(reply);
-  impl->job_id = r.GetString();
-  impl->node = r.Get<int32_t>();
-  impl->chunk_size = r.Get<uint64_t>();
-  impl->has_restore = r.Get<uint8_t>() != 0;
-  impl->restore_version = r.Get<uint64_t>();
-  if (!r.ok()) return Status::Corruption("malformed hello reply from the agent");
+  HelloOkMsg ok;
+  FTRUN_RETURN_IF_ERROR(Decode(reply, &ok));
+  impl->job_id = ok.job_id;
+  impl->node = ok.node;
+  impl->chunk_size = ok.chunk_size;
+  impl->has_restore = ok.restore_version.has_value();
+  impl->restore_version = ok.restore_version.value_or(0);
   // A rank that knows its job checks the segment header against it.
   if (!expected_job.empty() && impl->job_id != expected_job) {
     return Status::FailedPrecondition("agent at " + path + " serves job '" + impl->job_id + "', this rank is in job '" +
@@ -178,10 +178,6 @@ Status Client::ListVersions(VersionList* out) {
   return Status::Ok();
 }
 
-Status Client::ReportProgress(uint64_t step) {
-  ByteWriter w;
-  w.Put<uint64_t>(step);
-  return impl_->Notify(MsgType::kProgress, w.data());
-}
+Status Client::ReportProgress(uint64_t step) { return impl_->Notify(MsgType::kProgress, Encode(VersionMsg{step})); }
 
 }  // namespace ftrun

@@ -7,6 +7,7 @@
 #include "plugin/client/client_impl.h"
 #include "plugin/client/device_saver.h"
 #include "plugin/common/bytes.h"
+#include "plugin/ipc/rank_messages.h"
 
 namespace ftrun {
 
@@ -16,9 +17,7 @@ Snapshot::~Snapshot() {
   // ReadToDevice's copies read this version's extents: they must land
   // before the agent may hand the extents out again.
   if (impl_->device_reads) (void)impl_->client->device->FenceRestores();
-  ByteWriter w;
-  w.Put<uint64_t>(impl_->manifest.version);
-  (void)impl_->client->Notify(MsgType::kLoadDone, w.data());  // best effort
+  (void)impl_->client->Notify(MsgType::kLoadDone, Encode(VersionMsg{impl_->manifest.version}));  // best effort
 }
 
 uint64_t Snapshot::version() const { return impl_->manifest.version; }
@@ -61,14 +60,9 @@ Status Snapshot::Impl::HashMismatch(const ChunkRef& c, size_t j, const ChunkHash
 Status Snapshot::Impl::Corrupted(const TensorManifest& tm, size_t j, const ChunkHash& got,
                                  const std::string& where) const {
   Status bad = HashMismatch(tm.chunks[j], j, got, where);
-  ByteWriter w;
-  w.Put<uint64_t>(manifest.version);
-  w.PutString(tm.info.name);
-  w.Put<uint64_t>(j);
-  w.Put<uint64_t>(got.lo);
-  w.Put<uint64_t>(got.hi);
+  const std::string report = Encode(CorruptChunkReport{manifest.version, tm.info.name, j, got});
   std::string reply;
-  Status s = client->Call(MsgType::kCorruptChunk, w.data(), MsgType::kCorruptChunkOk, &reply);
+  Status s = client->Call(MsgType::kCorruptChunk, report, MsgType::kCorruptChunkOk, &reply);
   if (!s.ok()) return Status::Corruption(bad.message() + "; could not tell the agent: " + s.message());
   return Status::Corruption(bad.message() + "; the agent: " + reply);
 }
@@ -157,10 +151,8 @@ Status Snapshot::ReadToDevice(std::string_view name, void* dst, uint64_t dst_byt
 
 Status Client::Load(uint64_t version, std::unique_ptr<Snapshot>* out) {
   FTRUN_RETURN_IF_ERROR(Wait());
-  ByteWriter w;
-  w.Put<uint64_t>(version);
   std::string reply;
-  FTRUN_RETURN_IF_ERROR(impl_->Call(MsgType::kLoad, w.data(), MsgType::kLoadOk, &reply));
+  FTRUN_RETURN_IF_ERROR(impl_->Call(MsgType::kLoad, Encode(VersionMsg{version}), MsgType::kLoadOk, &reply));
   auto si = std::make_unique<Snapshot::Impl>();
   si->client = impl_.get();
   ByteReader r(reply);

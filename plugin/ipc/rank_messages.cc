@@ -21,7 +21,110 @@ Status Checked(const ByteReader& r, const char* what) {
   return Status::Corruption(std::string("malformed ") + what);
 }
 
+void PutOptional(const std::optional<uint64_t>& v, ByteWriter* w) {
+  w->Put<uint8_t>(v.has_value() ? 1 : 0);
+  w->Put<uint64_t>(v.value_or(0));
+}
+
+std::optional<uint64_t> GetOptional(ByteReader* r) {
+  const bool has = r->Get<uint8_t>() != 0;
+  const uint64_t v = r->Get<uint64_t>();
+  return has ? std::optional<uint64_t>(v) : std::nullopt;
+}
+
 }  // namespace
+
+std::string Encode(const RankHello& m) {
+  ByteWriter w;
+  w.Put<uint32_t>(m.protocol);
+  w.Put<int32_t>(m.rank);
+  w.Put<int32_t>(m.pid);
+  w.PutString(m.job);
+  w.Put<uint8_t>(static_cast<uint8_t>(m.role));
+  return w.data();
+}
+
+Status RankHello::Decode(std::string_view payload, RankHello* out) {
+  ByteReader r(payload);
+  out->protocol = r.Get<uint32_t>();
+  out->rank = r.Get<int32_t>();
+  out->pid = r.Get<int32_t>();
+  out->job = r.GetString();
+  out->role = HelloRole::kRank;
+  if (r.ok() && !r.done()) {
+    const uint8_t role = r.Get<uint8_t>();
+    if (r.ok() && role > static_cast<uint8_t>(HelloRole::kWriter)) {
+      return Status::InvalidArgument("hello: role " + std::to_string(role) +
+                                     " is neither 0 (the rank) nor 1 (a writer of the rank)");
+    }
+    out->role = static_cast<HelloRole>(role);
+  }
+  return Checked(r, "hello");
+}
+
+std::string Encode(const HelloOkMsg& m) {
+  ByteWriter w;
+  w.PutString(m.job_id);
+  w.Put<int32_t>(m.node);
+  w.Put<uint64_t>(m.chunk_size);
+  PutOptional(m.restore_version, &w);
+  return w.data();
+}
+
+Status Decode(std::string_view payload, HelloOkMsg* out) {
+  ByteReader r(payload);
+  out->job_id = r.GetString();
+  out->node = r.Get<int32_t>();
+  out->chunk_size = r.Get<uint64_t>();
+  out->restore_version = GetOptional(&r);
+  return Checked(r, "hello reply from the agent");
+}
+
+std::string Encode(const SaveOkMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.version);
+  PutOptional(m.committed, &w);
+  return w.data();
+}
+
+Status Decode(std::string_view payload, SaveOkMsg* out) {
+  ByteReader r(payload);
+  out->version = r.Get<uint64_t>();
+  out->committed = GetOptional(&r);
+  return Checked(r, "save reply from the agent");
+}
+
+std::string Encode(const VersionMsg& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.version);
+  return w.data();
+}
+
+Status Decode(std::string_view payload, VersionMsg* out, const char* what) {
+  ByteReader r(payload);
+  out->version = r.Get<uint64_t>();
+  return Checked(r, what);
+}
+
+std::string Encode(const CorruptChunkReport& m) {
+  ByteWriter w;
+  w.Put<uint64_t>(m.version);
+  w.PutString(m.tensor);
+  w.Put<uint64_t>(m.index);
+  w.Put<uint64_t>(m.seen.lo);
+  w.Put<uint64_t>(m.seen.hi);
+  return w.data();
+}
+
+Status CorruptChunkReport::Decode(std::string_view payload, CorruptChunkReport* out) {
+  ByteReader r(payload);
+  out->version = r.Get<uint64_t>();
+  out->tensor = r.GetString();
+  out->index = r.Get<uint64_t>();
+  out->seen.lo = r.Get<uint64_t>();
+  out->seen.hi = r.Get<uint64_t>();
+  return Checked(r, "corrupted-chunk report");
+}
 
 std::string Encode(const AllocMsg& m) {
   ByteWriter w;

@@ -107,7 +107,7 @@ TEST_CASE("rank hello: decoded as the client sends it; a short one is malformed"
   bad.Put<uint16_t>(1);  // trailing bytes after the role
   CHECK(RankHello::Decode(bad.data(), &h).message() == "malformed hello");
 
-  const std::string ok = EncodeHelloOk("job", 3, 1 << 20, 17);
+  const std::string ok = Encode(HelloOkMsg{"job", 3, 1 << 20, 17});
   ByteReader r(ok);
   CHECK(r.GetString() == "job");
   CHECK(r.Get<int32_t>() == 3);

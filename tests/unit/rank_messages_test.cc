@@ -1,4 +1,4 @@
-// The rank <-> agent store requests: each round-trips through its codec,
+// The rank <-> agent messages: each round-trips through its codec,
 // and a truncated or padded payload is refused by name.
 #include "plugin/ipc/rank_messages.h"
 
@@ -6,7 +6,7 @@
 
 namespace ftrun {
 
-TEST_CASE("the rank's store requests round-trip and refuse a malformed payload", "[ipc]") {
+TEST_CASE("the rank's messages round-trip and refuse a malformed payload", "[ipc]") {
   AllocMsg alloc{7, true, {65536, 12, 1}};
   AllocMsg a;
   REQUIRE(Decode(Encode(alloc), &a).ok());
@@ -30,6 +30,33 @@ TEST_CASE("the rank's store requests round-trip and refuse a malformed payload",
   CHECK(l.pending == list.pending);
   CHECK(l.has_committed);
   CHECK(l.committed_version == 2);
+
+  RankHello hello{3, 5, 4321, "job", HelloRole::kWriter};
+  RankHello h;
+  REQUIRE(RankHello::Decode(Encode(hello), &h).ok());
+  CHECK((h.protocol == 3 && h.rank == 5 && h.pid == 4321 && h.job == "job" && h.role == HelloRole::kWriter));
+
+  HelloOkMsg hello_ok;
+  REQUIRE(Decode(Encode(HelloOkMsg{"job", 2, 1 << 20, std::nullopt}), &hello_ok).ok());
+  CHECK((hello_ok.job_id == "job" && hello_ok.node == 2 && hello_ok.chunk_size == (1u << 20)));
+  CHECK_FALSE(hello_ok.restore_version.has_value());
+  REQUIRE(Decode(Encode(HelloOkMsg{"job", 2, 1 << 20, 0}), &hello_ok).ok());
+  CHECK(hello_ok.restore_version == std::optional<uint64_t>(0));  // version 0 is a version, not none
+
+  SaveOkMsg save_ok;
+  REQUIRE(Decode(Encode(SaveOkMsg{9, 8}), &save_ok).ok());
+  CHECK((save_ok.version == 9 && save_ok.committed == std::optional<uint64_t>(8)));
+
+  VersionMsg v;
+  REQUIRE(Decode(Encode(VersionMsg{~0ull}), &v, "load request").ok());
+  CHECK(v.version == ~0ull);
+  CHECK_THAT(Decode(Encode(VersionMsg{1}) + "x", &v, "load request").message(),
+             Catch::Contains("malformed load request"));
+
+  CorruptChunkReport report{4, "w", 2, ChunkHash{5, 6}};
+  CorruptChunkReport c;
+  REQUIRE(CorruptChunkReport::Decode(Encode(report), &c).ok());
+  CHECK((c.version == 4 && c.tensor == "w" && c.index == 2 && c.seen.lo == 5 && c.seen.hi == 6));
 
   std::string e = Encode(alloc);
   CHECK_THAT(Decode(e.substr(0, e.size() - 1), &a).message(), Catch::Contains("malformed reserve request"));
