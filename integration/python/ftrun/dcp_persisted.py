@@ -4,7 +4,7 @@ by ftrun.dcp, which names it."""
 
 import os
 
-from .dcp import _FORMAT, StorageReader
+from .dcp_reader import _FORMAT, StorageReader
 from .state_unpack import _Loaded
 
 
