@@ -11,8 +11,7 @@
 namespace ftrun {
 namespace {
 
-constexpr uint64_t kOwner = id_ranges::kRebuildOwner;  // the store reservation of a rebuild
-constexpr size_t kMaxChoices = 16;                     // decodes of one slice, at most
+constexpr size_t kMaxChoices = 16;  // decodes of one slice, at most
 
 // The next choice of k of `avail` (ascending) after those in `tried`, in
 // lexicographic order; empty when none is left.
@@ -36,7 +35,7 @@ std::vector<int> NextChoice(const std::vector<int>& avail, size_t k, const std::
 
 ErasureRebuild::ErasureRebuild(Transport* transport, SnapshotStore* store, char* arena_base, const GroupCode* code,
                                std::function<void(PeerId)> connect)
-    : t_(transport), target_(store, arena_base, kOwner), code_(code), connect_(std::move(connect)) {}
+    : t_(transport), target_(store, arena_base, id_ranges::kRebuildOwner), code_(code), connect_(std::move(connect)) {}
 
 void ErasureRebuild::Begin(uint64_t epoch, uint64_t version, std::vector<int> ranks, std::vector<ErasureSource> group,
                            int self) {
