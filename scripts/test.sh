@@ -33,8 +33,19 @@ start=$SECONDS
 echo "ftrun: ctest: done in $((SECONDS - start))s"
 start=$SECONDS
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-./build-asan/tests/ftrun_unit_tests
-./build-asan/tests/ftrun_transport_tests
+# (the two binaries side by side: each waits on sockets and timers a good part of its ~20 s)
+./build-asan/tests/ftrun_unit_tests > build-asan/unit_tests.log 2>&1 &
+unit=$!
+./build-asan/tests/ftrun_transport_tests > build-asan/transport_tests.log 2>&1 &
+transport=$!
+for t in "unit:$unit" "transport:$transport"; do
+  if ! wait "${t#*:}"; then
+    cat "build-asan/${t%%:*}_tests.log"
+    echo "ftrun: the sanitized ${t%%:*} tests failed (above)" >&2
+    exit 1
+  fi
+  tail -n 3 "build-asan/${t%%:*}_tests.log"
+done
 # CTest of build-asan/ runs them (FTRUN_BUILD_DIR: build-asan/), two at a time
 # where they may share the machine, alone where they may not, as above.
 (cd build-asan && ctest --output-on-failure -j2 --timeout 600 -R "^integration: ($(IFS='|'; echo "${sanitized[*]}"))\$")
