@@ -4,7 +4,6 @@
 
 #include "plugin/common/duration.h"
 #include "plugin/common/log.h"
-#include "recovery/placement.h"
 
 namespace ftrun {
 namespace {
@@ -33,43 +32,11 @@ Coordinator::Options Coordinator::Options::FromConfig(const Config& c) {
 }
 
 Coordinator::Coordinator(Options options, Outbox* out)
-    : o_(std::move(options)), out_(out), slots_(o_.ranks_per_slot.size()) {
-  o_.racks.resize(o_.ranks_per_slot.size());
-  first_ranks_.push_back(o_.first_rank);
-  for (int n : o_.ranks_per_slot) first_ranks_.push_back(first_ranks_.back() + n);
-  if (erasure()) {
-    o_.replicas = 0;  // the code replaces copies
-    const int size = o_.erasure_data + o_.erasure_parity;
-    groups_ = PlaceErasureGroups(o_.racks, size);
-    group_of_.resize(o_.ranks_per_slot.size());
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      for (size_t m = 0; m < groups_[g].size(); ++m)
-        group_of_[static_cast<size_t>(groups_[g][m])] = {static_cast<int>(g), static_cast<int>(m)};
-    }
-    stripes_ = StripeLayout(o_.erasure_data, o_.erasure_parity);
-  }
-  placement_ = PlaceReplicas(o_.racks, o_.replicas);
-  held_slots_.resize(placement_.size());
-  for (size_t s = 0; s < placement_.size(); ++s) {
-    for (int h : placement_[s]) held_slots_[static_cast<size_t>(h)].push_back(static_cast<int32_t>(s));
-  }
-}
-
-int Coordinator::FirstRank(int slot) const { return first_ranks_[static_cast<size_t>(slot)]; }
-
-int Coordinator::EndRank() const { return first_ranks_.back(); }
-int Coordinator::RankCount() const { return EndRank() - o_.first_rank; }
-int Coordinator::WorldSize() const { return o_.world_size > 0 ? o_.world_size : RankCount(); }
-
-std::vector<int> Coordinator::SlotRanks(int slot) const {
-  std::vector<int> v;
-  for (int i = 0; i < o_.ranks_per_slot[static_cast<size_t>(slot)]; ++i) v.push_back(FirstRank(slot) + i);
-  return v;
-}
-
-Coordinator::AgentInfo* Coordinator::SlotAgent(int slot) {
-  auto& id = slots_[static_cast<size_t>(slot)];
-  return id ? &agents_.at(*id) : nullptr;
+    : o_(std::move(options)),
+      out_(out),
+      members_({o_.ranks_per_slot, o_.first_rank, o_.world_size, o_.racks, o_.replicas, o_.erasure_data,
+                o_.erasure_parity}) {
+  if (erasure()) o_.replicas = 0;  // the code replaces copies
 }
 
 std::vector<PeerId> Coordinator::HoldersAlive(int rank, uint64_t version) const {
@@ -79,43 +46,42 @@ std::vector<PeerId> Coordinator::HoldersAlive(int rank, uint64_t version) const 
   auto jt = it->second.find(rank);
   if (jt == it->second.end()) return v;
   for (PeerId p : jt->second) {
-    auto a = agents_.find(p);
-    if (a != agents_.end() && a->second.alive) v.push_back(p);
+    if (members_.Alive(p)) v.push_back(p);
   }
   return v;
 }
 
 void Coordinator::Deliver(PeerId to, ClusterMsg type, std::string payload) {
-  if (auto it = agents_.find(to); it != agents_.end()) it->second.last_sent = now_;
+  if (AgentInfo* a = members_.Find(to)) a->last_sent = now_;
   out_->Send(to, type, std::move(payload));
 }
 
 void Coordinator::SendAll(ClusterMsg type, const std::string& payload) {
-  for (auto& [id, a] : agents_) {
+  for (auto& [id, a] : members_.agents()) {
     if (a.alive) Deliver(id, type, payload);
   }
 }
 
 void Coordinator::MaybeStart(Time now) {
   if (phase_ != Phase::kRecovering || disk_need_ != DiskNeed::kNone) return;
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    AgentInfo* a = SlotAgent(static_cast<int>(s));
+  for (int s = 0; s < members_.slots(); ++s) {
+    AgentInfo* a = members_.SlotAgent(s);
     if (a == nullptr || !a->alive || !a->halted || !a->ready) return;
   }
   BroadcastMembership();
   StartMsg m;
   m.epoch = epoch_;
   m.version = committed_;
-  m.master_addr = SlotAgent(0)->address.substr(0, SlotAgent(0)->address.rfind(':'));
+  m.master_addr = members_.SlotAgent(0)->address.substr(0, members_.SlotAgent(0)->address.rfind(':'));
   m.master_port = o_.master_port;
   if (o_.store_address) m.store = o_.store_address();
-  for (size_t s = 0; s < slots_.size(); ++s) Send(SlotAgent(static_cast<int>(s))->id, m);
+  for (int s = 0; s < members_.slots(); ++s) Send(members_.SlotAgent(s)->id, m);
   phase_ = Phase::kRunning;
   disk_restore_ = false;
   waiting_since_.reset();
   last_commit_ = stall_warned_ = now;
   if (!recoveries_.empty()) recoveries_.back().started = now;
-  FTRUN_LOG_INFO("epoch {}: started {} nodes from {}", epoch_, slots_.size(),
+  FTRUN_LOG_INFO("epoch {}: started {} nodes from {}", epoch_, members_.slots(),
                  committed_ ? "version " + std::to_string(*committed_) : std::string("scratch"));
 }
 
@@ -130,9 +96,10 @@ void Coordinator::MaybeTarget(Time now) {
   if (target_ && (!committed_ || *target_ > *committed_) && now - target_since_ < patience) return;
   std::optional<uint64_t> newest;
   for (auto it = held_.rbegin(); it != held_.rend() && !newest; ++it) {
-    if ((committed_ && it->first <= *committed_) || static_cast<int>(it->second.size()) < RankCount()) continue;
+    if ((committed_ && it->first <= *committed_) || static_cast<int>(it->second.size()) < members_.RankCount())
+      continue;
     bool all = true;
-    for (int r = FirstRank(0); r < EndRank() && all; ++r) all = !HoldersAlive(r, it->first).empty();
+    for (int r = members_.FirstRank(0); r < members_.EndRank() && all; ++r) all = !HoldersAlive(r, it->first).empty();
     if (all) newest = it->first;
   }
   if (!newest && ahead_ && !held_.empty() && (!committed_ || held_.rbegin()->first > *committed_)) {
@@ -149,13 +116,13 @@ void Coordinator::MaybeTarget(Time now) {
 void Coordinator::MaybeCommit(Time now) {
   const int need = 1 + o_.replicas;
   std::optional<uint64_t> newest;
-  const int count = RankCount();
+  const int count = members_.RankCount();
   for (auto& [version, ranks] : held_) {
     if (committed_ && version <= *committed_) continue;
     if (static_cast<int>(ranks.size()) < count) continue;
     if (auto f = filled_.find(version); f == filled_.end() || f->second < count) continue;
     bool all = true;
-    for (int r = FirstRank(0); r < EndRank() && all; ++r)
+    for (int r = members_.FirstRank(0); r < members_.EndRank() && all; ++r)
       all = static_cast<int>(HoldersAlive(r, version).size()) >= need;
     if (all && erasure()) all = ParityComplete(version);
     if (all) newest = version;
@@ -203,12 +170,12 @@ void Coordinator::Tick(Time now) {
   // thousands of agents the commits and rounds already say the coordinator
   // is there, and heartbeats were most of its messages.
   const std::string beat = Encode(CoordHeartbeatMsg{epoch_});
-  for (auto& [id, a] : agents_) {
+  for (auto& [id, a] : members_.agents()) {
     if (a.alive && now - a.last_sent >= o_.heartbeat_interval) Deliver(id, ClusterMsg::kCoordHeartbeat, beat);
   }
   const auto limit = o_.heartbeat_interval * o_.heartbeat_misses;
   std::vector<PeerId> silent;
-  for (auto& [id, a] : agents_) {
+  for (auto& [id, a] : members_.agents()) {
     if (a.alive && o_.heartbeat_misses > 0 && now - a.last_heard > limit) silent.push_back(id);
   }
   for (PeerId p : silent) {
@@ -222,10 +189,7 @@ void Coordinator::Tick(Time now) {
   // (A scan of the disk decides first: spares take the places after it.)
   if (phase_ == Phase::kRecovering && disk_need_ == DiskNeed::kNone && waiting_since_ &&
       now - *waiting_since_ > o_.lost_node_timeout) {
-    std::vector<int> vacant;
-    for (size_t s = 0; s < slots_.size(); ++s) {
-      if (!slots_[s]) vacant.push_back(static_cast<int>(s));
-    }
+    const std::vector<int> vacant = members_.Vacant();
     if (!vacant.empty()) {
       Stop(last_failure_code_, "node(s) " + Join(vacant) + " lost, and no spare or returning agent within " +
                                    std::to_string(o_.lost_node_timeout.count()) + " ms (cluster.lost_node_timeout)");

@@ -33,11 +33,11 @@
 #include <vector>
 
 #include "plugin/config/config.h"
-#include "plugin/erasure/stripe_layout.h"
 #include "plugin/protocol/cluster_messages.h"
 #include "plugin/transport/transport.h"
 #include "recovery/coordinator_view.h"
 #include "recovery/early_failure.h"
+#include "recovery/membership.h"
 
 namespace ftrun {
 
@@ -123,18 +123,7 @@ class Coordinator {
   // For messages: "1, 2, 3".
   static std::string Join(const std::vector<int>& v);
   enum class Phase { kForming, kRunning, kRecovering, kStopped };
-  struct AgentInfo {
-    PeerId id = 0;
-    std::string address;
-    std::string rack;
-    int slot = -1;  // -1: spare
-    bool alive = true;
-    Time last_heard;
-    bool halted = false;  // since the recovery began (halt_epoch_)
-    bool ready = true;    // this epoch: pulled what it had to
-    bool done = false;    // its ranks finished
-    Time last_sent{};     // when it was last sent anything (a heartbeat fills only a silence)
-  };
+  using AgentInfo = Membership::Agent;  // (halted: since halt_epoch_)
   using RecoveryRecord = CoordinatorView::Recovery;
 
   // Sends one message (its struct says its type).
@@ -187,12 +176,6 @@ class Coordinator {
   void Lost(PeerId peer, const std::string& why, Time now);
   void Stop(int code, const std::string& message);
   void BroadcastMembership();
-  int FirstRank(int slot) const;
-  int EndRank() const;    // one past the job's last rank
-  int RankCount() const;  // the job's ranks: FirstRank(0) .. EndRank() - 1
-  int WorldSize() const;  // what the ranks are told
-  std::vector<int> SlotRanks(int slot) const;
-  AgentInfo* SlotAgent(int slot);
   std::vector<PeerId> HoldersAlive(int rank, uint64_t version) const;
   // A live copy of the rank's `version`, or (erasure) its node can be
   // rebuilt from its group.
@@ -204,8 +187,7 @@ class Coordinator {
   // rebuilt from its group while each stripe it has data in keeps `data`
   // fragments: members whose agent holds their ranks' data, or whose parity
   // rows are complete, at the version.
-  bool erasure() const { return o_.erasure_data > 0; }
-  int SlotOfRank(int rank) const;
+  bool erasure() const { return members_.erasure(); }
   void OnParityHeld(AgentInfo& a, const ParityHeldMsg& m, Time now);
   bool ParityComplete(uint64_t version) const;
   bool DataAt(int slot, uint64_t version) const;    // its agent is alive and holds its ranks
@@ -218,21 +200,13 @@ class Coordinator {
   int GroupMargin(int group, uint64_t version) const;
   // A restore plan for `slot` that has ranks with no holder: its group.
   void ErasurePlan(int slot, PullMsg* p) const;
-  void ErasureMembership(const AgentInfo& a, MembershipMsg* m, const std::function<void(const AgentInfo*)>& add);
 
   Options o_;
   Outbox* out_;
-  Time now_{};                               // the time of the call being handled (messages sent are stamped with it)
-  std::vector<int> first_ranks_;             // slot -> its first rank; [slots]: one past the last
-  std::vector<std::vector<int>> placement_;  // slot -> holder slots
-  std::vector<std::vector<int32_t>> held_slots_;       // slot -> the slots it holds copies of (placement_ inverted)
-  std::vector<std::vector<int>> groups_;               // erasure group -> its slots, by member
-  std::vector<std::pair<int, int>> group_of_;          // slot -> (group, member)
-  std::vector<Stripe> stripes_;                        // StripeLayout(data, parity): members, not slots
+  Time now_{};  // the time of the call being handled (messages sent are stamped with it)
+  Membership members_;
   std::map<uint64_t, std::set<PeerId>> parity_held_;   // version -> agents whose rows are complete there
   std::set<std::pair<int, uint64_t>> rebuild_failed_;  // (slot, version) a replacement could not rebuild
-  std::map<PeerId, AgentInfo> agents_;
-  std::vector<std::optional<PeerId>> slots_;  // slot -> agent
   Phase phase_ = Phase::kForming;
   uint64_t epoch_ = 0;
   // The epoch the current recovery halted the ranks in. A re-plan of the

@@ -8,14 +8,9 @@
 
 namespace ftrun {
 
-int Coordinator::SlotOfRank(int rank) const {
-  auto it = std::upper_bound(first_ranks_.begin(), first_ranks_.end(), rank);
-  return static_cast<int>(it - first_ranks_.begin()) - 1;
-}
-
 bool Coordinator::Covered(int rank, uint64_t version) const {
   if (!HoldersAlive(rank, version).empty()) return true;
-  return erasure() && Rebuildable(SlotOfRank(rank), version);
+  return erasure() && Rebuildable(members_.SlotOfRank(rank), version);
 }
 
 void Coordinator::OnParityHeld(AgentInfo& a, const ParityHeldMsg& m, Time now) {
@@ -26,16 +21,16 @@ void Coordinator::OnParityHeld(AgentInfo& a, const ParityHeldMsg& m, Time now) {
 }
 
 bool Coordinator::ParityComplete(uint64_t version) const {
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    if (!ParityAt(static_cast<int>(s), version)) return false;
+  for (int s = 0; s < members_.slots(); ++s) {
+    if (!ParityAt(s, version)) return false;
   }
   return true;
 }
 
 bool Coordinator::DataAt(int slot, uint64_t version) const {
-  const auto& id = slots_[static_cast<size_t>(slot)];
+  const std::optional<PeerId> id = members_.Holder(slot);
   if (!id) return false;
-  for (int rank : SlotRanks(slot)) {
+  for (int rank : members_.SlotRanks(slot)) {
     auto h = HoldersAlive(rank, version);
     if (std::find(h.begin(), h.end(), *id) == h.end()) return false;
   }
@@ -43,15 +38,15 @@ bool Coordinator::DataAt(int slot, uint64_t version) const {
 }
 
 bool Coordinator::ParityAt(int slot, uint64_t version) const {
-  const auto& id = slots_[static_cast<size_t>(slot)];
-  if (!id || !agents_.at(*id).alive) return false;
+  const std::optional<PeerId> id = members_.Holder(slot);
+  if (!id || !members_.Alive(*id)) return false;
   auto it = parity_held_.find(version);
   return it != parity_held_.end() && it->second.count(*id);
 }
 
 int Coordinator::StripeFragments(int group, int stripe, uint64_t version) const {
-  const std::vector<int>& slots = groups_[static_cast<size_t>(group)];
-  const Stripe& s = stripes_[static_cast<size_t>(stripe)];
+  const std::vector<int>& slots = members_.groups()[static_cast<size_t>(group)];
+  const Stripe& s = members_.stripes()[static_cast<size_t>(stripe)];
   int n = 0;
   for (const StripeFragment& f : s.data) n += DataAt(slots[static_cast<size_t>(f.member)], version) ? 1 : 0;
   for (int m : s.parity) n += ParityAt(slots[static_cast<size_t>(m)], version) ? 1 : 0;
@@ -60,9 +55,10 @@ int Coordinator::StripeFragments(int group, int stripe, uint64_t version) const 
 
 bool Coordinator::Rebuildable(int slot, uint64_t version) const {
   if (!erasure() || rebuild_failed_.count({slot, version})) return false;
-  const auto [group, member] = group_of_[static_cast<size_t>(slot)];
-  for (size_t j = 0; j < stripes_.size(); ++j) {
-    const auto& data = stripes_[j].data;
+  const auto [group, member] = members_.GroupOf(slot);
+  const std::vector<Stripe>& stripes = members_.stripes();
+  for (size_t j = 0; j < stripes.size(); ++j) {
+    const auto& data = stripes[j].data;
     const bool has =
         std::any_of(data.begin(), data.end(), [m = member](const StripeFragment& f) { return f.member == m; });
     if (has && StripeFragments(group, static_cast<int>(j), version) < o_.erasure_data) return false;
@@ -72,7 +68,7 @@ bool Coordinator::Rebuildable(int slot, uint64_t version) const {
 
 int Coordinator::GroupMargin(int group, uint64_t version) const {
   int margin = o_.erasure_parity;
-  for (size_t j = 0; j < stripes_.size(); ++j)
+  for (size_t j = 0; j < members_.stripes().size(); ++j)
     margin = std::min(margin, StripeFragments(group, static_cast<int>(j), version) - o_.erasure_data);
   return margin;
 }
@@ -81,31 +77,17 @@ void Coordinator::ErasurePlan(int slot, PullMsg* p) const {
   if (!erasure() || p->from_disk) return;
   const bool needed = std::any_of(p->ranks.begin(), p->ranks.end(), [](const auto& r) { return r.second.empty(); });
   if (!needed) return;
-  const auto [group, member] = group_of_[static_cast<size_t>(slot)];
+  const auto [group, member] = members_.GroupOf(slot);
   p->group_member = member;
   p->group.clear();
-  for (int s : groups_[static_cast<size_t>(group)]) {
+  for (int s : members_.groups()[static_cast<size_t>(group)]) {
     ErasureSource src;
-    if (const auto& id = slots_[static_cast<size_t>(s)]; id && s != slot) {
+    if (const std::optional<PeerId> id = members_.Holder(s); id && s != slot) {
       src.agent = *id;
       src.data = DataAt(s, p->version);
       src.parity = ParityAt(s, p->version);
     }
     p->group.push_back(src);
-  }
-}
-
-void Coordinator::ErasureMembership(const AgentInfo& a, MembershipMsg* m,
-                                    const std::function<void(const AgentInfo*)>& add) {
-  if (!erasure() || a.slot < 0) return;
-  const auto [group, member] = group_of_[static_cast<size_t>(a.slot)];
-  m->erasure_data = o_.erasure_data;
-  m->erasure_parity = o_.erasure_parity;
-  m->group_member = member;
-  for (int s : groups_[static_cast<size_t>(group)]) {
-    const AgentInfo* x = SlotAgent(s);
-    m->group.push_back(x ? x->id : kNoAgent);
-    add(x);
   }
 }
 

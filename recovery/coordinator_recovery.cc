@@ -5,7 +5,6 @@
 
 #include "plugin/common/log.h"
 #include "recovery/coordinator.h"
-#include "recovery/placement.h"
 
 namespace ftrun {
 
@@ -33,7 +32,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   FTRUN_LOG_WARN("epoch {}: {}; restoring {}", epoch_, reason,
                  committed_ ? "version " + std::to_string(*committed_) : std::string("nothing (no committed version)"));
   phase_ = Phase::kRecovering;
-  for (auto& [id, a] : agents_) {
+  for (auto& [id, a] : members_.agents()) {
     a.halted = a.slot < 0;
     a.ready = true;
     a.done = false;
@@ -44,7 +43,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   // replacement whose pull this recovery interrupted) pulls them again; or,
   // going back to a version on disk, every node reads its ranks from there.
   bool pulls = false;
-  for (auto& [id, a] : agents_) {
+  for (auto& [id, a] : members_.agents()) {
     if (!a.alive || a.slot < 0 || !committed_) continue;
     if (disk_restore_) {
       a.ready = false;
@@ -52,7 +51,7 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
       continue;
     }
     PullMsg p{epoch_, *committed_, {}};
-    for (int rank : SlotRanks(a.slot)) {
+    for (int rank : members_.SlotRanks(a.slot)) {
       auto h = HoldersAlive(rank, *committed_);
       if (std::find(h.begin(), h.end(), id) != h.end()) continue;
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
@@ -137,7 +136,7 @@ void Coordinator::DiskFailed(PeerId from, uint64_t version, const std::string& w
 
 void Coordinator::PullAllFromDisk(Time now) {
   epoch_++;  // answers about the abandoned plan (kHeld, kReady) now carry a stale epoch
-  for (auto& [id, a] : agents_) {
+  for (auto& [id, a] : members_.agents()) {
     if (!a.alive || a.slot < 0) continue;
     a.ready = false;
     Send(id, DiskPull(a.slot));
@@ -158,7 +157,7 @@ void Coordinator::RestoreFromDisk() {
   committed_ = v;
   WentBackTo(*v);  // what lies above it (incomplete, unreadable) is void once a newer version commits
   FTRUN_LOG_WARN("no committed version in any agent's RAM: restoring version {} from the persist directory", *v);
-  for (auto& [id, a] : agents_) {
+  for (auto& [id, a] : members_.agents()) {
     if (!a.alive || a.slot < 0) continue;
     a.ready = false;
     Send(id, DiskPull(a.slot));
@@ -172,14 +171,14 @@ void Coordinator::SendPull(PeerId to, int slot, PullMsg p) {
 
 PullMsg Coordinator::DiskPull(int slot) const {
   PullMsg p{epoch_, committed_.value_or(0), {}, true};
-  for (int rank : SlotRanks(slot)) p.ranks.push_back({rank, {}});
+  for (int rank : members_.SlotRanks(slot)) p.ranks.push_back({rank, {}});
   return p;
 }
 
 bool Coordinator::CheckCoverage(const std::string& detail) {
   if (!committed_) return true;
   std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
-  for (int rank = FirstRank(0); rank < EndRank(); ++rank) {
+  for (int rank = members_.FirstRank(0); rank < members_.EndRank(); ++rank) {
     if (!Covered(rank, *committed_)) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
@@ -232,14 +231,14 @@ void Coordinator::Dropped(AgentInfo& a, const DroppedMsg& m, Time now) {
   FTRUN_LOG_WARN("agent {} dropped {} snapshot(s) that use a chunk corrupted in its shared memory", a.id, lost.size());
   if (phase_ != Phase::kRecovering || a.slot < 0 || !committed_ || disk_restore_) return;
   PullMsg p{epoch_, *committed_, {}};
-  for (int rank : SlotRanks(a.slot)) {
+  for (int rank : members_.SlotRanks(a.slot)) {
     auto h = HoldersAlive(rank, *committed_);
     if (std::find(h.begin(), h.end(), a.id) == h.end())
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
   }
   if (p.ranks.empty() || !CheckCoverage("")) return;
   if (disk_restore_) {  // no live copy left: every node goes back to the disk version
-    for (auto& [id, x] : agents_) {
+    for (auto& [id, x] : members_.agents()) {
       if (!x.alive || x.slot < 0) continue;
       x.ready = false;
       Send(id, DiskPull(x.slot));
@@ -287,9 +286,9 @@ void Coordinator::Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVe
 }
 
 void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
-  auto it = agents_.find(peer);
-  if (it == agents_.end() || !it->second.alive) return;
-  AgentInfo& a = it->second;
+  AgentInfo* found = members_.Find(peer);
+  if (found == nullptr || !found->alive) return;
+  AgentInfo& a = *found;
   a.alive = false;
   out_->Disconnect(peer);
   if (phase_ == Phase::kStopped) return;  // agents leave at the end
@@ -298,7 +297,7 @@ void Coordinator::Lost(PeerId peer, const std::string& why, Time now) {
   FTRUN_LOG_ERROR("agent {} ({}) lost: {}", peer, slot >= 0 ? "node " + std::to_string(slot) : std::string("spare"),
                   why);
   if (slot < 0 || phase_ == Phase::kStopped) return;
-  slots_[static_cast<size_t>(slot)].reset();
+  members_.Vacate(slot);
   if (phase_ == Phase::kForming) return;
   BeginRecovery("node " + std::to_string(slot) + " (agent " + std::to_string(peer) + ") lost: " + why, 1, now);
 }

@@ -19,9 +19,9 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
     if (decoded(&m)) Register(from, m, now);
     return;
   }
-  auto it = agents_.find(from);
-  if (it == agents_.end() || !it->second.alive) return;  // not registered (or declared lost): ignored
-  AgentInfo& a = it->second;
+  AgentInfo* found = members_.Find(from);
+  if (found == nullptr || !found->alive) return;  // not registered (or declared lost): ignored
+  AgentInfo& a = *found;
   a.last_heard = now;
   switch (static_cast<ClusterMsg>(type)) {
     case ClusterMsg::kHeartbeat: {
@@ -109,8 +109,9 @@ void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
     auto& ranks = held_[version];
     auto& holders = ranks[rank];
     if (holders.insert(a.id).second && static_cast<int>(holders.size()) == 1 + o_.replicas) filled_[version]++;
-    if (static_cast<int>(ranks.size()) >= RankCount()) held_since_.emplace(version, now);  // every rank saved it
-    if (target_ == version) target_since_ = now;                                           // the round makes progress
+    if (static_cast<int>(ranks.size()) >= members_.RankCount())
+      held_since_.emplace(version, now);          // every rank saved it
+    if (target_ == version) target_since_ = now;  // the round makes progress
   }
   // Bounded while nothing commits: the oldest versions go first (a round's
   // is kept).
@@ -142,8 +143,8 @@ void Coordinator::OnRankFailed(const RankFailedMsg& m, Time now) {
 void Coordinator::OnNodeDone(AgentInfo& a, const NodeDoneMsg& m) {
   if (m.epoch != epoch_ || a.slot < 0) return;
   a.done = true;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    AgentInfo* x = SlotAgent(static_cast<int>(i));
+  for (int i = 0; i < members_.slots(); ++i) {
+    AgentInfo* x = members_.SlotAgent(i);
     if (x == nullptr || !x->done) return;
   }
   Stop(0, "every rank finished; last committed version " +

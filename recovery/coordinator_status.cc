@@ -5,7 +5,6 @@
 #include "plugin/common/duration.h"
 #include "plugin/common/log.h"
 #include "recovery/coordinator.h"
-#include "recovery/placement.h"
 
 namespace ftrun {
 
@@ -23,15 +22,15 @@ void Coordinator::WarnIfStalled(Time now) {
   const uint64_t v = target_.value_or(newest);
   const int need = 1 + o_.replicas;
   std::string lag;
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    for (int rank : SlotRanks(static_cast<int>(s))) {
+  for (int s = 0; s < members_.slots(); ++s) {
+    for (int rank : members_.SlotRanks(s)) {
       auto h = HoldersAlive(rank, v);
       if (static_cast<int>(h.size()) >= need) continue;
       std::vector<int> missing;  // agents that should hold it and do not
       std::vector<PeerId> want;
-      if (slots_[s]) want.push_back(*slots_[s]);
-      for (int hs : placement_[s]) {
-        if (slots_[static_cast<size_t>(hs)]) want.push_back(*slots_[static_cast<size_t>(hs)]);
+      if (auto own = members_.Holder(s)) want.push_back(*own);
+      for (int hs : members_.HoldersOf(s)) {
+        if (auto holder = members_.Holder(hs)) want.push_back(*holder);
       }
       for (PeerId p : want) {
         if (std::find(h.begin(), h.end(), p) == h.end()) missing.push_back(static_cast<int>(p));
@@ -43,8 +42,8 @@ void Coordinator::WarnIfStalled(Time now) {
   }
   if (erasure()) {
     std::vector<int> short_parity;
-    for (size_t s = 0; s < slots_.size(); ++s) {
-      if (!ParityAt(static_cast<int>(s), v)) short_parity.push_back(static_cast<int>(s));
+    for (int s = 0; s < members_.slots(); ++s) {
+      if (!ParityAt(s, v)) short_parity.push_back(s);
     }
     if (!short_parity.empty())
       lag += (lag.empty() ? "" : "; ") + std::string("parity rows incomplete at node(s) ") + Join(short_parity);
@@ -65,26 +64,26 @@ CoordinatorView Coordinator::View() const {
   v.committed = committed_;
   v.replicas = o_.replicas;
   v.restarts = restarts_;
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    CoordinatorView::Node n{static_cast<int>(s), o_.ranks_per_slot[s], o_.racks[s], std::nullopt, {}};
-    if (slots_[s]) {
-      n.agent = *slots_[s];
-      n.address = agents_.at(*slots_[s]).address;
+  for (int s = 0; s < members_.slots(); ++s) {
+    CoordinatorView::Node n{s, members_.RanksOf(s), members_.Rack(s), std::nullopt, {}};
+    if (const AgentInfo* a = members_.SlotAgent(s)) {
+      n.agent = a->id;
+      n.address = a->address;
     }
     v.nodes.push_back(n);
   }
-  for (const auto& [id, a] : agents_) {
+  for (const auto& [id, a] : members_.agents()) {
     if (a.alive && a.slot < 0) v.spares.push_back({id, a.address});
   }
   if (committed_) {
     // One pass over the version's holders (32,768 ranks at 4,096 nodes, and
     // the runner builds this view five times a second).
-    const int first = FirstRank(0), end = EndRank();
+    const int first = members_.FirstRank(0), end = members_.EndRank();
     v.committed_copies.assign(static_cast<size_t>(end - first), 0);
     auto held = held_.find(*committed_);
     if (held != held_.end()) {
       std::unordered_set<PeerId> alive;
-      for (const auto& [id, a] : agents_) {
+      for (const auto& [id, a] : members_.agents()) {
         if (a.alive) alive.insert(id);
       }
       for (const auto& [r, holders] : held->second) {
@@ -97,8 +96,8 @@ CoordinatorView Coordinator::View() const {
   }
   v.erasure_data = o_.erasure_data;
   v.erasure_parity = o_.erasure_parity;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    CoordinatorView::Group x{groups_[g], std::nullopt};
+  for (size_t g = 0; g < members_.groups().size(); ++g) {
+    CoordinatorView::Group x{members_.groups()[g], std::nullopt};
     if (committed_) x.survives = GroupMargin(static_cast<int>(g), *committed_);
     v.groups.push_back(std::move(x));
   }
