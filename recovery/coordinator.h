@@ -21,6 +21,17 @@
 // State is rebuilt from the agents' registrations (their catalogs and last
 // committed version), so a restarted coordinator does not lose committed
 // versions.
+//
+// Its parts, each owning its own state: Membership (membership.h: the slots,
+// the agents and their places, placement and erasure groups), CommitRounds
+// (commit_rounds.h: the copies held, the rounds and the commits) and
+// DiskVersions (disk_versions.h: the versions on disk a recovery can go back
+// to). The coordinator itself is the inbox and the recovery: it decides who
+// takes which place and what a failure costs, and sends every message.
+// Files: coordinator.cc (start, commits, ticks, the view),
+// coordinator_reports.cc (the inbox), coordinator_membership.cc
+// (registration and replacements), coordinator_recovery.cc (epochs, the
+// disk, lost copies), coordinator_erasure.cc (rebuilds from a group).
 #pragma once
 
 #include <chrono>
@@ -35,7 +46,9 @@
 #include "plugin/config/config.h"
 #include "plugin/protocol/cluster_messages.h"
 #include "plugin/transport/transport.h"
+#include "recovery/commit_rounds.h"
 #include "recovery/coordinator_view.h"
+#include "recovery/disk_versions.h"
 #include "recovery/early_failure.h"
 #include "recovery/membership.h"
 
@@ -109,7 +122,7 @@ class Coordinator {
   bool done() const { return done_; }
   int exit_code() const { return exit_code_; }
   const std::string& exit_message() const { return exit_message_; }
-  std::optional<uint64_t> committed() const { return committed_; }
+  std::optional<uint64_t> committed() const { return rounds_.committed(); }
   uint64_t epoch() const { return epoch_; }
   // What it knows, as plain data (StatusJson in coordinator_json.h formats it).
   CoordinatorView View() const;
@@ -150,14 +163,13 @@ class Coordinator {
   void BeginRecovery(const std::string& reason, int exit_code, Time now);
   // A job formed with no committed version: the newest on disk, if any.
   void RestoreFromDisk();
-  // What a scan of the disk was asked for; DiskScanned goes on with it.
-  enum class DiskNeed { kNone, kStart, kCoverage, kOlder };
+  // A scan of the disk for `need`; DiskScanned goes on with it.
+  using DiskNeed = DiskVersions::Need;
   void ScanDisk(DiskNeed need, std::string detail);
-  // The newest version of the scan being acted on not known to be
-  // unreadable, if any.
-  std::optional<uint64_t> DiskVersion() const;
+  // The job goes back to `version` on disk: it is the committed version.
+  void GoBackTo(uint64_t version);
   void DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now);
-  PullMsg DiskPull(int slot) const;  // read the slot's ranks of committed_ from disk
+  PullMsg DiskPull(int slot) const;  // read the slot's ranks of the committed version from disk
   // Every restore plan for a slot's agent goes out here: with an erasure
   // code, ranks that no copy holds get the group to rebuild from
   // (ErasurePlan).
@@ -170,34 +182,28 @@ class Coordinator {
   void AssignReplacements(Time now);
   void Assign(AgentInfo& a, int slot);
   void MaybeStart(Time now);
+  // A version newly committed (CommitRounds::Commit) is told to every agent.
   void MaybeCommit(Time now);
   // Starts a commit round on the newest version every rank holds locally.
   void MaybeTarget(Time now);
+  // A warning when commits stop (CommitRounds::Stalled).
+  void WarnIfStalled(Time now);
   void Lost(PeerId peer, const std::string& why, Time now);
   void Stop(int code, const std::string& message);
   void BroadcastMembership();
-  std::vector<PeerId> HoldersAlive(int rank, uint64_t version) const;
   // A live copy of the rank's `version`, or (erasure) its node can be
   // rebuilt from its group.
   bool Covered(int rank, uint64_t version) const;
   void SendAll(ClusterMsg type, const std::string& payload);
 
   // Erasure coding (coordinator_erasure.cc). A commit needs every slot's
-  // parity rows complete at the version; a slot whose agent is lost is
-  // rebuilt from its group while each stripe it has data in keeps `data`
-  // fragments: members whose agent holds their ranks' data, or whose parity
-  // rows are complete, at the version.
+  // parity rows complete at the version (CommitRounds); a slot whose agent
+  // is lost is rebuilt from its group while each stripe it has data in keeps
+  // `data` fragments: members whose agent holds their ranks' data, or whose
+  // parity rows are complete, at the version.
   bool erasure() const { return members_.erasure(); }
   void OnParityHeld(AgentInfo& a, const ParityHeldMsg& m, Time now);
-  bool ParityComplete(uint64_t version) const;
-  bool DataAt(int slot, uint64_t version) const;    // its agent is alive and holds its ranks
-  bool ParityAt(int slot, uint64_t version) const;  // its agent is alive with its rows complete
-  // Fragments of `stripe` of `group` there at `version`, `data` needed.
-  int StripeFragments(int group, int stripe, uint64_t version) const;
   bool Rebuildable(int slot, uint64_t version) const;
-  // More losses the group survives at `version`: the fewest spare
-  // fragments of its stripes (negative: a lost node cannot be rebuilt).
-  int GroupMargin(int group, uint64_t version) const;
   // A restore plan for `slot` that has ranks with no holder: its group.
   void ErasurePlan(int slot, PullMsg* p) const;
 
@@ -205,7 +211,7 @@ class Coordinator {
   Outbox* out_;
   Time now_{};  // the time of the call being handled (messages sent are stamped with it)
   Membership members_;
-  std::map<uint64_t, std::set<PeerId>> parity_held_;   // version -> agents whose rows are complete there
+  CommitRounds rounds_;
   std::set<std::pair<int, uint64_t>> rebuild_failed_;  // (slot, version) a replacement could not rebuild
   Phase phase_ = Phase::kForming;
   uint64_t epoch_ = 0;
@@ -217,44 +223,12 @@ class Coordinator {
   int restarts_ = 0;
   int last_failure_code_ = 1;
   EarlyFailureRule early_failures_;
-  std::optional<uint64_t> committed_;
-  // Versions above the committed one whose copies are counted, at most.
-  static constexpr size_t kMaxHeldVersions = 1024;
-  std::map<uint64_t, std::map<int, std::set<PeerId>>> held_;  // version -> rank -> agents
-  std::map<uint64_t, Time> held_since_;  // version -> when every rank had saved it (bounded as held_)
-  // version -> ranks whose holders reached 1 + replicas when a report came
-  // in: never below the ranks with that many live holders (holders of a
-  // version above the committed one are added only by reports), so a commit
-  // check runs only once it reaches every rank, not on every report
-  // (O(ranks) each: at 32k ranks that was the coordinator's whole CPU).
-  std::map<uint64_t, int> filled_;
-  uint64_t commits_ = 0;
-  uint64_t held_reports_ = 0;
-  std::optional<double> last_commit_lag_ms_;
   std::optional<Time> waiting_since_;  // for a lost slot's agent
-  std::optional<uint64_t> target_;     // the version being replicated
-  Time target_since_{};
-  // A round failed this epoch (e.g. a node's ranks run ahead and released
-  // the newest version every rank holds): rounds target the newest version
-  // any rank saved; agents copy it when their ranks reach it.
-  bool ahead_ = false;
-  Time last_commit_{};  // or the start of the epoch
-  Time stall_warned_{};
-  void WarnIfStalled(Time now);
   std::vector<RecoveryRecord> recoveries_;
   bool done_ = false;
-  bool disk_restore_ = false;                       // this recovery goes back to a version on disk
-  DiskNeed disk_need_ = DiskNeed::kNone;            // a scan is awaited
-  std::string disk_detail_;                         // for the messages of what it decides
-  std::optional<std::vector<uint64_t>> disk_scan_;  // its answer, while DiskScanned acts on it
-  std::set<uint64_t> bad_disk_versions_;            // some node could not read its ranks of them
-  // The job went back to this version on disk: the files of versions above
-  // it are another timeline's. Nothing of them is deleted until the job
-  // commits a newer version (a transient failure must never cost a good
-  // version); then every node drops its own (kDropAbove).
-  std::optional<uint64_t> void_above_;
-  void WentBackTo(uint64_t version);
-  // Every node reads its ranks of committed_ from disk, in a new epoch.
+  bool disk_restore_ = false;  // this recovery goes back to a version on disk
+  DiskVersions disk_;
+  // Every node reads its ranks of the committed version from disk, in a new epoch.
   void PullAllFromDisk(Time now);
   // (agent, rank, version) an agent lacked at a start, and a recovery had it
   // pulled since; cleared by each commit.

@@ -23,27 +23,15 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
     return Send(from, FencedMsg{"node " + std::to_string(m.slot) + " was given to agent " + std::to_string(holder) +
                                 " while this agent was unreachable"});
   }
-  // What it knows: a restarted coordinator re-learns commits and epochs.
-  if (m.committed && (!committed_ || *m.committed > *committed_)) {
-    committed_ = m.committed;
-    FTRUN_LOG_INFO("learned committed version {} from agent {}", *committed_, from);
-  }
+  // What it knows: a restarted coordinator re-learns commits and epochs;
+  // what it reported before is void, and it holds its catalog's ranks of
+  // the committed version, and its parity rows count for the node it holds
+  // again.
+  rounds_.Registered(from, m.committed, m.catalog, m.parity, same_slot || (m.slot >= 0 && !place));
   epoch_ = std::max(epoch_, m.epoch);
   // An agent that ran ranks before (a restarted coordinator adopting its
   // agents): the start below is a restart of those fenced ranks.
   if (m.committed || !m.catalog.empty() || m.epoch > 0) agents_ran_ranks_ = true;
-  for (auto& [v, ranks] : held_) {
-    for (auto& [rank, holders] : ranks) holders.erase(from);  // its old reports are void
-  }
-  // Its parity too: an agent started again holds none; one that kept
-  // running (a new coordinator adopting it) says which committed version
-  // its rows cover, and they count for the node it holds again.
-  for (auto& [v, agents] : parity_held_) agents.erase(from);
-  for (const auto& [rank, version] : m.catalog) {
-    if (committed_ && version == *committed_) held_[version][rank].insert(from);
-  }
-  if (m.parity && committed_ && *m.parity == *committed_ && (same_slot || (m.slot >= 0 && !place)))
-    parity_held_[*m.parity].insert(from);
   // (An agent that held another node than the one it registers for now
   // left it: `left`.)
   auto [agent, left] = members_.Register(from, m.address, m.rack, m.slot, now);
@@ -68,7 +56,7 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
     if (agents_ran_ranks_) epoch_++;
     for (auto& [id, x] : members_.agents()) x.halted = x.ready = true;
     recoveries_.push_back({epoch_, "job start", now, std::nullopt});
-    if (!committed_ && o_.scan_disk) return ScanDisk(DiskNeed::kStart, "");  // DiskScanned starts it
+    if (!rounds_.committed() && o_.scan_disk) return ScanDisk(DiskNeed::kStart, "");  // DiskScanned starts it
     return MaybeStart(now);
   }
   if (same_slot) {
@@ -88,15 +76,16 @@ void Coordinator::Register(PeerId from, const RegisterMsg& m, Time now) {
       Assign(a, m.slot);
       a.halted = true;
       a.ready = false;
+      const std::optional<uint64_t> committed = rounds_.committed();
       std::vector<int> missing;
       for (int rank : members_.SlotRanks(m.slot)) {
         bool has =
-            std::find(m.catalog.begin(), m.catalog.end(), RankVersion{rank, committed_.value_or(0)}) != m.catalog.end();
-        if (committed_ && !has) missing.push_back(rank);
+            std::find(m.catalog.begin(), m.catalog.end(), RankVersion{rank, committed.value_or(0)}) != m.catalog.end();
+        if (committed && !has) missing.push_back(rank);
       }
-      PullMsg p{epoch_, committed_.value_or(0), {}};
+      PullMsg p{epoch_, committed.value_or(0), {}};
       for (int rank : missing) {
-        auto h = HoldersAlive(rank, *committed_);
+        auto h = rounds_.HoldersAlive(rank, *committed);
         p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
       if (disk_restore_) p = DiskPull(m.slot);
@@ -135,12 +124,13 @@ void Coordinator::AssignReplacements(Time now) {
     if (disk_restore_) {
       Send(spare->id, DiskPull(s));
     } else {
-      PullMsg p{epoch_, committed_.value_or(0), {}};
+      const std::optional<uint64_t> committed = rounds_.committed();
+      PullMsg p{epoch_, committed.value_or(0), {}};
       for (int rank : members_.SlotRanks(s)) {
-        auto h = HoldersAlive(rank, committed_.value_or(0));
+        auto h = rounds_.HoldersAlive(rank, committed.value_or(0));
         // Spread the pulls: start each rank at a different holder.
         if (!h.empty()) std::rotate(h.begin(), h.begin() + (rank % static_cast<int>(h.size())), h.end());
-        if (committed_) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
+        if (committed) p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
       }
       SendPull(spare->id, s, p);  // answered by kReady
     }

@@ -18,19 +18,11 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   restarts_++;
   epoch_++;
   halt_epoch_ = epoch_;
-  if (committed_) {
-    held_.erase(held_.upper_bound(*committed_), held_.end());
-    parity_held_.erase(parity_held_.upper_bound(*committed_), parity_held_.end());
-  } else {
-    held_.clear();
-    parity_held_.clear();
-  }
-  filled_.clear();  // the new epoch's reports count again
-  target_.reset();
-  ahead_ = false;
+  rounds_.NewEpoch();  // the new epoch's reports count again
   recoveries_.push_back({epoch_, reason, now, std::nullopt});
-  FTRUN_LOG_WARN("epoch {}: {}; restoring {}", epoch_, reason,
-                 committed_ ? "version " + std::to_string(*committed_) : std::string("nothing (no committed version)"));
+  FTRUN_LOG_WARN(
+      "epoch {}: {}; restoring {}", epoch_, reason,
+      committed() ? "version " + std::to_string(*committed()) : std::string("nothing (no committed version)"));
   phase_ = Phase::kRecovering;
   for (auto& [id, a] : members_.agents()) {
     a.halted = a.slot < 0;
@@ -44,15 +36,15 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
   // going back to a version on disk, every node reads its ranks from there.
   bool pulls = false;
   for (auto& [id, a] : members_.agents()) {
-    if (!a.alive || a.slot < 0 || !committed_) continue;
+    if (!a.alive || a.slot < 0 || !committed()) continue;
     if (disk_restore_) {
       a.ready = false;
       Send(id, DiskPull(a.slot));
       continue;
     }
-    PullMsg p{epoch_, *committed_, {}};
+    PullMsg p{epoch_, *committed(), {}};
     for (int rank : members_.SlotRanks(a.slot)) {
-      auto h = HoldersAlive(rank, *committed_);
+      auto h = rounds_.HoldersAlive(rank, *committed());
       if (std::find(h.begin(), h.end(), id) != h.end()) continue;
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
     }
@@ -68,44 +60,44 @@ void Coordinator::BeginRecovery(const std::string& reason, int exit_code, Time n
 }
 
 void Coordinator::ScanDisk(DiskNeed need, std::string detail) {
-  if (disk_need_ == DiskNeed::kNone) o_.scan_disk();  // else the answer on its way serves this need too
-  disk_need_ = need;
-  disk_detail_ = std::move(detail);
+  if (disk_.Ask(need, std::move(detail))) o_.scan_disk();  // else the answer on its way serves this need too
+}
+
+void Coordinator::GoBackTo(uint64_t version) {
+  rounds_.GoBackTo(version);
+  disk_.WentBackTo(version);  // what lies above it (incomplete, unreadable) is void once a newer version commits
 }
 
 void Coordinator::DiskScanned(const Status& scan, std::vector<uint64_t> newest_first, Time now) {
   now_ = now;
-  const DiskNeed need = std::exchange(disk_need_, DiskNeed::kNone);
+  const DiskNeed need = disk_.Answered();
   if (need == DiskNeed::kNone || phase_ == Phase::kStopped) return;
   if (!scan.ok()) return Stop(2, "cannot read the persist directory: " + scan.message() + "; nothing was deleted");
-  disk_scan_ = std::move(newest_first);
+  disk_.Use(std::move(newest_first));
   switch (need) {
     case DiskNeed::kStart:
-      if (!committed_) RestoreFromDisk();
+      if (!committed()) RestoreFromDisk();
       break;
     case DiskNeed::kCoverage:
       // A loss left some rank without a live copy: every node goes back to
       // the disk's version (or the job stops), and spares take the lost
       // nodes' places.
-      if (phase_ != Phase::kRecovering || !CheckCoverage(disk_detail_)) break;
+      if (phase_ != Phase::kRecovering || !CheckCoverage(disk_.detail())) break;
       if (disk_restore_) PullAllFromDisk(now);
       waiting_since_ = now;
       AssignReplacements(now);
       break;
     case DiskNeed::kOlder: {
-      std::optional<uint64_t> older = DiskVersion();
+      std::optional<uint64_t> older = disk_.Newest();
       if (!older) {
-        Stop(1, disk_detail_ + "; no older complete version on disk");
+        Stop(1, disk_.detail() + "; no older complete version on disk");
         break;
       }
       FTRUN_LOG_WARN(
           "{}; going back to version {}, the next older one on disk (the versions given up are kept "
           "on disk until a newer version commits)",
-          disk_detail_, *older);
-      committed_ = older;
-      WentBackTo(*older);
-      held_.clear();
-      filled_.clear();
+          disk_.detail(), *older);
+      GoBackTo(*older);
       disk_restore_ = true;
       PullAllFromDisk(now);
       break;
@@ -113,24 +105,16 @@ void Coordinator::DiskScanned(const Status& scan, std::vector<uint64_t> newest_f
     case DiskNeed::kNone:
       break;
   }
-  disk_scan_.reset();  // the disk changes: the next need scans again
+  disk_.Done();  // the disk changes: the next need scans again
   MaybeStart(now);
-}
-
-std::optional<uint64_t> Coordinator::DiskVersion() const {
-  if (!disk_scan_) return std::nullopt;
-  for (uint64_t v : *disk_scan_) {
-    if (!bad_disk_versions_.count(v)) return v;
-  }
-  return std::nullopt;
 }
 
 // A node could not read its ranks of `version` (a chunk that fails its hash,
 // a missing file): every node goes to the next older version on disk.
 void Coordinator::DiskFailed(PeerId from, uint64_t version, const std::string& why, Time now) {
   (void)now;
-  if (phase_ != Phase::kRecovering || !committed_ || *committed_ != version) return;
-  bad_disk_versions_.insert(version);
+  if (phase_ != Phase::kRecovering || !committed() || *committed() != version) return;
+  disk_.Bad(version);
   ScanDisk(DiskNeed::kOlder, "agent " + std::to_string(from) + ": " + why);
 }
 
@@ -144,18 +128,10 @@ void Coordinator::PullAllFromDisk(Time now) {
   MaybeStart(now);
 }
 
-void Coordinator::WentBackTo(uint64_t version) {
-  void_above_ = void_above_ ? std::min(*void_above_, version) : version;
-  // The abandoned timeline's parity: the new one saves those version
-  // numbers again, with bytes of its own, and its commits need their parity.
-  parity_held_.erase(parity_held_.upper_bound(version), parity_held_.end());
-}
-
 void Coordinator::RestoreFromDisk() {
-  std::optional<uint64_t> v = DiskVersion();
+  std::optional<uint64_t> v = disk_.Newest();
   if (!v) return;
-  committed_ = v;
-  WentBackTo(*v);  // what lies above it (incomplete, unreadable) is void once a newer version commits
+  GoBackTo(*v);
   FTRUN_LOG_WARN("no committed version in any agent's RAM: restoring version {} from the persist directory", *v);
   for (auto& [id, a] : members_.agents()) {
     if (!a.alive || a.slot < 0) continue;
@@ -170,39 +146,36 @@ void Coordinator::SendPull(PeerId to, int slot, PullMsg p) {
 }
 
 PullMsg Coordinator::DiskPull(int slot) const {
-  PullMsg p{epoch_, committed_.value_or(0), {}, true};
+  PullMsg p{epoch_, committed().value_or(0), {}, true};
   for (int rank : members_.SlotRanks(slot)) p.ranks.push_back({rank, {}});
   return p;
 }
 
 bool Coordinator::CheckCoverage(const std::string& detail) {
-  if (!committed_) return true;
+  if (!committed()) return true;
   std::vector<int> uncovered;  // (a replacement still pulling holds nothing yet)
   for (int rank = members_.FirstRank(0); rank < members_.EndRank(); ++rank) {
-    if (!Covered(rank, *committed_)) uncovered.push_back(rank);
+    if (!Covered(rank, *committed())) uncovered.push_back(rank);
   }
   if (uncovered.empty()) return true;
   const std::string redundancy = erasure() ? "cluster.redundancy erasure: data " + std::to_string(o_.erasure_data) +
                                                  ", parity " + std::to_string(o_.erasure_parity) + " per group"
                                            : "cluster.replicas: " + std::to_string(o_.replicas);
-  if (o_.scan_disk && !disk_scan_) {
+  if (o_.scan_disk && !disk_.scanned()) {
     ScanDisk(DiskNeed::kCoverage, detail);
     return false;
   }
-  if (std::optional<uint64_t> d = DiskVersion()) {
+  if (std::optional<uint64_t> d = disk_.Newest()) {
     FTRUN_LOG_WARN(
         "ranks {} have no complete copy of committed version {} on any live node ({}){}: going back to "
         "version {}, the newest complete in the persist directory ({} steps lost)",
-        Join(uncovered), *committed_, redundancy, detail, *d, *committed_ - std::min(*committed_, *d));
-    committed_ = d;
-    WentBackTo(*d);
-    held_.clear();
-    filled_.clear();
+        Join(uncovered), *committed(), redundancy, detail, *d, *committed() - std::min(*committed(), *d));
+    GoBackTo(*d);
     disk_restore_ = true;
     return true;
   }
   const std::string lost = "ranks " + Join(uncovered) + " have no complete copy of committed version " +
-                           std::to_string(*committed_) + " on any live node (" + redundancy;
+                           std::to_string(*committed()) + " on any live node (" + redundancy;
   auto why = dropped_why_.find(uncovered.front());
   if (why != dropped_why_.end()) {
     // A copy corrupted in shared memory was the last: name it.
@@ -223,16 +196,13 @@ void Coordinator::Dropped(AgentInfo& a, const DroppedMsg& m, Time now) {
   const std::vector<RankVersion>& lost = m.items;
   for (const auto& [rank, version] : lost) {
     if (!m.why.empty()) dropped_why_[rank] = m.why;
-    auto v = held_.find(version);
-    if (v == held_.end()) continue;
-    auto h = v->second.find(rank);
-    if (h != v->second.end()) h->second.erase(a.id);
+    rounds_.NotHeld(a.id, rank, version);
   }
   FTRUN_LOG_WARN("agent {} dropped {} snapshot(s) that use a chunk corrupted in its shared memory", a.id, lost.size());
-  if (phase_ != Phase::kRecovering || a.slot < 0 || !committed_ || disk_restore_) return;
-  PullMsg p{epoch_, *committed_, {}};
+  if (phase_ != Phase::kRecovering || a.slot < 0 || !committed() || disk_restore_) return;
+  PullMsg p{epoch_, *committed(), {}};
   for (int rank : members_.SlotRanks(a.slot)) {
-    auto h = HoldersAlive(rank, *committed_);
+    auto h = rounds_.HoldersAlive(rank, *committed());
     if (std::find(h.begin(), h.end(), a.id) == h.end())
       p.ranks.push_back({rank, std::vector<uint32_t>(h.begin(), h.end())});
   }
@@ -261,12 +231,8 @@ void Coordinator::Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVe
   std::vector<int> ranks;
   bool again = false;
   for (const auto& [rank, version] : lost) {
-    auto v = held_.find(version);
-    if (v != held_.end()) {
-      auto h = v->second.find(rank);
-      if (h != v->second.end()) h->second.erase(a.id);
-    }
-    if (epoch != epoch_ || !committed_ || version != *committed_) continue;  // a newer start checks again
+    rounds_.NotHeld(a.id, rank, version);
+    if (epoch != epoch_ || !committed() || version != *committed()) continue;  // a newer start checks again
     // Reported before: a recovery since had it pulled (the agent answers
     // ready only once it holds it), yet it lacks it again.
     again |= missing_.count({a.id, rank, version}) > 0;
@@ -275,11 +241,11 @@ void Coordinator::Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVe
   if (ranks.empty() || phase_ != Phase::kRunning || a.slot < 0) return;
   const std::string what = "node " + std::to_string(a.slot) + " (agent " + std::to_string(a.id) +
                            ") has no copy of rank(s) " + Join(ranks) + " of committed version " +
-                           std::to_string(*committed_) + " to restore";
+                           std::to_string(*committed()) + " to restore";
   if (again) {
     return Stop(1, what + ", again after pulling it: stopping rather than restarting the job in a loop");
   }
-  const uint64_t version = *committed_;
+  const uint64_t version = *committed();
   const PeerId agent = a.id;
   BeginRecovery(what + "; it pulls them from their holders", 1, now);
   for (int rank : ranks) missing_.insert({agent, rank, version});

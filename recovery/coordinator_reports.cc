@@ -58,12 +58,8 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
     }
     case ClusterMsg::kRoundFailed: {
       RoundFailedMsg m;
-      if (!decoded(&m) || m.epoch != epoch_ || target_ != m.version) return;
+      if (!decoded(&m) || m.epoch != epoch_ || !rounds_.RoundFailed(m.version)) return;
       FTRUN_LOG_DEBUG("commit round of version {} failed at agent {}: picking a newer version", m.version, from);
-      held_.erase(m.version);
-      filled_.erase(m.version);
-      target_.reset();
-      ahead_ = true;
       return MaybeTarget(now);
     }
     case ClusterMsg::kPullFailed: {
@@ -103,27 +99,7 @@ void Coordinator::OnMessage(PeerId from, uint16_t type, const std::string& paylo
 
 void Coordinator::OnHeld(AgentInfo& a, const HeldMsg& m, Time now) {
   if (m.epoch != epoch_) return;  // a stopped generation's saves never count
-  held_reports_++;
-  for (const auto& [rank, version] : m.items) {
-    if (committed_ && version < *committed_) continue;
-    auto& ranks = held_[version];
-    auto& holders = ranks[rank];
-    if (holders.insert(a.id).second && static_cast<int>(holders.size()) == 1 + o_.replicas) filled_[version]++;
-    if (static_cast<int>(ranks.size()) >= members_.RankCount())
-      held_since_.emplace(version, now);          // every rank saved it
-    if (target_ == version) target_since_ = now;  // the round makes progress
-  }
-  // Bounded while nothing commits: the oldest versions go first (a round's
-  // is kept).
-  for (auto it = held_.begin(); held_.size() > kMaxHeldVersions && it != held_.end();) {
-    if (it->first == target_) {
-      ++it;
-    } else {
-      filled_.erase(it->first);
-      it = held_.erase(it);
-    }
-  }
-  while (held_since_.size() > kMaxHeldVersions) held_since_.erase(held_since_.begin());
+  rounds_.Held(a.id, m.items, now);
   MaybeCommit(now);
   MaybeTarget(now);
 }
@@ -147,15 +123,15 @@ void Coordinator::OnNodeDone(AgentInfo& a, const NodeDoneMsg& m) {
     AgentInfo* x = members_.SlotAgent(i);
     if (x == nullptr || !x->done) return;
   }
-  Stop(0, "every rank finished; last committed version " +
-              (committed_ ? std::to_string(*committed_) : std::string("none")));
+  const std::optional<uint64_t> committed = rounds_.committed();
+  Stop(0,
+       "every rank finished; last committed version " + (committed ? std::to_string(*committed) : std::string("none")));
 }
 
 void Coordinator::OnPullFailed(AgentInfo& a, const PullFailedMsg& m, Time now) {
   if (m.epoch != epoch_) return;
   // Every holder it was given failed it: those copies do not count.
-  auto v = held_.find(m.version);
-  if (v != held_.end()) v->second.erase(m.rank);
+  rounds_.NoHolders(m.rank, m.version);
   // A rebuild from the erasure group failed (every choice of fragments): the
   // node counts as lost beyond the code, so the disk decides, or the job stops.
   if (erasure() && a.slot >= 0) rebuild_failed_.insert({a.slot, m.version});
@@ -163,9 +139,10 @@ void Coordinator::OnPullFailed(AgentInfo& a, const PullFailedMsg& m, Time now) {
   if (!CheckCoverage(" (last error pulling rank " + std::to_string(m.rank) + ": " + m.message + ")")) return;
   if (disk_restore_) return PullAllFromDisk(now);  // no live copy left, but the disk has a version
   // Other live copies remain (the agent was given a subset): pull from those.
-  if (a.slot < 0 || !committed_) return;
-  PullMsg p{epoch_, *committed_, {}};
-  auto h = HoldersAlive(m.rank, *committed_);
+  const std::optional<uint64_t> committed = rounds_.committed();
+  if (a.slot < 0 || !committed) return;
+  PullMsg p{epoch_, *committed, {}};
+  auto h = rounds_.HoldersAlive(m.rank, *committed);
   p.ranks.push_back({m.rank, std::vector<uint32_t>(h.begin(), h.end())});
   a.ready = false;
   SendPull(a.id, a.slot, p);
