@@ -17,11 +17,8 @@ constexpr auto kTick = std::chrono::milliseconds(20);
 
 }  // namespace
 
-Agent::Agent(AgentOptions options, const ftrun::Clock& clock) : o_(std::move(options)), clock_(clock) {}
-Agent::~Agent() {
-  stop_prefault_ = true;
-  if (prefault_.joinable()) prefault_.join();
-}
+Agent::Agent(AgentOptions options, const ftrun::Clock& clock) : o_(std::move(options)), clock_(clock), store_(clock) {}
+Agent::~Agent() = default;
 
 Status Agent::Setup() {
   const Config& c = o_.config;
@@ -36,19 +33,8 @@ Status Agent::Setup() {
   if (lock_.removed_stale_socket()) {
     FTRUN_LOG_WARN("removed a stale socket {} left by an agent that is gone", lock_.socket_path());
   }
-  FTRUN_RETURN_IF_ERROR(
-      Arena::Create(o_.job_id, static_cast<uint32_t>(o_.agent_id), c.store.memory_budget, c.store.chunk_size, &arena_));
-  if (c.store.prefault) {
-    // On a thread: ranks start meanwhile; it is joined before the arena goes.
-    prefault_ = std::thread([this] {
-      auto t0 = clock_.Now();
-      if (!arena_.Prefault(&stop_prefault_)) return;
-      prefaulted_ = true;
-      FTRUN_LOG_INFO("store of {} pre-faulted in {:.0f} ms", FormatSize(arena_.size()), Ms(clock_.Now() - t0));
-    });
-  }
-  store_ = std::make_unique<SnapshotStore>(arena_.data_offset(), arena_.data_bytes(),
-                                           FormatLoc(c.store.memory_budget_loc, "store.memory_budget"));
+  FTRUN_RETURN_IF_ERROR(store_.Open(o_.job_id, static_cast<uint32_t>(o_.agent_id), c.store));
+  SnapshotStore* catalog = store_.catalog();
   recoveries_ = std::make_unique<RecoveryLog>(clock_);
   RankProcesses::Options ro;
   ro.stop_grace = c.job.stop_grace;
@@ -58,13 +44,12 @@ Status Agent::Setup() {
   NodeDisk::Options d;
   d.config = c.persist;
   d.job_id = o_.job_id;
-  d.arena_base = arena_.base();
+  d.arena_base = store_.base();
   d.leased = remote();
   d.ranks = [this] { return ranks_->Ranks(); };
-  disk_ = std::make_unique<NodeDisk>(std::move(d), store_.get(), clock_);
+  disk_ = std::make_unique<NodeDisk>(std::move(d), catalog, clock_);
   disk_->Assign(o_.node_rank, o_.world_size);
   disk_->watch = [this](int fd) { return loop_.Add(fd, kFlushTag); };
-  retention_ = std::make_unique<VersionRetention>(store_.get(), &tracker_);
   CorruptChunks::Repair repair;  // from the chunk's file in the persist directory (its hash checked)
   if (persist()) {
     repair = [this](const ChunkRef& ref, char* dst) {
@@ -72,15 +57,14 @@ Status Agent::Setup() {
       return PersistReader(nullptr, disk_->dir(), o_.job_id, o_.world_size).CheckChunkFile(ref, dst);
     };
   }
-  corrupt_ = std::make_unique<CorruptChunks>(store_.get(), arena_.base(), std::move(repair),
+  corrupt_ = std::make_unique<CorruptChunks>(catalog, store_.base(), std::move(repair),
                                              "the persist directory (" + disk_->dir() + ")");
   corrupt_->on_change = [this] { status_dirty_ = true; };
-  service_ = std::make_unique<StoreService>(store_.get(), &tracker_, retention_.get(), c.store.chunk_size, clock_);
-  service_->on_saved = [this](int rank, uint64_t version) {
+  store_.service()->on_saved = [this](int rank, uint64_t version) {
     if (RankSlot* s = ranks_->ByRank(rank)) generations_->RankEvent(*s, &RankSlot::first_step);
     member_->RankSaved(rank, version);
   };
-  service_->on_committed = [this](uint64_t version) {
+  store_.service()->on_committed = [this](uint64_t version) {
     status_dirty_ = true;
     if (!ranks_->slots().empty()) disk_->Committed(version, commit_epoch_);
   };
@@ -97,11 +81,10 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(server_->Listen(lock_.socket_path(), kListenTag));
   ClusterMember::Orders* orders = this;
   member_ = std::make_unique<ClusterMember>(
-      MemberOptions(), store_.get(), arena_.base(), retention_.get(), [this] { return ranks_->Ranks(); }, orders,
-      clock_);
+      MemberOptions(), catalog, store_.base(), store_.retention(), [this] { return ranks_->Ranks(); }, orders, clock_);
   disk_recovery_ = std::make_unique<DiskRecovery>(
-      DiskRecovery::Parts{store_.get(), arena_.base(), disk_.get(), &tracker_, retention_.get(), member_.get(), &loop_,
-                          kDiskTag},
+      DiskRecovery::Parts{catalog, store_.base(), disk_.get(), store_.tracker(), store_.retention(), member_.get(),
+                          &loop_, kDiskTag},
       [this] {
         return DiskRecovery::Place{o_.job_id, o_.world_size, o_.node_rank};
       },
@@ -113,20 +96,20 @@ Status Agent::Setup() {
   go.hang_timeout = c.job.hang_timeout;
   generations_ = std::make_unique<Generations>(GenerationParts(), GenerationHooks(), go, clock_);
   requests_ = std::make_unique<RankRequests>(
-      RankRequests::Parts{server_.get(), ranks_.get(), generations_.get(), service_.get(), corrupt_.get(), warm_.get(),
-                          &stalls_},
+      RankRequests::Parts{server_.get(), ranks_.get(), generations_.get(), store_.service(), corrupt_.get(),
+                          warm_.get(), &stalls_},
       [this] {
         return RankRequests::Place{
-            o_.job_id, o_.node_rank, o_.first_global_rank, o_.local_ranks, o_.config.store.chunk_size, arena_.fd()};
+            o_.job_id,          o_.node_rank, o_.first_global_rank, o_.local_ranks, o_.config.store.chunk_size,
+            store_.arena().fd()};
       },
       clock_);
   FTRUN_RETURN_IF_ERROR(member_->Setup());
   if (remote()) FTRUN_RETURN_IF_ERROR(loop_.Add(member_->event_fd(), kTransportTag));
   if (!c.metrics.agent_listen.empty()) {
-    Status ms = MetricsEndpoint::Start(c.metrics.agent_listen, &metrics_endpoint_);
+    Status ms = AgentMetrics::Start(c.metrics.agent_listen, o_.job_id, o_.node_rank, &metrics_);
     if (ms.ok()) {
-      metrics_ = std::make_unique<AgentMetrics>(metrics_endpoint_->registry(), o_.job_id, o_.node_rank);
-      FTRUN_LOG_INFO("metrics at http://{}/metrics", metrics_endpoint_->address());
+      FTRUN_LOG_INFO("metrics at http://{}/metrics", metrics_->address());
     } else {
       FTRUN_LOG_WARN("{} (metrics.agent_listen): the job runs without them", ms.message());
     }
@@ -147,12 +130,12 @@ int Agent::Run() {
   }
   FTRUN_LOG_INFO("job {} node {}: {} ranks (global {}..{} of {}), store {} in {} chunks, socket {}", o_.job_id,
                  o_.node_rank, o_.local_ranks, o_.first_global_rank, o_.first_global_rank + o_.local_ranks - 1,
-                 o_.world_size, FormatSize(arena_.data_bytes()), FormatSize(o_.config.store.chunk_size),
+                 o_.world_size, FormatSize(store_.arena().data_bytes()), FormatSize(o_.config.store.chunk_size),
                  lock_.socket_path());
   if (const std::string notice = ThreadsNotice(o_); !notice.empty()) FTRUN_LOG_INFO("{}", notice);
   member_->Pump();  // the coordinator says when to start (or what to restore from disk first)
   Loop();
-  disk_->Drain(service_->last_committed(), fenced_);
+  disk_->Drain(store_.service()->last_committed(), fenced_);
   WriteStatus();
   return generations_->exit_code();
 }

@@ -1,5 +1,5 @@
-// Agent: ftrun-agent's core. Owns the node's store (arena, catalog, commit
-// tracker), serves the ranks over a unix socket, spawns and supervises the
+// Agent: ftrun-agent's core. Owns the node's store (node_store.h: arena,
+// catalog, commit tracker), serves the ranks over a unix socket, spawns and supervises the
 // ranks, reports their saves and failures to the job's coordinator, and
 // obeys it: it commits versions, halts the ranks and starts them again from
 // the committed version, up to job.max_restarts times. The coordinator is
@@ -31,6 +31,7 @@
 #include "launcher/agent/generations.h"
 #include "launcher/agent/instance_lock.h"
 #include "launcher/agent/node_disk.h"
+#include "launcher/agent/node_store.h"
 #include "launcher/agent/options.h"
 #include "launcher/agent/rank_output.h"
 #include "launcher/agent/rank_processes.h"
@@ -38,15 +39,9 @@
 #include "launcher/agent/rank_server.h"
 #include "launcher/agent/recovery_log.h"
 #include "launcher/agent/save_stalls.h"
-#include "launcher/agent/store_service.h"
-#include "launcher/agent/version_retention.h"
 #include "launcher/common/event_loop.h"
-#include "launcher/common/metrics_endpoint.h"
 #include "launcher/common/supervisor.h"
 #include "plugin/protocol/cluster_messages.h"
-#include "plugin/store/arena.h"
-#include "plugin/store/snapshot_store.h"
-#include "recovery/commit_tracker.h"
 
 namespace ftrun {
 
@@ -110,16 +105,8 @@ class Agent : private ClusterMember::Orders {
 
   // Guarded by the event loop (single thread).
   InstanceLock lock_;
-  Arena arena_;
-  std::thread prefault_;  // populates arena_'s pages at start
-  std::atomic<bool> stop_prefault_{false};
-  std::atomic<bool> prefaulted_{false};
-  bool reported_prefaulted_ = false;
-  std::unique_ptr<SnapshotStore> store_;
-  CommitTracker tracker_;
-  std::unique_ptr<VersionRetention> retention_;  // which versions of store_ may go
-  std::unique_ptr<StoreService> service_;
-  EventLoop loop_;                           // epoll, signals, the tick
+  NodeStore store_;  // the arena, its catalog, the committed version, retention, the ranks' store service
+  EventLoop loop_;   // epoll, signals, the tick
   std::unique_ptr<RankServer> server_;       // the ranks' socket
   std::unique_ptr<RankProcesses> ranks_;     // this node's rank processes
   std::unique_ptr<RankOutput> rank_output_;  // the ranks' stderr (none with each-rank logs)
@@ -127,15 +114,14 @@ class Agent : private ClusterMember::Orders {
   static constexpr uint64_t kFlushTag = 5;   // (4: the transport's)
   std::unique_ptr<NodeDisk> disk_;           // the persist directory: the flusher, drain, go-backs, the lease
   static constexpr uint64_t kDiskTag = 6;
-  std::unique_ptr<DiskRecovery> disk_recovery_;  // restores from the persist directory (after arena_)
+  std::unique_ptr<DiskRecovery> disk_recovery_;  // restores from the persist directory (after store_)
   std::unique_ptr<RecoveryLog> recoveries_;      // every restart, timed phase by phase
   std::unique_ptr<CorruptChunks> corrupt_;
   SaveStalls stalls_;  // the ranks' save stalls, for the metrics and the status
   bool status_dirty_ = true;
   Clock::Time last_status_write_;
-  std::string status_error_;                           // the last status write error logged (logged once)
-  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;  // metrics.agent_listen; set with the status
-  std::unique_ptr<AgentMetrics> metrics_;
+  std::string status_error_;               // the last status write error logged (logged once)
+  std::unique_ptr<AgentMetrics> metrics_;  // metrics.agent_listen: served, set with the status
 
   // The job's coordinator, the other agents, the copies and the pulls.
   std::unique_ptr<ClusterMember> member_;

@@ -48,9 +48,9 @@ RegisterMsg Agent::Registration() {
   m.slot = !remote() ? 0 : assigned_ ? o_.node_rank : (o_.spare ? -1 : o_.node_rank);
   m.address = o_.master_addr + ":0";  // the host part is the rendezvous address the start names
   m.rack = o_.rack;
-  m.committed = service_->last_committed();
+  m.committed = store_.service()->last_committed();
   if (m.committed) {
-    for (int rank : store_->RanksAt(*m.committed)) m.catalog.push_back({rank, *m.committed});
+    for (int rank : store_.catalog()->RanksAt(*m.committed)) m.catalog.push_back({rank, *m.committed});
   }
   return m;
 }
@@ -85,8 +85,8 @@ void Agent::Assign(const AssignMsg& m) {
 }
 
 void Agent::Committed(uint64_t version) {
-  tracker_.Committed(version);
-  service_->OnCommitted(version);
+  store_.tracker()->Committed(version);
+  store_.service()->OnCommitted(version);
 }
 
 void Agent::Commit(const CommitMsg& m) {

@@ -13,10 +13,10 @@ Generations::Parts Agent::GenerationParts() {
   p.ranks = ranks_.get();
   p.server = server_.get();
   p.recoveries = recoveries_.get();
-  p.retention = retention_.get();
+  p.retention = store_.retention();
   p.corrupt = corrupt_.get();
-  p.store = store_.get();
-  p.tracker = &tracker_;
+  p.store = store_.catalog();
+  p.tracker = store_.tracker();
   p.member = member_.get();
   p.warm = warm_.get();
   return p;
@@ -58,7 +58,7 @@ Generations::Hooks Agent::GenerationHooks() {
   h.last_words = [this](const RankSlot& s) { return LastWords(s); };
   h.waiting = [this](const RankSlot& s) {
     const Connection* c = server_->Find(s.conn_id);
-    return c != nullptr && service_->Waiting(*c);
+    return c != nullptr && store_.service()->Waiting(*c);
   };
   h.starting = [this](const StartMsg& m) {
     fenced_ = false;  // re-admitted
@@ -108,14 +108,14 @@ void Agent::Signals() {
 void Agent::Tick() {
   loop_.TakeTicks();
   auto now = clock_.Now();
-  service_->Tick(now);
+  store_.service()->Tick(now);
   disk_->Tick(now);
   server_->Tick();  // silent connections, a paused listen
   ranks_->Tick();   // a stop past its grace, the drain
   warm_->Tick();    // survivors past restart.abort_timeout, standbys to start
   generations_->CheckHung();
   member_->Tick(now);
-  if (prefaulted_ != reported_prefaulted_) status_dirty_ = true;
+  if (store_.prefault_news()) status_dirty_ = true;
   const auto since = now - last_status_write_;
   if ((status_dirty_ && since > std::chrono::milliseconds(200)) || (metrics_ && since > std::chrono::seconds(1)))
     WriteStatus();

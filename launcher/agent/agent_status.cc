@@ -12,7 +12,7 @@ namespace ftrun {
 void Agent::WriteStatus() {
   status_dirty_ = false;
   last_status_write_ = clock_.Now();
-  reported_prefaulted_ = prefaulted_;
+  const bool prefaulted = store_.TakePrefaulted();
   if (o_.status_file.empty() && !metrics_) return;
   AgentView v;
   v.job_id = o_.job_id;
@@ -22,16 +22,16 @@ void Agent::WriteStatus() {
   v.cluster = member_->View();
   v.restarts = generations_->generation();
   v.max_restarts = o_.config.job.max_restarts;
-  v.committed = service_->last_committed();
-  v.store = store_->Stats();
-  v.prefaulted = reported_prefaulted_;
-  v.store_fd = arena_.fd();
+  v.committed = store_.service()->last_committed();
+  v.store = store_.catalog()->Stats();
+  v.prefaulted = prefaulted;
+  v.store_fd = store_.arena().fd();
   v.chunks_corrupt_found = corrupt_->found();
   v.save_stalls = &stalls_;
   v.chunks_corrupt_repaired = corrupt_->repaired();
   v.sampled_chunks = kSampledChunks;
   for (const RankSlot& s : ranks_->slots()) {
-    if (const Manifest* m = v.committed ? store_->Find(s.global_rank, *v.committed) : nullptr) {
+    if (const Manifest* m = v.committed ? store_.catalog()->Find(s.global_rank, *v.committed) : nullptr) {
       v.committed_manifests.push_back(m);
     }
     v.ranks.push_back({s.global_rank, s.pid, s.finished, s.conn_id != 0, s.control_id != 0});
@@ -41,8 +41,10 @@ void Agent::WriteStatus() {
   v.warm = warm_->ToJson();
   v.rendezvous_store = o_.rendezvous_store;
   if (generations_->done()) v.exit_code = generations_->exit_code();
-  if (metrics_endpoint_) v.metrics_address = metrics_endpoint_->address();
-  if (metrics_) metrics_->Update(v);
+  if (metrics_) {
+    v.metrics_address = metrics_->address();
+    metrics_->Update(v);
+  }
   if (o_.status_file.empty()) return;
   // Never through a link; inside the run dir (the runner's job dir), only in
   // a directory nobody else can write (safe_dir.h).
