@@ -256,13 +256,13 @@ void Flusher::OnEvent(Clock::Time now) {
   } else {
     store_->Unpin(d->version);
   }
-  bytes_written_ += d->progress.bytes_written;
-  chunk_bytes_skipped_ += d->progress.chunk_bytes_skipped;
+  totals_.bytes_written += d->progress.bytes_written;
+  totals_.chunk_bytes_skipped += d->progress.chunk_bytes_skipped;
   if (d->status.ok()) {
     last_written_ = d->version;
-    ++versions_written_;
+    ++totals_.versions_written;
     last_write_time_ = now;
-    last_rate_mb_s_ = d->took.count() > 0 ? d->progress.bytes_written / 1e6 / (d->took.count() / 1e9) : 0;
+    totals_.last_rate_mb_s = d->took.count() > 0 ? d->progress.bytes_written / 1e6 / (d->took.count() / 1e9) : 0;
     if (failures_ > 0) FTRUN_LOG_WARN("persist: the disk works again after {} failed write(s)", failures_);
     failures_ = 0;
     last_error_.clear();
@@ -357,10 +357,10 @@ nlohmann::json Flusher::StatusJson() const {
   uint64_t backlog = 0;
   if (committed_) backlog = last_written_ ? *committed_ - std::min(*committed_, *last_written_) : *committed_ + 1;
   j["backlog_versions"] = backlog;  // committed versions newer than the newest on disk
-  j["versions_written"] = versions_written_;
-  j["bytes_written"] = bytes_written_;
-  j["bytes_skipped"] = chunk_bytes_skipped_;
-  j["last_rate_mb_s"] = last_rate_mb_s_;
+  j["versions_written"] = totals_.versions_written;
+  j["bytes_written"] = totals_.bytes_written;
+  j["bytes_skipped"] = totals_.chunk_bytes_skipped;
+  j["last_rate_mb_s"] = totals_.last_rate_mb_s;
   const ScrubProgress scrub = scrubber_ ? scrubber_->Progress() : ScrubProgress{};
   j["chunks_scrubbed"] = scrub.chunks_scrubbed;  // reused chunk files read back and checked
   j["bytes_scrubbed"] = scrub.bytes_scrubbed;

@@ -145,8 +145,11 @@ class Flusher {
   Clock::Time backoff_until_;
   int failures_ = 0;  // in a row
   std::string last_error_;
-  uint64_t bytes_written_ = 0, chunk_bytes_skipped_ = 0, versions_written_ = 0;
-  double last_rate_mb_s_ = 0;
+  // What it has written, for the status.
+  struct Totals {
+    uint64_t bytes_written = 0, chunk_bytes_skipped = 0, versions_written = 0;
+    double last_rate_mb_s = 0;
+  } totals_;
 
   // Shared with the thread, guarded by mu_.
   std::mutex mu_;

@@ -30,7 +30,7 @@ ucs_status_t UcxTransport::Bulk(Conn* c, const void* header, size_t header_lengt
   const ucs_status_t drop = rndv ? UCS_ERR_REJECTED : UCS_OK;
   if (c == nullptr || c->state != Conn::State::kUp) {
     // Not authenticated: dropped here, nothing kept. Logged once per connection.
-    ++stats_bulk_dropped_;
+    ++stats_.bulk_dropped;
     if (c != nullptr && !c->warned_bulk) {
       c->warned_bulk = true;
       FTRUN_LOG_WARN("dropped bulk data from {}: it has not authenticated", c->remote);
@@ -39,19 +39,19 @@ ucs_status_t UcxTransport::Bulk(Conn* c, const void* header, size_t header_lengt
   }
   BulkHeader h;
   if (header_length != sizeof(h)) {
-    ++stats_bulk_dropped_;
+    ++stats_.bulk_dropped;
     Refuse(c, "bulk data with a malformed header");
     return drop;
   }
   std::memcpy(&h, header, sizeof(h));
   if (!c->session.OpenBulk(h, length)) {
-    ++stats_bulk_dropped_;
+    ++stats_.bulk_dropped;
     Refuse(c, "bulk data whose header MAC does not match the session key");
     return drop;
   }
   auto it = posted_.find({c->peer, h.tag});
   if (it == posted_.end()) {
-    ++stats_bulk_dropped_;
+    ++stats_.bulk_dropped;
     if (!c->warned_bulk) {
       c->warned_bulk = true;
       FTRUN_LOG_WARN("dropped bulk data from peer {} at {}: no receive posted for tag {}", c->peer, c->remote, h.tag);
@@ -182,7 +182,7 @@ void UcxTransport::Finish(Op* op, ucs_status_t st, uint64_t length) {
     s = Status::Corruption("bulk transfer from peer " + std::to_string(op->peer) + " carried " +
                            std::to_string(length) + " bytes, " + std::to_string(op->length) + " expected");
   }
-  if (s.ok()) (op->kind == Op::Kind::kBulkSend ? stats_bulk_sent_ : stats_bulk_received_) += length;
+  if (s.ok()) (op->kind == Op::Kind::kBulkSend ? stats_.bulk_sent : stats_.bulk_received) += length;
   if (op->kind == Op::Kind::kBulkSend || op->receiving) --bulk_active_;
   last_bulk_done_ = Clock::now();
   Emit({TransportEvent::Kind::kBulkDone, op->peer, 0, {}, op->token, s});
@@ -199,7 +199,7 @@ void UcxTransport::DrainTags() {
     ucp_tag_recv_info_t info;
     ucp_tag_message_h m = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
     if (m == nullptr) return;
-    ++stats_bulk_dropped_;
+    ++stats_.bulk_dropped;
     if (tags_dropped_++ % 10000 == 0) {
       FTRUN_LOG_WARN("dropped a tag message ({} bytes, tag {}) from an unknown sender: agents send none ({} so far)",
                      info.length, info.sender_tag, tags_dropped_);

@@ -42,7 +42,7 @@ Conn* UcxTransport::NewConn(ucp_ep_h ep, bool outgoing, PeerId peer, std::string
   if (!outgoing) ++handshaking_in_;
   Conn* raw = c.get();
   conns_.push_back(std::move(c));
-  stats_connections_ = conns_.size();
+  stats_.connections = conns_.size();
   return raw;
 }
 
@@ -69,7 +69,7 @@ void UcxTransport::Reap() {
     it = conns_.erase(it);
     --closed_;
   }
-  stats_connections_ = conns_.size();
+  stats_.connections = conns_.size();
 }
 
 void UcxTransport::DoConnect(PeerId peer, const std::string& address) {
@@ -130,7 +130,7 @@ void UcxTransport::OnConnRequest(ucp_conn_request_h req, void* arg) {
   }
   self->by_ep_[c->ep] = c;
   if (over_cap) {
-    if (self->stats_refused_++ % 1000 == 0) {
+    if (self->stats_.refused++ % 1000 == 0) {
       FTRUN_LOG_WARN("refused a connection from {}: {} connections are already in their handshake", remote,
                      kMaxHandshaking);
     }
@@ -147,7 +147,7 @@ void UcxTransport::OnEpError(void* arg, ucp_ep_h, ucs_status_t st) {
 }
 
 void UcxTransport::Refuse(Conn* c, const std::string& what) {
-  ++stats_refused_;
+  ++stats_.refused;
   std::string who = c->state == Conn::State::kUp || c->outgoing ? "peer " + std::to_string(c->peer) + " at " + c->remote
                                                                 : "an unauthenticated peer at " + c->remote;
   FTRUN_LOG_WARN("refused {} from {}; closing the connection", what, who);

@@ -64,7 +64,7 @@ void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload)
     std::string mac = r.GetString();
     std::string transcript = HandshakeTranscript(c->nonce, their_nonce, id, o_.self);
     if (!r.ok() || their_nonce.size() != kNonceBytes || !MacEqual(mac, HandshakeMac(o_.secret, "hello", transcript))) {
-      ++stats_refused_;
+      ++stats_.refused;
       FTRUN_LOG_WARN(
           "refused a peer at {} (claims id {}): its hello does not prove the job secret for this "
           "connection and this agent (id {}): a wrong secret, or a proof relayed from another connection",
@@ -84,7 +84,7 @@ void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload)
     uint32_t id = r.Get<uint32_t>();
     std::string mac = r.GetString();
     if (!r.ok() || id != c->peer || !MacEqual(mac, HandshakeMac(o_.secret, "welcome", c->transcript))) {
-      ++stats_refused_;
+      ++stats_.refused;
       FTRUN_LOG_WARN("refused peer {} at {}: its welcome does not prove the job secret for this connection", c->peer,
                      c->remote);
       return CloseConn(c, Status::FailedPrecondition("peer " + std::to_string(c->peer) + " at " + c->remote +
@@ -93,7 +93,7 @@ void UcxTransport::Handshake(Conn* c, uint16_t type, const std::string& payload)
     c->session = SessionFrames(SessionKey(o_.secret, c->transcript), c->outgoing);
     return BecomeUp(c);
   }
-  ++stats_refused_;
+  ++stats_.refused;
   FTRUN_LOG_WARN("unexpected message {:#x} during the handshake with {}", type, c->remote);
   CloseConn(c, Status::Corruption("protocol error during the handshake with " + c->remote));
 }

@@ -119,7 +119,7 @@ class UcxTransport : public Transport {
     Post([this, peer] { CloseAll(peer, Status::Unavailable("disconnected by this side")); });
   }
   void Send(PeerId peer, uint16_t type, std::string payload) override {
-    stats_message_bytes_ += payload.size();
+    stats_.message_bytes += payload.size();
     Post([this, peer, type, p = std::move(payload)]() mutable { DoSend(peer, type, std::move(p)); });
   }
   void SendBulk(PeerId peer, uint64_t tag, const void* data, uint64_t length, uint64_t token) override {
@@ -138,12 +138,12 @@ class UcxTransport : public Transport {
   std::vector<TransportEvent> Poll() override;
   TransportStats stats() const override {
     TransportStats s;
-    s.bulk_bytes_sent = stats_bulk_sent_;
-    s.bulk_bytes_received = stats_bulk_received_;
-    s.message_bytes_sent = stats_message_bytes_;
-    s.connections = stats_connections_;
-    s.refused = stats_refused_;
-    s.bulk_dropped = stats_bulk_dropped_;
+    s.bulk_bytes_sent = stats_.bulk_sent;
+    s.bulk_bytes_received = stats_.bulk_received;
+    s.message_bytes_sent = stats_.message_bytes;
+    s.connections = stats_.connections;
+    s.refused = stats_.refused;
+    s.bulk_dropped = stats_.bulk_dropped;
     return s;
   }
 
@@ -199,8 +199,12 @@ class UcxTransport : public Transport {
   std::thread thread_;
   // Any thread.
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> stats_bulk_sent_{0}, stats_bulk_received_{0}, stats_message_bytes_{0};
-  std::atomic<uint64_t> stats_connections_{0}, stats_refused_{0}, stats_bulk_dropped_{0};
+  // What stats() reports: written by the progress thread (message_bytes: by
+  // the caller of Send), read by any.
+  struct Counters {
+    std::atomic<uint64_t> bulk_sent{0}, bulk_received{0}, message_bytes{0};
+    std::atomic<uint64_t> connections{0}, refused{0}, bulk_dropped{0};
+  } stats_;
 
   std::mutex mu_;  // guards commands_ and events_
   std::vector<std::function<void()>> commands_;
