@@ -107,7 +107,7 @@ Status Agent::Setup() {
   FTRUN_RETURN_IF_ERROR(member_->Setup());
   if (remote()) FTRUN_RETURN_IF_ERROR(loop_.Add(member_->event_fd(), kTransportTag));
   if (!c.metrics.agent_listen.empty()) {
-    Status ms = AgentMetrics::Start(c.metrics.agent_listen, o_.job_id, o_.node_rank, &metrics_);
+    Status ms = ServedMetrics<AgentMetrics>::Start(c.metrics.agent_listen, &metrics_, o_.job_id, o_.node_rank);
     if (ms.ok()) {
       FTRUN_LOG_INFO("metrics at http://{}/metrics", metrics_->address());
     } else {

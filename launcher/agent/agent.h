@@ -40,6 +40,7 @@
 #include "launcher/agent/recovery_log.h"
 #include "launcher/agent/save_stalls.h"
 #include "launcher/common/event_loop.h"
+#include "launcher/common/metrics_endpoint.h"
 #include "launcher/common/supervisor.h"
 #include "plugin/protocol/cluster_messages.h"
 
@@ -120,8 +121,8 @@ class Agent : private ClusterMember::Orders {
   SaveStalls stalls_;  // the ranks' save stalls, for the metrics and the status
   bool status_dirty_ = true;
   Clock::Time last_status_write_;
-  std::string status_error_;               // the last status write error logged (logged once)
-  std::unique_ptr<AgentMetrics> metrics_;  // metrics.agent_listen: served, set with the status
+  std::string status_error_;                              // the last status write error logged (logged once)
+  std::unique_ptr<ServedMetrics<AgentMetrics>> metrics_;  // metrics.agent_listen; set with the status
 
   // The job's coordinator, the other agents, the copies and the pulls.
   std::unique_ptr<ClusterMember> member_;

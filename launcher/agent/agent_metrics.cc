@@ -7,16 +7,6 @@ const char* const kPhases[] = {"stop", "respawn", "connect", "restore", "first_s
 
 }  // namespace
 
-Status AgentMetrics::Start(const std::string& listen, const std::string& job, int node,
-                           std::unique_ptr<AgentMetrics>* out) {
-  std::unique_ptr<MetricsEndpoint> endpoint;
-  FTRUN_RETURN_IF_ERROR(MetricsEndpoint::Start(listen, &endpoint));
-  auto m = std::make_unique<AgentMetrics>(endpoint->registry(), job, node);
-  m->endpoint_ = std::move(endpoint);
-  *out = std::move(m);
-  return Status::Ok();
-}
-
 AgentMetrics::AgentMetrics(prometheus::Registry& registry, const std::string& job, int node)
     : make_(registry, {{"job", job}, {"node", std::to_string(node)}}) {
   committed_ = make_.Gauge("ftrun_committed_version", "The newest version every rank of the job can go back to");

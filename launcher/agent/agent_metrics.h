@@ -13,27 +13,19 @@
 #include <optional>
 #include <string>
 
-#include "ftrun/status.h"
 #include "launcher/agent/agent_view.h"
 #include "launcher/common/metric_counters.h"
-#include "launcher/common/metrics_endpoint.h"
 
 namespace ftrun {
 
 class AgentMetrics {
  public:
-  // Serves job `job`'s node `node`'s metrics at `listen` (host:port,
-  // metrics.agent_listen).
-  static Status Start(const std::string& listen, const std::string& job, int node, std::unique_ptr<AgentMetrics>* out);
-  // The metrics in `registry` (tests: a registry of their own, not served).
   AgentMetrics(prometheus::Registry& registry, const std::string& job, int node);
-  std::string address() const { return endpoint_ ? endpoint_->address() : std::string(); }
   void Update(const AgentView& v);
 
  private:
   prometheus::Counter* Recoveries(const std::string& kind);
 
-  std::unique_ptr<MetricsEndpoint> endpoint_;  // Start's; first: it holds the registry the metrics below live in
   MetricMaker make_;
   prometheus::Gauge *committed_, *last_commit_, *store_used_, *store_capacity_, *ranks_running_, *standbys_ready_;
   prometheus::Gauge *flush_backlog_, *flush_failing_;

@@ -43,7 +43,7 @@ void Agent::WriteStatus() {
   if (generations_->done()) v.exit_code = generations_->exit_code();
   if (metrics_) {
     v.metrics_address = metrics_->address();
-    metrics_->Update(v);
+    metrics_->metrics().Update(v);
   }
   if (o_.status_file.empty()) return;
   // Never through a link; inside the run dir (the runner's job dir), only in

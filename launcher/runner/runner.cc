@@ -178,10 +178,9 @@ Status Runner::Setup() {
   }
   coord_ = std::make_unique<Coordinator>(co, outbox_.get());
   if (!config_.metrics.coordinator_listen.empty()) {
-    Status ms = MetricsEndpoint::Start(config_.metrics.coordinator_listen, &metrics_endpoint_);
+    Status ms = ServedMetrics<JobMetrics>::Start(config_.metrics.coordinator_listen, &metrics_, job_id_);
     if (ms.ok()) {
-      metrics_ = std::make_unique<JobMetrics>(metrics_endpoint_->registry(), job_id_);
-      FTRUN_LOG_INFO("job metrics at http://{}/metrics", metrics_endpoint_->address());
+      FTRUN_LOG_INFO("job metrics at http://{}/metrics", metrics_->address());
     } else {
       FTRUN_LOG_WARN("{} (metrics.coordinator_listen): the job runs without them", ms.message());
     }

@@ -111,7 +111,7 @@ void Runner::CheckAdopted() {
 void Runner::WriteStatus() {
   last_status_ = Clock::now();
   const CoordinatorView view = coord_->View();
-  if (metrics_) metrics_->Update(view);
+  if (metrics_) metrics_->metrics().Update(view);
   nlohmann::json j = StatusJson(view);
   j["job_id"] = job_id_;
   j["persist_dir"] = config_.persist.dir;
@@ -121,7 +121,7 @@ void Runner::WriteStatus() {
   j["runner_start_time"] = ProcessStartTime(::getpid());  // with every pid: see proc_start.h
   j["runner_host"] = HostName();                          // where those pids are
   j["rendezvous_store"] = {{"pid", keeper_.pid()}, {"address", keeper_.current()}};
-  j["metrics_address"] = metrics_endpoint_ ? metrics_endpoint_->address() : "";
+  j["metrics_address"] = metrics_ ? metrics_->address() : "";
   j["updated_unix_ms"] =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
@@ -178,12 +178,12 @@ void Runner::PublishState(const nlohmann::json& status) {
     if (status.contains(k)) s[k] = status[k];
   }
   std::string text = nlohmann::json{{"argv", o_.argv}, {"cwd", CurrentDirectory()}, {"status", s}}.dump();
-  if (text == published_) return;
-  published_ = text;
+  if (text == published_.state) return;
+  published_.state = text;
   // Who runs where goes out at once; the committed version may wait a second.
   std::string members = s["agents"].dump() + s["nodes"].dump();
-  const bool urgent = members != published_members_;
-  published_members_ = std::move(members);
+  const bool urgent = members != published_.members;
+  published_.members = std::move(members);
   lead_->Publish(SignState(secret_, job_id_, text), urgent);
 }
 
@@ -202,7 +202,6 @@ void Runner::StepDown(Clock::time_point) {
   loop_.Remove(transport_->event_fd());
   transport_.reset();
   metrics_.reset();
-  metrics_endpoint_.reset();
 }
 
 }  // namespace runner_impl

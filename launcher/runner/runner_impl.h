@@ -94,10 +94,9 @@ class Runner {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<TransportOutbox> outbox_;
   std::unique_ptr<Coordinator> coord_;
-  RendezvousKeeper keeper_;                            // the job's rendezvous store (jobs that can recover warm)
-  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;  // metrics.coordinator_listen; set with the status
-  std::unique_ptr<JobMetrics> metrics_;
-  DiskWorker disk_worker_;  // scans the persist directory for the coordinator, off the loop
+  RendezvousKeeper keeper_;                             // the job's rendezvous store (jobs that can recover warm)
+  std::unique_ptr<ServedMetrics<JobMetrics>> metrics_;  // metrics.coordinator_listen; set with the status
+  DiskWorker disk_worker_;                              // scans the persist directory for the coordinator, off the loop
   std::vector<AgentProc> agents_;
   EventLoop loop_;  // epoll, signals, the tick
   static constexpr uint64_t kTransportTag = 1;
@@ -106,8 +105,10 @@ class Runner {
   std::optional<Clock::time_point> ending_since_;
   Clock::time_point last_status_;
   std::unique_ptr<Leadership> lead_;  // coordinator.etcd (multi-node jobs)
-  std::string published_;             // the successor state last handed to lead_
-  std::string published_members_;     // its agents and nodes
+  struct {
+    std::string state;    // the successor state last handed to lead_
+    std::string members;  // its agents and nodes
+  } published_;
   bool stepped_down_ = false;
 };
 

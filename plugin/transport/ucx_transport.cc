@@ -46,8 +46,7 @@ std::string FormatAddress(const sockaddr_storage& ss) {
 
 UcxTransport::~UcxTransport() {
   stop_ = true;
-  uint64_t one = 1;
-  if (command_fd_.valid()) (void)!::write(command_fd_.get(), &one, sizeof(one));
+  commands_.Wake();
   if (thread_.joinable()) thread_.join();
   if (listener_) ucp_listener_destroy(listener_);
   if (worker_) {
@@ -140,11 +139,11 @@ Status UcxTransport::Start() {
   int efd = -1;
   st = ucp_worker_get_efd(worker_, &efd);
   if (st != UCS_OK) return UcsError("ucp_worker_get_efd", st);
-  event_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  command_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  FTRUN_RETURN_IF_ERROR(events_.Open("transport events"));
+  FTRUN_RETURN_IF_ERROR(commands_.Open("transport commands"));
   epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
-  if (!event_fd_.valid() || !command_fd_.valid() || !epoll_.valid()) return Status::FromErrno("eventfd/epoll", errno);
-  for (int fd : {efd, command_fd_.get()}) {
+  if (!epoll_.valid()) return Status::FromErrno("epoll_create1", errno);
+  for (int fd : {efd, commands_.fd()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -154,37 +153,11 @@ Status UcxTransport::Start() {
   return Status::Ok();
 }
 
-// Post and Emit write their eventfd only when the queue was empty: the
-// reader reads the eventfd before it takes the queue (under the lock), so a
-// queue that is not empty has a wake-up on its way or is about to be taken.
-void UcxTransport::Post(std::function<void()> fn) {
-  bool wake;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    wake = commands_.empty();
-    commands_.push_back(std::move(fn));
-  }
-  uint64_t one = 1;
-  if (wake) (void)!::write(command_fd_.get(), &one, sizeof(one));
-}
+void UcxTransport::Post(std::function<void()> fn) { commands_.Push(std::move(fn)); }
 
-void UcxTransport::Emit(TransportEvent e) {
-  bool wake;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    wake = events_.empty();
-    events_.push_back(std::move(e));
-  }
-  uint64_t one = 1;
-  if (wake) (void)!::write(event_fd_.get(), &one, sizeof(one));
-}
+void UcxTransport::Emit(TransportEvent e) { events_.Push(std::move(e)); }
 
-std::vector<TransportEvent> UcxTransport::Poll() {
-  uint64_t n;
-  (void)!::read(event_fd_.get(), &n, sizeof(n));
-  std::lock_guard<std::mutex> l(mu_);
-  return std::exchange(events_, {});
-}
+std::vector<TransportEvent> UcxTransport::Poll() { return events_.Take(); }
 
 void UcxTransport::Run() {
   epoll_event evs[4];
@@ -211,21 +184,13 @@ void UcxTransport::Run() {
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
     int n = ::epoll_wait(epoll_.get(), evs, 4, 100);
     for (int i = 0; i < n; ++i) {
-      if (evs[i].data.fd == command_fd_.get()) {
-        uint64_t v;
-        (void)!::read(command_fd_.get(), &v, sizeof(v));
-      }
+      if (evs[i].data.fd == commands_.fd()) commands_.ClearWake();  // (RunCommands takes them, every pass)
     }
   }
 }
 
 void UcxTransport::RunCommands() {
-  std::vector<std::function<void()>> cmds;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    cmds.swap(commands_);
-  }
-  for (auto& fn : cmds) fn();
+  for (auto& fn : commands_.TakeQueued()) fn();
 }
 
 }  // namespace ucx

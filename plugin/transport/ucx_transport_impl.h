@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "plugin/common/fd.h"
+#include "plugin/common/wake_queue.h"
 #include "plugin/transport/session_frame.h"
 #include "plugin/transport/ucx_transport.h"
 
@@ -134,7 +135,7 @@ class UcxTransport : public Transport {
       if (it != recvs_.end()) CancelOp(it->second);
     });
   }
-  int event_fd() const override { return event_fd_.get(); }
+  int event_fd() const override { return events_.fd(); }
   std::vector<TransportEvent> Poll() override;
   TransportStats stats() const override {
     TransportStats s;
@@ -193,8 +194,6 @@ class UcxTransport : public Transport {
   // Constant after Start.
   UcxTransportOptions o_;
   std::string address_;
-  UniqueFd event_fd_;    // owner-facing: events waiting
-  UniqueFd command_fd_;  // progress thread: commands waiting
   UniqueFd epoll_;
   std::thread thread_;
   // Any thread.
@@ -206,9 +205,8 @@ class UcxTransport : public Transport {
     std::atomic<uint64_t> connections{0}, refused{0}, bulk_dropped{0};
   } stats_;
 
-  std::mutex mu_;  // guards commands_ and events_
-  std::vector<std::function<void()>> commands_;
-  std::vector<TransportEvent> events_;
+  WakeQueue<std::function<void()>> commands_;  // to the progress thread (its epoll watches the fd)
+  WakeQueue<TransportEvent> events_;           // to the owner (event_fd())
 
   // Progress thread only.
   ucp_context_h context_ = nullptr;
