@@ -107,8 +107,6 @@ class ClusterMember {
   }
   // A local rank's save is in the store.
   void RankSaved(int rank, uint64_t version);
-  void JoinEpoch(uint64_t epoch);  // a newer epoch the coordinator named
-  void EndRound();                 // the generation's commit round is over
   void DiskScanned(const Status& scan, std::vector<uint64_t> newest_first, Clock::Time now);
 
   uint64_t epoch() const { return epoch_; }
@@ -116,6 +114,10 @@ class ClusterMember {
   std::optional<AgentView::Cluster> View() const;  // a multi-node job's
 
  private:
+  // On a halt or a start (once per order): a newer epoch the coordinator
+  // named, and the generation's commit round is over.
+  void JoinEpoch(uint64_t epoch);
+  void EndRound();
   Status SetupRemote();
   void Register();
   void Send(ClusterMsg type, const std::string& payload);

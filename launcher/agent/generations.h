@@ -67,8 +67,9 @@ class Generations {
 
   Generations(Parts parts, Hooks hooks, Options o, const Clock& clock);
 
-  // The coordinator's orders (the member has joined a halt's epoch and
-  // ended its commit round).
+  // The coordinator's orders (the member has joined a halt's or a start's
+  // epoch and ended its commit round when it took the order: once, also for
+  // a start that waits here for the ranks to stop).
   void Start(const StartMsg& m);
   void Halt(uint64_t epoch);
   // kStop or kFenced: the job ends for this node with `code`.

@@ -43,8 +43,6 @@ void Generations::Start(const StartMsg& m) {
     return;
   }
   if (state_ != State::kIdle) return;
-  p_.member->JoinEpoch(m.epoch);
-  p_.member->EndRound();
   // Above the version the job starts from: a stopped generation's saves and
   // copies, or a timeline the job went back from. Never restored, never
   // acknowledged as a copy of the new timeline's.
