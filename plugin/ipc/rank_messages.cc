@@ -5,31 +5,9 @@
 namespace ftrun {
 namespace {
 
-void PutU64s(const std::vector<uint64_t>& v, ByteWriter* w) {
-  w->Put<uint32_t>(static_cast<uint32_t>(v.size()));
-  for (uint64_t x : v) w->Put<uint64_t>(x);
-}
-
-std::vector<uint64_t> GetU64s(ByteReader* r) {
-  std::vector<uint64_t> v(r->GetCount(8));
-  for (uint64_t& x : v) x = r->Get<uint64_t>();
-  return v;
-}
-
 Status Checked(const ByteReader& r, const char* what) {
   if (r.ok() && r.done()) return Status::Ok();
   return Status::Corruption(std::string("malformed ") + what);
-}
-
-void PutOptional(const std::optional<uint64_t>& v, ByteWriter* w) {
-  w->Put<uint8_t>(v.has_value() ? 1 : 0);
-  w->Put<uint64_t>(v.value_or(0));
-}
-
-std::optional<uint64_t> GetOptional(ByteReader* r) {
-  const bool has = r->Get<uint8_t>() != 0;
-  const uint64_t v = r->Get<uint64_t>();
-  return has ? std::optional<uint64_t>(v) : std::nullopt;
 }
 
 }  // namespace
@@ -67,7 +45,7 @@ std::string Encode(const HelloOkMsg& m) {
   w.PutString(m.job_id);
   w.Put<int32_t>(m.node);
   w.Put<uint64_t>(m.chunk_size);
-  PutOptional(m.restore_version, &w);
+  w.PutOptionalU64(m.restore_version);
   return w.data();
 }
 
@@ -76,21 +54,21 @@ Status Decode(std::string_view payload, HelloOkMsg* out) {
   out->job_id = r.GetString();
   out->node = r.Get<int32_t>();
   out->chunk_size = r.Get<uint64_t>();
-  out->restore_version = GetOptional(&r);
+  out->restore_version = r.GetOptionalU64();
   return Checked(r, "hello reply from the agent");
 }
 
 std::string Encode(const SaveOkMsg& m) {
   ByteWriter w;
   w.Put<uint64_t>(m.version);
-  PutOptional(m.committed, &w);
+  w.PutOptionalU64(m.committed);
   return w.data();
 }
 
 Status Decode(std::string_view payload, SaveOkMsg* out) {
   ByteReader r(payload);
   out->version = r.Get<uint64_t>();
-  out->committed = GetOptional(&r);
+  out->committed = r.GetOptionalU64();
   return Checked(r, "save reply from the agent");
 }
 
@@ -130,7 +108,7 @@ std::string Encode(const AllocMsg& m) {
   ByteWriter w;
   w.Put<uint64_t>(m.version);
   w.Put<uint8_t>(m.first ? 1 : 0);
-  PutU64s(m.lengths, &w);
+  w.PutU64s(m.lengths);
   return w.data();
 }
 
@@ -138,19 +116,19 @@ Status Decode(std::string_view payload, AllocMsg* out) {
   ByteReader r(payload);
   out->version = r.Get<uint64_t>();
   out->first = r.Get<uint8_t>() != 0;
-  out->lengths = GetU64s(&r);
+  out->lengths = r.GetU64s();
   return Checked(r, "reserve request");
 }
 
 std::string Encode(const AllocOkMsg& m) {
   ByteWriter w;
-  PutU64s(m.offsets, &w);
+  w.PutU64s(m.offsets);
   return w.data();
 }
 
 Status Decode(std::string_view payload, AllocOkMsg* out) {
   ByteReader r(payload);
-  out->offsets = GetU64s(&r);
+  out->offsets = r.GetU64s();
   return Checked(r, "reservation from the agent");
 }
 
@@ -170,8 +148,8 @@ Status Decode(std::string_view payload, WaitCommittedMsg* out) {
 
 std::string Encode(const ListOkMsg& m) {
   ByteWriter w;
-  PutU64s(m.committed, &w);
-  PutU64s(m.pending, &w);
+  w.PutU64s(m.committed);
+  w.PutU64s(m.pending);
   w.Put<uint8_t>(m.has_committed ? 1 : 0);
   w.Put<uint64_t>(m.committed_version);
   return w.data();
@@ -179,8 +157,8 @@ std::string Encode(const ListOkMsg& m) {
 
 Status Decode(std::string_view payload, ListOkMsg* out) {
   ByteReader r(payload);
-  out->committed = GetU64s(&r);
-  out->pending = GetU64s(&r);
+  out->committed = r.GetU64s();
+  out->pending = r.GetU64s();
   out->has_committed = r.Get<uint8_t>() != 0;
   out->committed_version = r.Get<uint64_t>();
   return Checked(r, "version list from the agent");

@@ -1,20 +1,6 @@
 #include "plugin/protocol/cluster_messages.h"
 
 namespace ftrun {
-namespace {
-
-void PutOptional(const std::optional<uint64_t>& v, ByteWriter* w) {
-  w->Put<uint8_t>(v.has_value());
-  w->Put<uint64_t>(v.value_or(0));
-}
-
-std::optional<uint64_t> GetOptional(ByteReader* r) {
-  bool has = r->Get<uint8_t>() != 0;
-  uint64_t v = r->Get<uint64_t>();
-  return has ? std::optional<uint64_t>(v) : std::nullopt;
-}
-
-}  // namespace
 
 std::string EncodeU64(uint64_t v) {
   ByteWriter w;
@@ -46,9 +32,9 @@ std::string Encode(const RegisterMsg& m) {
   w.PutString(m.address);
   w.PutString(m.rack);
   w.Put<uint64_t>(m.epoch);
-  PutOptional(m.committed, &w);
+  w.PutOptionalU64(m.committed);
   PutRankVersions(m.catalog, &w);
-  PutOptional(m.parity, &w);
+  w.PutOptionalU64(m.parity);
   return w.data();
 }
 
@@ -58,9 +44,9 @@ Status Decode(const std::string& payload, RegisterMsg* m) {
   m->address = r.GetString();
   m->rack = r.GetString();
   m->epoch = r.Get<uint64_t>();
-  m->committed = GetOptional(&r);
+  m->committed = r.GetOptionalU64();
   m->catalog = GetRankVersions(&r);
-  m->parity = GetOptional(&r);
+  m->parity = r.GetOptionalU64();
   return CheckRead(r, RegisterMsg::kType, payload.size());
 }
 
@@ -184,7 +170,7 @@ Status Decode(const std::string& payload, PullMsg* m) {
 std::string Encode(const StartMsg& m) {
   ByteWriter w;
   w.Put<uint64_t>(m.epoch);
-  PutOptional(m.version, &w);
+  w.PutOptionalU64(m.version);
   w.PutString(m.master_addr);
   w.Put<int32_t>(m.master_port);
   w.PutString(m.store);
@@ -194,7 +180,7 @@ std::string Encode(const StartMsg& m) {
 Status Decode(const std::string& payload, StartMsg* m) {
   ByteReader r(payload);
   m->epoch = r.Get<uint64_t>();
-  m->version = GetOptional(&r);
+  m->version = r.GetOptionalU64();
   m->master_addr = r.GetString();
   m->master_port = r.Get<int32_t>();
   m->store = r.GetString();

@@ -91,5 +91,32 @@ TEST_CASE("cluster messages: a membership naming ranks for a spare, or negative 
   CHECK(!Decode(Encode(m), &back).ok());
 }
 
+TEST_CASE("ByteWriter/ByteReader: optional u64 and u64 lists round-trip; a count beyond the bytes is refused",
+          "[protocol]") {
+  ByteWriter w;
+  w.PutOptionalU64(std::nullopt);
+  w.PutOptionalU64(uint64_t{7});
+  w.PutU64s({});
+  w.PutU64s({1, 2, ~0ull});
+  ByteReader r(w.data());
+  CHECK_FALSE(r.GetOptionalU64());
+  CHECK(r.GetOptionalU64() == uint64_t{7});
+  CHECK(r.GetU64s().empty());
+  CHECK(r.GetU64s() == std::vector<uint64_t>{1, 2, ~0ull});
+  CHECK(r.ok());
+  CHECK(r.done());
+  // A count of 3 with the bytes of 2: nothing allocated for it, the reader is bad.
+  ByteWriter lie;
+  lie.Put<uint32_t>(3);
+  lie.Put<uint64_t>(1);
+  lie.Put<uint64_t>(2);
+  ByteReader bad(lie.data());
+  CHECK(bad.GetU64s().empty());
+  CHECK_FALSE(bad.ok());
+  ByteReader short_optional(std::string(5, '\1'));
+  (void)short_optional.GetOptionalU64();
+  CHECK_FALSE(short_optional.ok());
+}
+
 }  // namespace
 }  // namespace ftrun
