@@ -113,7 +113,8 @@ TEST_CASE("ByteWriter/ByteReader: optional u64 and u64 lists round-trip; a count
   ByteReader bad(lie.data());
   CHECK(bad.GetU64s().empty());
   CHECK_FALSE(bad.ok());
-  ByteReader short_optional(std::string(5, '\1'));
+  const std::string five(5, '\1');  // (the reader views it: it must outlive the reader)
+  ByteReader short_optional(five);
   (void)short_optional.GetOptionalU64();
   CHECK_FALSE(short_optional.ok());
 }
