@@ -7,7 +7,9 @@ node creates FLAG, rank 1 (waiting for it) SIGKILLs itself, and the node
 returns once rank 1 is dead (its pid in FLAG.pid: a zombie until its agent
 reaps it), so that the agent's notice comes while the rest of the backward
 pass runs, however loaded the machine: seconds of C++ (every layer's matrix
-products). The
+products). (A notice that comes during the wait itself is not acted on
+there: the node silences ftrun's interrupt signal, and the gradient hook's
+own check raises the Restart.) The
 Restart must come out of loss.backward() before it is over: it is raised by
 ftrun's gradient hook, so some parameters (or all: the hook runs before
 the gradient lands) have no gradient yet. Generation 1
@@ -23,6 +25,7 @@ import traceback
 import torch
 
 import ftrun
+from ftrun import warm
 from rank_say import say
 
 LAYERS, WIDTH, BATCH = 24, 1024, 512
@@ -39,6 +42,11 @@ class Announce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
+        # The agent's notice may come while this node waits (a loaded machine runs the agent before this
+        # process's next poll): its signal must not raise the Restart here, in the test's own Python, but in
+        # ftrun's gradient hook, where a real backward pass gets it. So the signal does nothing for the rest of
+        # generation 0: once the notice is in, the hook's check raises the Restart at the next gradient.
+        signal.signal(warm._SIGNAL, lambda signum, frame: None)
         with open(FLAG, "w") as f:
             f.write("backward\n")
         deadline = time.time() + 120
