@@ -11,12 +11,6 @@ namespace {
 
 constexpr auto kRoundTimeout = std::chrono::seconds(30);
 
-std::string Join(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
-  return s;
-}
-
 }  // namespace
 
 CommitRounds::CommitRounds(const Membership* members, int replicas, std::chrono::milliseconds copy_timeout)
@@ -198,7 +192,7 @@ std::optional<std::string> CommitRounds::Stalled(Time now) {
       }
       lag += (lag.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " held by " +
              std::to_string(h.size()) + " of " + std::to_string(need) +
-             (missing.empty() ? std::string() : " (not by agent(s) " + Join(missing) + ")");
+             (missing.empty() ? std::string() : " (not by agent(s) " + JoinNumbers(missing) + ")");
     }
   }
   if (members_->erasure()) {
@@ -207,7 +201,7 @@ std::optional<std::string> CommitRounds::Stalled(Time now) {
       if (!ParityAt(s, v)) short_parity.push_back(s);
     }
     if (!short_parity.empty())
-      lag += (lag.empty() ? "" : "; ") + std::string("parity rows incomplete at node(s) ") + Join(short_parity);
+      lag += (lag.empty() ? "" : "; ") + std::string("parity rows incomplete at node(s) ") + JoinNumbers(short_parity);
   }
   return fmt::format(
       "no version committed for {:.0f} ms (3 x cluster.copy_timeout) while ranks save newer ones: last "

@@ -7,12 +7,6 @@
 
 namespace ftrun {
 
-std::string Coordinator::Join(const std::vector<int>& v) {
-  std::string s;
-  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
-  return s;
-}
-
 Coordinator::Options Coordinator::Options::FromConfig(const Config& c) {
   Options o;
   o.replicas = c.cluster.replicas;
@@ -31,8 +25,8 @@ Coordinator::Coordinator(Options options, Outbox* out)
       out_(out),
       members_(
           {o_.ranks_per_slot, o_.first_rank, o_.world_size, o_.racks, o_.replicas, o_.erasure_data, o_.erasure_parity}),
-      rounds_(&members_, erasure() ? 0 : o_.replicas, o_.copy_timeout) {
-  if (erasure()) o_.replicas = 0;  // the code replaces copies
+      rounds_(&members_, members_.replicas(), o_.copy_timeout) {
+  o_.replicas = members_.replicas();  // (0 with an erasure code)
 }
 
 void Coordinator::Deliver(PeerId to, ClusterMsg type, std::string payload) {
@@ -131,7 +125,7 @@ void Coordinator::Tick(Time now) {
       now - *waiting_since_ > o_.lost_node_timeout) {
     const std::vector<int> vacant = members_.Vacant();
     if (!vacant.empty()) {
-      Stop(last_failure_code_, "node(s) " + Join(vacant) + " lost, and no spare or returning agent within " +
+      Stop(last_failure_code_, "node(s) " + JoinNumbers(vacant) + " lost, and no spare or returning agent within " +
                                    std::to_string(o_.lost_node_timeout.count()) + " ms (cluster.lost_node_timeout)");
     }
   }

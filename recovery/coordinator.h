@@ -133,8 +133,6 @@ class Coordinator {
   void DiskScanned(const Status& scan, std::vector<uint64_t> newest_first, Time now);
 
  private:
-  // For messages: "1, 2, 3".
-  static std::string Join(const std::vector<int>& v);
   enum class Phase { kForming, kRunning, kRecovering, kStopped };
   using AgentInfo = Membership::Agent;  // (halted: since halt_epoch_)
   using RecoveryRecord = CoordinatorView::Recovery;

@@ -169,12 +169,12 @@ bool Coordinator::CheckCoverage(const std::string& detail) {
     FTRUN_LOG_WARN(
         "ranks {} have no complete copy of committed version {} on any live node ({}){}: going back to "
         "version {}, the newest complete in the persist directory ({} steps lost)",
-        Join(uncovered), *committed(), redundancy, detail, *d, *committed() - std::min(*committed(), *d));
+        JoinNumbers(uncovered), *committed(), redundancy, detail, *d, *committed() - std::min(*committed(), *d));
     GoBackTo(*d);
     disk_restore_ = true;
     return true;
   }
-  const std::string lost = "ranks " + Join(uncovered) + " have no complete copy of committed version " +
+  const std::string lost = "ranks " + JoinNumbers(uncovered) + " have no complete copy of committed version " +
                            std::to_string(*committed()) + " on any live node (" + redundancy;
   auto why = dropped_why_.find(uncovered.front());
   if (why != dropped_why_.end()) {
@@ -240,7 +240,7 @@ void Coordinator::Missing(AgentInfo& a, uint64_t epoch, const std::vector<RankVe
   }
   if (ranks.empty() || phase_ != Phase::kRunning || a.slot < 0) return;
   const std::string what = "node " + std::to_string(a.slot) + " (agent " + std::to_string(a.id) +
-                           ") has no copy of rank(s) " + Join(ranks) + " of committed version " +
+                           ") has no copy of rank(s) " + JoinNumbers(ranks) + " of committed version " +
                            std::to_string(*committed()) + " to restore";
   if (again) {
     return Stop(1, what + ", again after pulling it: stopping rather than restarting the job in a loop");

@@ -142,4 +142,10 @@ MembershipMsg Membership::MessageFor(const Agent& a, uint64_t epoch) const {
   return m;
 }
 
+std::string JoinNumbers(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
 }  // namespace ftrun

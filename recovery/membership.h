@@ -82,8 +82,10 @@ class Membership {
   std::vector<int> Vacant() const;
   Agent* FirstSpare();  // an alive agent on no slot
 
-  // Replicas: the slots that hold copies of `slot`'s ranks, and the slots
-  // whose copies `slot` holds.
+  // Copies of each slot's ranks on other slots: 0 with an erasure code
+  // (the code replaces copies).
+  int replicas() const { return shape_.replicas; }
+  // The slots that hold copies of `slot`'s ranks.
   const std::vector<int>& HoldersOf(int slot) const { return placement_[static_cast<size_t>(slot)]; }
 
   // Erasure coding: slot -> (group, member), a group's slots by member, and
@@ -113,5 +115,8 @@ class Membership {
   std::map<PeerId, Agent> agents_;
   std::vector<std::optional<PeerId>> slots_;  // slot -> agent
 };
+
+// For the coordinator's messages naming ranks or nodes: "1, 2, 3".
+std::string JoinNumbers(const std::vector<int>& v);
 
 }  // namespace ftrun

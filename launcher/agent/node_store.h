@@ -39,14 +39,11 @@ class NodeStore {
   Status Open(const std::string& job_id, uint32_t agent_id, const StoreConfig& store);
 
   Arena& arena() { return arena_; }
-  const Arena& arena() const { return arena_; }
   char* base() { return arena_.base(); }
   SnapshotStore* catalog() { return catalog_.get(); }
-  const SnapshotStore* catalog() const { return catalog_.get(); }
   CommitTracker* tracker() { return &tracker_; }
   VersionRetention* retention() { return retention_.get(); }
   StoreService* service() { return service_.get(); }
-  const StoreService* service() const { return service_.get(); }
 
   // The prefault finished since the status last said (TakePrefaulted).
   bool prefault_news() const { return prefaulted_ != reported_prefaulted_; }

@@ -28,7 +28,6 @@ class WakeQueue {
     fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     return fd_.valid() ? Status::Ok() : Status::FromErrno("eventfd (" + what + ")", errno);
   }
-  bool valid() const { return fd_.valid(); }
   int fd() const { return fd_.get(); }
 
   void Push(T item) {

@@ -28,6 +28,7 @@ TEST_CASE("Membership: ranks per slot, first rank and world size", "[membership]
   CHECK(m.SlotOfRank(14) == 1);
   CHECK(m.SlotOfRank(15) == 2);
   CHECK(m.Rack(1).empty());  // racks padded to the slots
+  CHECK(m.replicas() == 1);
   Membership whole({{2, 2}, 0, 0, {}, 1, 0, 0});
   CHECK(whole.WorldSize() == 4);  // 0: the job's ranks
 }
@@ -83,6 +84,7 @@ TEST_CASE("Membership: with an erasure code, no replicas and the group by member
   CHECK(m.erasure());
   CHECK(m.groups().size() == 2);
   CHECK(m.HoldersOf(0).empty());  // the code replaces copies
+  CHECK(m.replicas() == 0);
   const auto t = Membership::Time{};
   for (int s = 0; s < 5; ++s) m.Assign(*m.Register(static_cast<PeerId>(s + 1), "h", "", s, t).first, s);
   const auto [group, member] = m.GroupOf(0);
